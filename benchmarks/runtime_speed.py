@@ -1,0 +1,63 @@
+"""Median forward time of the numpy reference interpreter vs onnxruntime on the real models.
+
+    python benchmarks/runtime_speed.py [--threads 2] [--repeat 5] [--models yolov8n_320 ...]
+
+Both runtimes use the same number of threads (BLAS threads for numpy, intra-op threads for
+onnxruntime). Inputs are real photos preprocessed the way each model's own package does.
+Prints one row per model: median ms per forward for each runtime and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+CASES = {  # name -> (preprocessing function, static input shape)
+    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320]),
+    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640]),
+    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192]),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--models", nargs="*", default=sorted(CASES))
+    args = parser.parse_args()
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)  # must happen before numpy is imported
+
+    import statistics
+    import time
+
+    import qir
+    from qir.runtimes.numpy_ref.interpreter import NumpyRuntime
+    from qir.runtimes.ort_backend import OrtRuntime
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
+    import realmodels as rm
+
+    runtimes = {"numpy": NumpyRuntime(), "ort": OrtRuntime(threads=args.threads)}
+    print(f"threads={args.threads} repeat={args.repeat} (median ms per forward, 1 image)")
+    print(f"{'model':<14}{'numpy ms':>10}{'ort ms':>10}{'ratio':>8}")
+    for name in args.models:
+        prep, shape = CASES[name]
+        input_name = rm.MODELS[name][1]
+        ir = qir.load(rm.model(name), input_shapes={input_name: shape})
+        feed = {input_name: getattr(rm, prep)(rm.images(rm.EVAL[:1])[0])}
+        times = {}
+        for rt_name, rt in runtimes.items():
+            rt.run(ir, feed)  # warm up (plans, sessions, caches)
+            samples = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                rt.run(ir, feed)
+                samples.append((time.perf_counter() - start) * 1e3)
+            times[rt_name] = statistics.median(samples)
+        print(f"{name:<14}{times['numpy']:>10.1f}{times['ort']:>10.1f}{times['numpy'] / times['ort']:>7.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Transformation and analysis passes over the QIR, one pass per module."""

@@ -1,0 +1,6 @@
+"""``python -m qir`` runs the ``qir`` command line."""
+import sys
+
+from qir.tools.cli import main
+
+sys.exit(main())

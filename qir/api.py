@@ -1,0 +1,47 @@
+"""The public entry points: ``qir.load``, ``qir.run``, ``qir.save`` (DESIGN §8)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from .graph import QIR
+from .onnx_export import export_onnx
+from .onnx_import import import_onnx
+
+__all__ = ["load", "run", "save"]
+
+
+def load(model: str | Path | onnx.ModelProto, *,
+         input_shapes: Mapping[str, Sequence[int]] | None = None) -> QIR:
+    """Load an ONNX model into a QIR.
+
+    Args:
+        model: path of an ``.onnx`` file, or a ``ModelProto``.
+        input_shapes: ``{input: shape}`` to make dynamic inputs static (recommended for NPUs:
+            shape-computation chains then fold away).
+    """
+    return import_onnx(model, input_shapes=input_shapes)
+
+
+def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = "numpy",
+        level: str = "fakequant", capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Execute ``ir`` once; returns the outputs (and captured values) by name.
+
+    Args:
+        runtime: ``numpy`` (reference interpreter) or ``ort`` (onnxruntime).
+        level: ``fakequant`` applies calibration nodes, ``float`` ignores them.
+        capture: names of intermediate values to return as well.
+    """
+    from .runtimes.base import get_runtime
+
+    return get_runtime(runtime, level=level).run(ir, feeds, capture=capture)
+
+
+def save(ir: QIR, path: str | Path) -> Path:
+    """Write ``ir`` as an ONNX model that onnxruntime runs."""
+    path = Path(path)
+    onnx.save(export_onnx(ir), str(path))
+    return path

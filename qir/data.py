@@ -1,0 +1,167 @@
+"""Input data: read samples (one ``{input name: array}`` dict each) from the formats users have.
+
+Accepted sources:
+
+* a folder in the hmct layout ``DIR/<input_name>/<i>.npy`` — one sub-folder per model input,
+  files matched across inputs by their index ``i`` (natural order: 2 before 10);
+* for a single-input model, a folder of ``.npy`` files directly (``DIR/<i>.npy``);
+* an ``.npz`` whose keys are ``<input_name>/<i>`` (one sample per key) or ``<input_name>``
+  (a stack: leading axis = samples, or one sample when the rank equals the input's rank);
+* for a single-input model, an ``.npy`` holding one sample or a stack of samples;
+* in Python, any iterable of ``{input_name: array}`` dicts.
+
+Samples are loaded lazily, one at a time, so a large calibration folder never sits in memory.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from .errors import InputError, did_you_mean
+
+__all__ = ["Samples", "load_samples", "save_outputs"]
+
+
+def _natural_key(path: Path) -> tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.stem))
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise InputError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+
+
+class Samples(Sequence[dict]):
+    """A lazily loaded sequence of samples; ``samples[i]`` is ``{input name: array}``."""
+
+    def __init__(self, loaders: list[dict[str, Any]], source: str) -> None:
+        self._loaders = loaders
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return Samples(self._loaders[i], self.source)
+        return {name: (get() if callable(get) else get) for name, get in self._loaders[i].items()}
+
+    def __iter__(self) -> Iterator[dict]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        return f"Samples({len(self)} from {self.source})"
+
+
+def _split_stack(arr: np.ndarray, rank: int | None, what: str) -> list[np.ndarray]:
+    if rank is None or arr.ndim == rank + 1:
+        return list(arr)
+    if arr.ndim == rank:
+        return [arr]
+    raise InputError(f"{what} has shape {list(arr.shape)}; expected one sample of rank {rank} "
+                     f"or a stack of samples of rank {rank + 1}")
+
+
+def load_samples(source: Any, input_names: Sequence[str],
+                 input_ranks: Mapping[str, int | None] | None = None) -> Samples:
+    """Samples for a model with ``input_names`` from ``source`` (see the module docstring).
+
+    Raises:
+        InputError: the source is missing, unreadable, or does not match the inputs.
+    """
+    ranks = dict(input_ranks or {})
+    names = list(input_names)
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.exists():
+            raise InputError(f"data not found: {path}")
+        if path.is_dir():
+            return _from_folder(path, names)
+        if path.suffix == ".npz":
+            return _from_npz(path, names, ranks)
+        if path.suffix == ".npy":
+            if len(names) != 1:
+                raise InputError(f"{path} is one .npy file but the model has {len(names)} inputs "
+                                 f"{names}; use a folder DIR/<input_name>/<i>.npy or an .npz")
+            stack = _split_stack(_load_npy(path), ranks.get(names[0]), str(path))
+            return Samples([{names[0]: a} for a in stack], str(path))
+        raise InputError(f"unsupported data file {path}: give a folder, an .npz or an .npy")
+    if isinstance(source, Mapping):
+        source = [source]
+    try:
+        items = list(source)
+    except TypeError:
+        raise InputError(f"data must be a path or an iterable of {{input name: array}} dicts, "
+                         f"got {type(source).__name__}") from None
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InputError(f"sample {i} is a {type(item).__name__}, expected a dict of "
+                             "{input name: array}")
+    return Samples([dict(item) for item in items], "python iterable")
+
+
+def _from_folder(path: Path, names: list[str]) -> Samples:
+    subdirs = {p.name: p for p in path.iterdir() if p.is_dir()}
+    if not subdirs and len(names) == 1:
+        files = sorted(path.glob("*.npy"), key=_natural_key)
+        if not files:
+            raise InputError(f"{path} holds no .npy files")
+        return Samples([{names[0]: (lambda f=f: _load_npy(f))} for f in files], str(path))
+    missing = [n for n in names if n not in subdirs]
+    if missing:
+        hint = did_you_mean(missing[0], subdirs, "sub-folder")
+        raise InputError(f"{path} has no sub-folder for model input {missing[0]!r} ({hint}); "
+                         f"expected the layout {path}/<input_name>/<i>.npy for inputs {names}")
+    per_input = {}
+    for n in names:
+        files = sorted(subdirs[n].glob("*.npy"), key=_natural_key)
+        if not files:
+            raise InputError(f"{subdirs[n]} holds no .npy files")
+        per_input[n] = files
+    counts = {n: len(f) for n, f in per_input.items()}
+    if len(set(counts.values())) > 1:
+        raise InputError(f"{path}: inputs have different numbers of samples {counts}")
+    loaders = [{n: (lambda f=per_input[n][i]: _load_npy(f)) for n in names}
+               for i in range(len(per_input[names[0]]))]
+    return Samples(loaders, str(path))
+
+
+def _from_npz(path: Path, names: list[str], ranks: Mapping[str, int | None]) -> Samples:
+    try:
+        npz = np.load(path, allow_pickle=False)
+        keys = list(npz.keys())
+    except Exception as exc:
+        raise InputError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+    per_input: dict[str, list] = {}
+    for n in names:
+        indexed = sorted((k for k in keys if k.startswith(n + "/") and k[len(n) + 1:].isdigit()),
+                         key=lambda k: int(k[len(n) + 1:]))
+        if indexed:
+            per_input[n] = [(lambda k=k: npz[k]) for k in indexed]
+        elif n in keys:
+            per_input[n] = _split_stack(npz[n], ranks.get(n), f"{path}[{n}]")
+        elif len(names) == 1 and len(keys) == 1:
+            per_input[n] = _split_stack(npz[keys[0]], ranks.get(n), f"{path}[{keys[0]}]")
+        else:
+            raise InputError(f"{path} has no entry for model input {n!r} (keys: {keys[:6]}); "
+                             f"use keys '{n}' (stacked) or '{n}/<i>' (one per sample)")
+    counts = {n: len(v) for n, v in per_input.items()}
+    if len(set(counts.values())) > 1:
+        raise InputError(f"{path}: inputs have different numbers of samples {counts}")
+    loaders = [{n: per_input[n][i] for n in names} for i in range(counts[names[0]])]
+    return Samples(loaders, str(path))
+
+
+def save_outputs(path: str | Path, results: Iterable[Mapping[str, np.ndarray]]) -> Path:
+    """Write per-sample results to an ``.npz`` with one entry ``<name>/<i>`` per value per sample."""
+    arrays = {f"{name}/{i}": np.asarray(value)
+              for i, result in enumerate(results) for name, value in result.items()}
+    path = Path(path)
+    np.savez(path, **arrays)
+    return path

@@ -1,0 +1,464 @@
+"""``QIR``: the quantized IR, a bipartite ``networkx.MultiDiGraph`` behind sanctioned mutators.
+
+Graph layout (DESIGN §2):
+
+* running nodes (GENERAL ops and CALIBRATION nodes) are keyed by their name;
+* value nodes (ACTIVATION and WEIGHT) are keyed by ``"%" + name`` so an op and a value may
+  share a name, as they often do in exported models;
+* an edge value → op has ``key = slot = input index``; an edge op → value has
+  ``key = slot = output index``. ``Mul(x, x)`` is two edges with keys 0 and 1.
+
+Every node carries its record (``"rec"``) and an ordinal (``"ord"``, a tuple) that makes the
+topological order deterministic: the order of the source model, with inserted nodes placed
+next to what they were inserted beside. Passes change the graph only through the methods here;
+they keep records and edges in sync and bump ``version`` (used to cache derived data).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from .errors import NotFoundError, QirError, did_you_mean
+from .kinds import CalibMode, CalibRole, NodeKind
+from .records import CalibRecord, OpRecord, Record, Shape, ValueRecord, copy_record
+
+__all__ = ["QIR", "value_key"]
+
+logger = logging.getLogger(__name__)
+
+
+def value_key(name: str) -> str:
+    """Graph key of the value called ``name``."""
+    return "%" + name
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only array with the same contents; copies only when the input is writeable."""
+    arr = np.asarray(array)
+    if arr.flags.writeable:
+        arr = np.array(arr, copy=True)
+        arr.setflags(write=False)
+    return arr
+
+
+class QIR:
+    """A model: ops, calibration nodes, weights and activations in one graph.
+
+    Attributes:
+        name: model name (from the source model's graph name).
+        opset_imports: domain → opset version; ``""`` is the default ONNX domain.
+        inputs / outputs: ordered value names of the graph inputs and outputs.
+        meta: scratch data for analyses (not serialized).
+        metadata_props: string key/values that are serialized with the model.
+    """
+
+    def __init__(self, name: str = "main", opset: int = 17,
+                 opset_imports: Mapping[str, int] | None = None) -> None:
+        self.graph = nx.MultiDiGraph()
+        self.name = name
+        self.opset_imports: dict[str, int] = dict(opset_imports or {"": opset})
+        self.opset_imports.setdefault("", opset)
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.meta: dict[str, Any] = {}
+        self.metadata_props: dict[str, str] = {}
+        self._next_ord = itertools.count()
+        self._version = 0
+        self._cache: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ basic properties
+    @property
+    def opset(self) -> int:
+        """The default-domain opset version."""
+        return self.opset_imports[""]
+
+    @property
+    def version(self) -> int:
+        """Incremented by every structural or state change made through the mutators."""
+        return self._version
+
+    def touch(self) -> None:
+        """Record a change made to a record in place (e.g. a calibration node's mode)."""
+        self._version += 1
+        self._cache.clear()
+
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """A value derived from the IR, built once per ``version`` (runtimes keep plans here)."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def __str__(self) -> str:
+        from .printer import format_ir
+        return format_ir(self)
+
+    def __repr__(self) -> str:
+        from .printer import summary
+        return summary(self)
+
+    # ------------------------------------------------------------------ lookups
+    def has_node(self, name: str) -> bool:
+        """True if a running node (op or calibration) is called ``name``."""
+        return name in self.graph and self.graph.nodes[name]["rec"].kind in (
+            NodeKind.GENERAL, NodeKind.CALIBRATION)
+
+    def has_value(self, name: str) -> bool:
+        return value_key(name) in self.graph
+
+    def node(self, name: str) -> OpRecord | CalibRecord:
+        """The op or calibration node called ``name``, or one whose module path is ``name``.
+
+        Raises:
+            NotFoundError: with the closest names as suggestions.
+        """
+        if self.has_node(name):
+            return self.graph.nodes[name]["rec"]
+        by_module = [r for r in self.ops() if r.module == name]
+        if len(by_module) == 1:
+            return by_module[0]
+        names = [r.name for r in self.runnables()]
+        names += [r.module for r in self.ops() if r.module]
+        raise NotFoundError(did_you_mean(name, names, "node"))
+
+    def op(self, name: str) -> OpRecord:
+        rec = self.node(name)
+        if not isinstance(rec, OpRecord):
+            raise NotFoundError(f"{name!r} is a calibration node, not an op")
+        return rec
+
+    def calibration(self, name: str) -> CalibRecord:
+        rec = self.node(name)
+        if not isinstance(rec, CalibRecord):
+            raise NotFoundError(f"{name!r} is an op, not a calibration node")
+        return rec
+
+    def value(self, name: str) -> ValueRecord:
+        """The activation or weight called ``name``."""
+        key = value_key(name)
+        if key in self.graph:
+            return self.graph.nodes[key]["rec"]
+        raise NotFoundError(did_you_mean(name, [v.name for v in self.values()], "value"))
+
+    def values(self, kind: NodeKind | None = None) -> list[ValueRecord]:
+        """Value records (optionally of one kind) in insertion order."""
+        recs = [d["rec"] for _, d in self.graph.nodes(data=True)
+                if isinstance(d["rec"], ValueRecord) and (kind is None or d["rec"].kind is kind)]
+        return recs
+
+    def weights(self) -> list[ValueRecord]:
+        return self.values(NodeKind.WEIGHT)
+
+    def activations(self) -> list[ValueRecord]:
+        return self.values(NodeKind.ACTIVATION)
+
+    def runnables(self) -> list[OpRecord | CalibRecord]:
+        """Ops and calibration nodes in deterministic topological order (cached)."""
+        order = self._cache.get("topo")
+        if order is None:
+            ords = nx.get_node_attributes(self.graph, "ord")
+            keys = nx.lexicographical_topological_sort(self.graph, key=lambda k: ords[k])
+            order = [self.graph.nodes[k]["rec"] for k in keys
+                     if not isinstance(self.graph.nodes[k]["rec"], ValueRecord)]
+            self._cache["topo"] = order
+        return list(order)
+
+    topo_order = runnables
+
+    def ops(self, op_type: str | None = None) -> list[OpRecord]:
+        """General nodes in topological order, optionally only of ``op_type``."""
+        return [r for r in self.runnables() if isinstance(r, OpRecord)
+                and (op_type is None or r.op_type == op_type)]
+
+    def calibrations(self, role: CalibRole | str | None = None) -> list[CalibRecord]:
+        """Calibration nodes in topological order, optionally only of one role."""
+        role = CalibRole(role) if role is not None else None
+        return [r for r in self.runnables() if isinstance(r, CalibRecord)
+                and (role is None or r.role is role)]
+
+    def producer(self, value: str) -> OpRecord | CalibRecord | None:
+        """The node that produces ``value`` (None for graph inputs and weights)."""
+        preds = list(self.graph.predecessors(self._vkey(value)))
+        return self.graph.nodes[preds[0]]["rec"] if preds else None
+
+    def uses(self, value: str) -> list[tuple[OpRecord | CalibRecord, int]]:
+        """``(node, input slot)`` pairs reading ``value``, in topological order."""
+        key = self._vkey(value)
+        pos = self._positions()
+        uses = [(self.graph.nodes[dst]["rec"], slot)
+                for _, dst, slot in self.graph.out_edges(key, keys=True)]
+        return sorted(uses, key=lambda u: (pos[u[0].name], u[1]))
+
+    def consumers(self, value: str) -> list[OpRecord | CalibRecord]:
+        """Distinct nodes reading ``value``, in topological order."""
+        seen: dict[str, OpRecord | CalibRecord] = {}
+        for rec, _ in self.uses(value):
+            seen.setdefault(rec.name, rec)
+        return list(seen.values())
+
+    def weight_array(self, name: str) -> np.ndarray:
+        rec = self.value(name)
+        if rec.data is None:
+            raise NotFoundError(f"{name!r} is not a weight")
+        return rec.data
+
+    def counts(self) -> dict[str, int]:
+        """How many nodes of each kind."""
+        counts = {k.value: 0 for k in NodeKind}
+        for _, d in self.graph.nodes(data=True):
+            counts[d["rec"].kind.value] += 1
+        return counts
+
+    # ------------------------------------------------------------------ mutators
+    def add_input(self, name: str, dtype: str | None, shape: Shape) -> ValueRecord:
+        """Add a graph input (an activation with no producer)."""
+        rec = self._add_value(ValueRecord(name, NodeKind.ACTIVATION, dtype, _shape(shape)), (-1,))
+        self.inputs.append(name)
+        return rec
+
+    def add_weight(self, name: str, array: np.ndarray) -> ValueRecord:
+        """Add a constant; the array is frozen (read-only) and shared by clones."""
+        arr = _frozen(array)
+        rec = ValueRecord(name, NodeKind.WEIGHT, arr.dtype.name, tuple(arr.shape), arr)
+        return self._add_value(rec, (-1,))
+
+    def set_weight(self, name: str, array: np.ndarray) -> None:
+        """Give a weight new contents (copy-on-write: clones keep the old array)."""
+        rec = self.value(name)
+        if rec.kind is not NodeKind.WEIGHT:
+            raise QirError(f"{name!r} is an activation, not a weight")
+        arr = _frozen(array)
+        rec.data, rec.dtype, rec.shape = arr, arr.dtype.name, tuple(arr.shape)
+        self.touch()
+
+    def add_op(self, name: str, op_type: str, inputs: Sequence[str], outputs: Sequence[str], *,
+               attrs: Mapping[str, Any] | None = None, attr_types: Mapping[str, int] | None = None,
+               domain: str = "", module: str | None = None,
+               output_info: Mapping[str, tuple[str | None, Shape]] | None = None,
+               after: str | None = None) -> OpRecord:
+        """Add a general node; its output values are created (they must not exist yet).
+
+        Args:
+            inputs: value names by slot; ``""`` marks an omitted optional input.
+            output_info: optional ``{output: (dtype, shape)}``.
+            after: place the node right after this node in the deterministic order
+                (default: at the end).
+        """
+        self._check_new_node(name)
+        for v in inputs:
+            if v:
+                self._vkey(v)
+        rec = OpRecord(name, op_type, tuple(inputs), tuple(outputs), dict(attrs or {}),
+                       dict(attr_types or {}), domain, module)
+        ordinal = self._ord_after(after) if after else (next(self._next_ord),)
+        self.graph.add_node(name, rec=rec, ord=ordinal)
+        for slot, v in enumerate(inputs):
+            if v:
+                self.graph.add_edge(value_key(v), name, key=slot, slot=slot)
+        info = output_info or {}
+        for idx, v in enumerate(outputs):
+            dtype, shape = info.get(v, (None, None))
+            self._add_value(ValueRecord(v, NodeKind.ACTIVATION, dtype, _shape(shape)), ordinal + (idx,))
+            self.graph.add_edge(name, value_key(v), key=idx, slot=idx)
+        self.touch()
+        return rec
+
+    def insert_calibration(self, value: str, name: str, *, role: CalibRole | str | None = None,
+                           mode: CalibMode | str = CalibMode.INT8, output: str | None = None,
+                           uses: Iterable[tuple[str, int]] | None = None,
+                           rewire_outputs: bool = False, **state: Any) -> CalibRecord:
+        """Put a calibration node on ``value``: ``value → name → output → (chosen uses)``.
+
+        Args:
+            value: the activation or weight to quantize.
+            name: the calibration node's name (unique among running nodes).
+            role: ``weight`` or ``activation``; default from the value's kind.
+            output: name of the new value (default ``value + "~q"``).
+            uses: the ``(node name, slot)`` reads to rewire; default all of them.
+            rewire_outputs: also make the graph output read the quantized value.
+            state: further :class:`CalibRecord` fields (threshold, scale, axis, fixed, ...).
+        """
+        self._check_new_node(name)
+        src = self.value(value)
+        role = CalibRole(role) if role else (
+            CalibRole.WEIGHT if src.kind is NodeKind.WEIGHT else CalibRole.ACTIVATION)
+        out = output or value + "~q"
+        chosen = [(r.name, s) for r, s in self.uses(value)] if uses is None else list(uses)
+        feeds = tuple(dict.fromkeys(n for n, _ in chosen))
+        rec = CalibRecord(name, value, out, role, CalibMode(mode), feeds=feeds, **state)
+        producer = self.producer(value)
+        if producer is not None:
+            ordinal = self._ord_after(producer.name)
+        elif chosen:
+            first = min((self.graph.nodes[n]["ord"] for n, _ in chosen))
+            ordinal = first[:-1] + (first[-1] - 0.5, next(self._next_ord))
+        else:
+            ordinal = (-1, next(self._next_ord))
+        self.graph.add_node(name, rec=rec, ord=ordinal)
+        self.graph.add_edge(value_key(value), name, key=0, slot=0)
+        self._add_value(ValueRecord(out, NodeKind.ACTIVATION, src.dtype, src.shape), ordinal + (0,))
+        self.graph.add_edge(name, value_key(out), key=0, slot=0)
+        for node, slot in chosen:
+            self.set_input(node, slot, out)
+        if rewire_outputs:
+            self.outputs = [out if o == value else o for o in self.outputs]
+        self.touch()
+        return rec
+
+    def set_input(self, node: str, slot: int, value: str) -> None:
+        """Make input ``slot`` of ``node`` read ``value``."""
+        rec = self.node(node)
+        if value:
+            self._vkey(value)
+        if isinstance(rec, CalibRecord):
+            if slot != 0 or not value:
+                raise QirError(f"calibration node {node!r} has exactly one input (slot 0)")
+            old = rec.input
+            rec.input = value
+        else:
+            inputs = list(rec.inputs)
+            if slot >= len(inputs):
+                inputs += [""] * (slot + 1 - len(inputs))
+            old = inputs[slot]
+            inputs[slot] = value
+            while inputs and not inputs[-1]:
+                inputs.pop()
+            rec.inputs = tuple(inputs)
+        if old:
+            self.graph.remove_edge(value_key(old), node, key=slot)
+        if value:
+            self.graph.add_edge(value_key(value), node, key=slot, slot=slot)
+        self.touch()
+
+    def replace_uses(self, old: str, new: str, *, outputs: bool = True,
+                     skip: Iterable[str] = ()) -> int:
+        """Make every reader of ``old`` read ``new`` (and graph outputs if ``outputs``).
+
+        ``skip`` names readers to leave alone, e.g. the node just inserted after ``old``.
+        Returns how many reads were rewired.
+        """
+        count = 0
+        skipped = set(skip)
+        for rec, slot in self.uses(old):
+            if rec.name in skipped:
+                continue
+            self.set_input(rec.name, slot, new)
+            count += 1
+        if outputs and old in self.outputs:
+            self.outputs = [new if o == old else o for o in self.outputs]
+            count += 1
+        self.touch()
+        return count
+
+    def remove_node(self, name: str) -> None:
+        """Remove an op or calibration node and its output values (which must be unused)."""
+        rec = self.node(name)
+        for out in rec.outputs:
+            if self.uses(out) or out in self.outputs:
+                raise QirError(f"cannot remove {name!r}: its output {out!r} is still used; "
+                               "replace_uses() first")
+        for out in rec.outputs:
+            self.graph.remove_node(value_key(out))
+        self.graph.remove_node(name)
+        self.touch()
+
+    def remove_value(self, name: str) -> None:
+        """Remove an unused weight or graph input."""
+        key = self._vkey(name)
+        if self.graph.out_degree(key) or name in self.outputs:
+            raise QirError(f"cannot remove value {name!r}: it is still used")
+        if self.graph.in_degree(key):
+            raise QirError(f"cannot remove value {name!r}: remove its producer instead")
+        self.graph.remove_node(key)
+        if name in self.inputs:
+            self.inputs.remove(name)
+        self.touch()
+
+    def set_outputs(self, names: Sequence[str]) -> None:
+        for n in names:
+            self._vkey(n)
+        self.outputs = list(names)
+        self.touch()
+
+    def prune(self) -> int:
+        """Remove nodes that cannot reach a graph output, and unused weights. Returns count."""
+        alive = set()
+        for out in self.outputs:
+            key = value_key(out)
+            alive.add(key)
+            alive |= nx.ancestors(self.graph, key)
+        dead = [k for k in self.graph if k not in alive and
+                not (k.startswith("%") and k[1:] in self.inputs)]
+        self.graph.remove_nodes_from(dead)
+        if dead:
+            self.touch()
+        return len(dead)
+
+    # ------------------------------------------------------------------ copies and dumps
+    def clone(self) -> "QIR":
+        """An independent copy: new graph and records; weight arrays shared read-only."""
+        new = QIR.__new__(QIR)
+        new.graph = self.graph.copy()
+        for _, data in new.graph.nodes(data=True):
+            data["rec"] = copy_record(data["rec"])
+        new.name = self.name
+        new.opset_imports = dict(self.opset_imports)
+        new.inputs, new.outputs = list(self.inputs), list(self.outputs)
+        new.meta = dict(self.meta)
+        new.metadata_props = dict(self.metadata_props)
+        start = max((d["ord"][0] for _, d in self.graph.nodes(data=True)), default=0) + 1
+        new._next_ord = itertools.count(int(start))
+        new._version = 0
+        new._cache = {}
+        return new
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-able dump (schema in :mod:`qir.json_dump`)."""
+        from .json_dump import to_json
+        return to_json(self)
+
+    def to_dot(self, **kwargs: Any) -> str:
+        """Graphviz DOT text of the model (see :func:`qir.dot.to_dot`)."""
+        from .dot import to_dot
+        return to_dot(self, **kwargs)
+
+    # ------------------------------------------------------------------ internals
+    def _vkey(self, name: str) -> str:
+        key = value_key(name)
+        if key not in self.graph:
+            raise NotFoundError(did_you_mean(name, [v.name for v in self.values()], "value"))
+        return key
+
+    def _check_new_node(self, name: str) -> None:
+        if not name:
+            raise QirError("a node needs a non-empty name")
+        if name in self.graph:
+            raise QirError(f"a node named {name!r} already exists")
+
+    def _add_value(self, rec: ValueRecord, ordinal: tuple) -> ValueRecord:
+        key = value_key(rec.name)
+        if key in self.graph:
+            raise QirError(f"a value named {rec.name!r} already exists (values are SSA)")
+        self.graph.add_node(key, rec=rec, ord=ordinal)
+        self.touch()
+        return rec
+
+    def _ord_after(self, name: str) -> tuple:
+        return self.graph.nodes[name]["ord"] + (next(self._next_ord),)
+
+    def _positions(self) -> dict[str, int]:
+        pos = self._cache.get("pos")
+        if pos is None:
+            pos = {r.name: i for i, r in enumerate(self.runnables())}
+            self._cache["pos"] = pos
+        return pos
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.runnables())
+
+
+def _shape(shape: Shape | Sequence[Any]) -> Shape:
+    return None if shape is None else tuple(shape)

@@ -1,0 +1,103 @@
+"""The IR as JSON: a documented, versioned schema for tools that read dumps.
+
+Schema ``qir.ir`` version 1 (``to_json(ir)`` returns it as a dict; ``qir dump --format json``
+writes it)::
+
+    {
+      "schema": "qir.ir", "version": 1,
+      "name": str, "opset_imports": {domain: int},     # "" is the default ONNX domain
+      "inputs": [value name], "outputs": [value name],
+      "values": [                                      # sorted by name
+        {"name", "kind": "activation"|"weight", "dtype": str|null,
+         "shape": [int|str|null]|null,                 # str = symbolic dim, null = unknown
+         "stats": {"numel", "min", "max", "mean", "abs_max"},   # weights only
+         "data": [...]}                                # weights with <= 8 elements only
+      ],
+      "nodes": [                                       # deterministic topological order
+        {"index": int, "name": str, "kind": "general", "op_type": str, "domain": str,
+         "inputs": [value name | ""], "outputs": [value name],
+         "attrs": {name: JSON value},                  # tensors: {"dtype","shape","data"?}
+         "module": str|null},
+        {"index": int, "name": str, "kind": "calibration", "role": "weight"|"activation",
+         "mode": "int8"|"int16"|"fp16"|"float", "inputs": [str], "outputs": [str],
+         "threshold": float|[float]|null, "scale": float|[float]|null, "axis": int|null,
+         "fixed": bool, "feeds": [op name]}
+      ]
+    }
+
+Adding keys keeps the version; removing or changing the meaning of one bumps it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .printer import MAX_INLINE
+from .records import CalibRecord
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable"]
+
+SCHEMA = "qir.ir"
+SCHEMA_VERSION = 1
+
+
+def jsonable(value: Any) -> Any:
+    """Attribute/state values as plain JSON types (tensors summarized when large)."""
+    if isinstance(value, np.ndarray):
+        out: dict[str, Any] = {"dtype": value.dtype.name, "shape": list(value.shape)}
+        if value.size <= MAX_INLINE:
+            out["data"] = value.reshape(-1).tolist()
+        return out
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _vector(v: Any) -> Any:
+    if v is None:
+        return None
+    arr = np.asarray(v, dtype=np.float64)
+    return float(arr) if arr.ndim == 0 else arr.reshape(-1).tolist()
+
+
+def to_json(ir: Any) -> dict[str, Any]:
+    """The schema-1 dict of ``ir``."""
+    values = []
+    for rec in sorted(ir.values(), key=lambda r: r.name):
+        item: dict[str, Any] = {"name": rec.name, "kind": rec.kind.value, "dtype": rec.dtype,
+                                "shape": None if rec.shape is None else list(rec.shape)}
+        if rec.data is not None:
+            data = rec.data
+            numeric = data.size and data.dtype.kind in "biuf"
+            f = data.astype(np.float64) if numeric else None
+            item["stats"] = {"numel": int(data.size),
+                             "min": float(f.min()) if numeric else None,
+                             "max": float(f.max()) if numeric else None,
+                             "mean": float(f.mean()) if numeric else None,
+                             "abs_max": float(np.abs(f).max()) if numeric else None}
+            if data.size <= MAX_INLINE:
+                item["data"] = data.reshape(-1).tolist()
+        values.append(item)
+    nodes = []
+    for i, rec in enumerate(ir.runnables()):
+        if isinstance(rec, CalibRecord):
+            nodes.append({"index": i, "name": rec.name, "kind": "calibration",
+                          "role": rec.role.value, "mode": rec.mode.value,
+                          "inputs": [rec.input], "outputs": [rec.output],
+                          "threshold": _vector(rec.threshold), "scale": _vector(rec.scale),
+                          "axis": rec.axis, "fixed": rec.fixed, "feeds": list(rec.feeds)})
+        else:
+            nodes.append({"index": i, "name": rec.name, "kind": "general", "op_type": rec.op_type,
+                          "domain": rec.domain, "inputs": list(rec.inputs),
+                          "outputs": list(rec.outputs),
+                          "attrs": {k: jsonable(rec.attrs[k]) for k in sorted(rec.attrs)},
+                          "module": rec.module})
+    return {"schema": SCHEMA, "version": SCHEMA_VERSION, "name": ir.name,
+            "opset_imports": dict(sorted(ir.opset_imports.items())),
+            "inputs": list(ir.inputs), "outputs": list(ir.outputs),
+            "values": values, "nodes": nodes}

@@ -1,0 +1,107 @@
+"""QIR → ONNX ``ModelProto`` that onnx.checker accepts and onnxruntime runs.
+
+Rules:
+
+1. Graph inputs, outputs and every activation with a known dtype get value infos (shapes as
+   recorded: ints, symbolic names, or unknown).
+2. Weights become initializers (only those some node or output reads).
+3. General nodes are written in the IR's deterministic topological order with their names,
+   domains and attributes re-encoded with their original ONNX types.
+4. Calibration nodes are lowered by :func:`lower_calibration`: ``float`` mode becomes an
+   ``Identity``; quantizing modes are lowered by the calibration layer (not in this module).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, helper, numpy_helper
+
+from .errors import UnsupportedOpError
+from .graph import QIR
+from .kinds import CalibMode
+from .records import CalibRecord, OpRecord
+
+__all__ = ["export_onnx", "make_attribute", "np_to_onnx_dtype", "CalibLowering"]
+
+logger = logging.getLogger(__name__)
+
+# ORT 1.17+ reads IR version 10; newer protos are written at the oldest version that fits.
+MAX_IR_VERSION = 10
+
+CalibLowering = Callable[[QIR, CalibRecord], list[onnx.NodeProto]]
+
+
+def np_to_onnx_dtype(dtype: str) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def make_attribute(name: str, value: Any, attr_type: int | None) -> AttributeProto:
+    """Encode a decoded attribute back to ONNX, keeping its original type when known."""
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(value))
+    if attr_type == AttributeProto.TENSORS:
+        return helper.make_attribute(name, [numpy_helper.from_array(v) for v in value])
+    if attr_type in (AttributeProto.FLOAT, AttributeProto.FLOATS, AttributeProto.INT,
+                     AttributeProto.INTS, AttributeProto.STRING, AttributeProto.STRINGS):
+        return helper.make_attribute(name, value, attr_type=attr_type)
+    return helper.make_attribute(name, value)
+
+
+def _value_info(ir: QIR, name: str) -> onnx.ValueInfoProto:
+    rec = ir.value(name)
+    elem = np_to_onnx_dtype(rec.dtype) if rec.dtype else onnx.TensorProto.UNDEFINED
+    shape = None if rec.shape is None else [d if d is not None else None for d in rec.shape]
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _identity_for_float(ir: QIR, rec: CalibRecord) -> list[onnx.NodeProto]:
+    if rec.mode is not CalibMode.FLOAT:
+        raise UnsupportedOpError(
+            f"calibration node {rec.name!r} is in mode {rec.mode.value}; plain export writes only "
+            "float calibration nodes — use the calibration-aware exporter for quantized modes")
+    return [helper.make_node("Identity", [rec.input], [rec.output], name=rec.name)]
+
+
+def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
+                extra_outputs: list[onnx.ValueInfoProto] | None = None,
+                extra_nodes: list[onnx.NodeProto] | None = None) -> onnx.ModelProto:
+    """Write ``ir`` as an ONNX model (see the module docstring).
+
+    Args:
+        lower_calibration: how to write calibration nodes (default: float → Identity only).
+        extra_outputs / extra_nodes: appended as-is (used by runtimes to capture values).
+    """
+    lower = lower_calibration or _identity_for_float
+    nodes: list[onnx.NodeProto] = []
+    for rec in ir.runnables():
+        if isinstance(rec, CalibRecord):
+            nodes.extend(lower(ir, rec))
+            continue
+        assert isinstance(rec, OpRecord)
+        node = helper.make_node(rec.op_type, list(rec.inputs), list(rec.outputs), name=rec.name,
+                                domain=rec.domain or None)
+        node.attribute.extend(make_attribute(k, v, rec.attr_types.get(k))
+                              for k, v in sorted(rec.attrs.items()))
+        nodes.append(node)
+    nodes.extend(extra_nodes or [])
+    read = {i for n in nodes for i in n.input} | set(ir.outputs)
+    initializers = [numpy_helper.from_array(np.asarray(w.data), w.name)
+                    for w in ir.weights() if w.name in read]
+    skip = set(ir.inputs) | set(ir.outputs)
+    value_info = [_value_info(ir, v.name) for v in ir.activations()
+                  if v.name not in skip and v.dtype is not None]
+    graph = helper.make_graph(nodes, ir.name, [_value_info(ir, n) for n in ir.inputs],
+                              [_value_info(ir, n) for n in ir.outputs] + list(extra_outputs or []),
+                              initializer=initializers, value_info=value_info)
+    opsets = [helper.make_opsetid(d, v) for d, v in sorted(ir.opset_imports.items())]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="qir")
+    needed = helper.find_min_ir_version_for(opsets, True)
+    model.ir_version = max(min(int(ir.meta.get("ir_version", 8)), MAX_IR_VERSION), needed)
+    for key, value in sorted(ir.metadata_props.items()):
+        if key != "producer_name":
+            model.metadata_props.add(key=key, value=value)
+    return model
+

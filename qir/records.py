@@ -1,0 +1,108 @@
+"""The typed records stored on the IR's graph nodes (one record per node, key ``"rec"``).
+
+Records hold the semantic state of a node. Structure (which value feeds which slot) lives both
+in the op records' ordered ``inputs``/``outputs`` and in the graph's edges; only the sanctioned
+``QIR`` mutators change either, so the two never disagree (``verify`` checks it).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from .kinds import CalibMode, CalibRole, NodeKind
+
+__all__ = ["Dim", "Shape", "ValueRecord", "OpRecord", "CalibRecord", "Record"]
+
+Dim = Union[int, str, None]  # a static size, a symbolic name, or unknown
+Shape = Union[tuple[Dim, ...], None]  # None: rank unknown
+
+
+@dataclass
+class ValueRecord:
+    """A tensor: a graph input, an op or calibration output (ACTIVATION), or a constant (WEIGHT).
+
+    A weight's ``data`` is a read-only numpy array shared between clones; to change a weight,
+    give the record a new array.
+    """
+
+    name: str
+    kind: NodeKind
+    dtype: str | None = None
+    shape: Shape = None
+    data: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_weight(self) -> bool:
+        return self.kind is NodeKind.WEIGHT
+
+
+@dataclass
+class OpRecord:
+    """A GENERAL node: one operator with ONNX semantics.
+
+    ``inputs`` may contain ``""`` for an omitted optional input (no edge exists for it).
+    ``attr_types`` keeps each attribute's ONNX type so export is exact (empty lists, floats
+    that look like ints). ``module`` is the source-framework path (e.g. a PyTorch module path).
+    """
+
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    attr_types: dict[str, int] = field(default_factory=dict)
+    domain: str = ""
+    module: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    kind = NodeKind.GENERAL
+
+
+@dataclass
+class CalibRecord:
+    """A CALIBRATION node: a quantizer with exactly one value in and one value out.
+
+    ``mode`` chooses int8/int16 fake-quant, fp16 round trip, or float pass-through. The scale is
+    derived from ``threshold`` (``threshold / qmax``, symmetric, zero point 0) unless ``scale``
+    holds an imported scale, which is then used as stored. ``threshold``/``scale`` are scalars
+    (per tensor) or vectors along ``axis`` (per channel). ``fixed`` thresholds are never changed
+    by calibration. ``feeds`` names the general node(s) this calibration node serves.
+    """
+
+    name: str
+    input: str
+    output: str
+    role: CalibRole = CalibRole.ACTIVATION
+    mode: CalibMode = CalibMode.INT8
+    threshold: np.ndarray | float | None = None
+    scale: np.ndarray | float | None = None
+    axis: int | None = None
+    fixed: bool = False
+    feeds: tuple[str, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    kind = NodeKind.CALIBRATION
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.input,)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (self.output,)
+
+
+Record = Union[ValueRecord, OpRecord, CalibRecord]
+
+
+def copy_record(rec: Record) -> Record:
+    """Shallow copy with fresh ``attrs``/``meta`` containers; arrays are shared (read-only)."""
+    changes: dict[str, Any] = {"meta": dict(rec.meta)}
+    if isinstance(rec, OpRecord):
+        changes["attrs"] = dict(rec.attrs)
+        changes["attr_types"] = dict(rec.attr_types)
+    return dataclasses.replace(rec, **changes)

@@ -1,0 +1,1 @@
+"""Runtimes that execute a QIR: the numpy reference interpreter and the onnxruntime backend."""

@@ -1,0 +1,1 @@
+"""The numpy reference interpreter and its per-op kernel table."""

@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny models written in ONNX text, and the real third-party models."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_MODELS = REPO.parent / "shared" / "models"
+
+
+def model_from_text(text: str, weights: dict[str, tuple] | None = None, seed: int = 0) -> onnx.ModelProto:
+    """Parse ONNX text; ``weights`` {name: shape} become seeded-random float32 initializers."""
+    model = onnx.parser.parse_model(text)
+    rng = np.random.default_rng(seed)
+    for name, shape in (weights or {}).items():
+        arr = rng.standard_normal(shape).astype(np.float32)
+        model.graph.initializer.append(onnx.numpy_helper.from_array(arr, name))
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def real_models():
+    """The shared ``realmodels`` helper module, or skip when ../shared/models is absent."""
+    if not (SHARED_MODELS / "realmodels.py").exists():
+        pytest.skip(f"real models need {SHARED_MODELS} (the shared folder beside the repo)")
+    if str(SHARED_MODELS) not in sys.path:
+        sys.path.insert(0, str(SHARED_MODELS))
+    import realmodels
+
+    return realmodels

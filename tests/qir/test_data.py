@@ -1,0 +1,74 @@
+"""Reading samples from folders (hmct layout), .npz and .npy, with clear errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qir.data import load_samples, save_outputs
+from qir.errors import InputError
+
+
+def write_folder(root, names, n, shape=(1, 3)):
+    for name in names:
+        (root / name).mkdir(parents=True)
+        for i in range(n):
+            np.save(root / name / f"{i}.npy", np.full(shape, i, np.float32))
+
+
+def test_hmct_folder_layout_matches_files_by_natural_index(tmp_path):
+    write_folder(tmp_path, ["a", "b"], 12)
+    samples = load_samples(tmp_path, ["a", "b"])
+    assert len(samples) == 12
+    assert [float(s["a"][0, 0]) for s in samples] == list(range(12))  # 2 before 10
+    assert set(samples[3]) == {"a", "b"}
+
+
+def test_folder_errors(tmp_path):
+    write_folder(tmp_path, ["a"], 2)
+    with pytest.raises(InputError, match="no sub-folder for model input 'b'"):
+        load_samples(tmp_path, ["a", "b"])
+    (tmp_path / "b").mkdir()
+    np.save(tmp_path / "b" / "0.npy", np.zeros(3))
+    with pytest.raises(InputError, match="different numbers of samples"):
+        load_samples(tmp_path, ["a", "b"])
+    with pytest.raises(InputError, match="not found"):
+        load_samples(tmp_path / "nope", ["a"])
+
+
+def test_flat_folder_for_a_single_input(tmp_path):
+    for i in range(3):
+        np.save(tmp_path / f"img_{i}.npy", np.full((2,), i, np.float32))
+    assert [s["x"][0] for s in load_samples(tmp_path, ["x"])] == [0, 1, 2]
+
+
+def test_npz_stacked_and_indexed(tmp_path):
+    np.savez(tmp_path / "s.npz", x=np.zeros((5, 1, 3), np.float32))
+    assert len(load_samples(tmp_path / "s.npz", ["x"], {"x": 2})) == 5
+    assert len(load_samples(tmp_path / "s.npz", ["x"], {"x": 3})) == 1  # one sample of rank 3
+    np.savez(tmp_path / "i.npz", **{"x/0": np.zeros(2), "x/1": np.ones(2), "y/0": np.ones(1), "y/1": np.ones(1)})
+    samples = load_samples(tmp_path / "i.npz", ["x", "y"])
+    assert len(samples) == 2 and samples[1]["x"].tolist() == [1, 1]
+    with pytest.raises(InputError, match="no entry for model input 'z'"):
+        load_samples(tmp_path / "i.npz", ["x", "z"])
+    with pytest.raises(InputError, match="rank 4"):
+        load_samples(tmp_path / "s.npz", ["x"], {"x": 4})
+
+
+def test_npy_needs_a_single_input_model(tmp_path):
+    np.save(tmp_path / "d.npy", np.zeros((4, 1, 2), np.float32))
+    assert len(load_samples(tmp_path / "d.npy", ["x"], {"x": 2})) == 4
+    with pytest.raises(InputError, match="2 inputs"):
+        load_samples(tmp_path / "d.npy", ["x", "y"])
+    (tmp_path / "bad.npy").write_bytes(b"nope")
+    with pytest.raises(InputError, match="cannot read"):
+        load_samples(tmp_path / "bad.npy", ["x"], {"x": 2})[0]
+
+
+def test_python_iterables_and_save_outputs(tmp_path):
+    samples = load_samples(({"x": np.full(2, i)} for i in range(3)), ["x"])
+    assert len(samples) == 3
+    with pytest.raises(InputError, match="expected a dict"):
+        load_samples([np.zeros(2)], ["x"])
+    path = save_outputs(tmp_path / "o.npz", [{"y": np.ones(2)}, {"y": np.zeros(2)}])
+    with np.load(path) as npz:
+        assert sorted(npz.keys()) == ["y/0", "y/1"]

@@ -1,0 +1,137 @@
+"""ONNX import (normalization, naming, weights in Constant nodes, clear errors) and export."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import qir
+from qir.errors import ImportError_, InputError, UnsupportedOpError
+from qir.onnx_export import export_onnx
+
+from ..conftest import REPO, model_from_text
+
+SHAPE_CHAIN = """
+<ir_version: 8, opset_import: ["" : 13]>
+flat (float[N,4,2,2] x) => (float[N,16] y) {
+    s = Shape(x)
+    zero = Constant <value = int64[1] {0}> ()
+    n = Gather(s, zero)
+    minus = Constant <value = int64[1] {-1}> ()
+    shape = Concat <axis=0> (n, minus)
+    y = Reshape(x, shape)
+}
+"""
+
+
+def ort_run(model: onnx.ModelProto, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_static_input_shapes_fold_shape_chains_away():
+    model = model_from_text(SHAPE_CHAIN)
+    dynamic = qir.load(model)
+    assert [r.op_type for r in dynamic.ops()] == ["Shape", "Gather", "Concat", "Reshape"]
+    static = qir.load(model, input_shapes={"x": [2, 4, 2, 2]})
+    assert [r.op_type for r in static.ops()] == ["Reshape"]
+    assert static.value("y").shape == (2, 16)
+    reshape_shape = static.op(static.ops()[0].name).inputs[1]
+    assert static.weight_array(reshape_shape).tolist() == [2, -1]
+
+
+def test_input_shape_errors_name_the_input():
+    with pytest.raises(InputError, match="did you mean 'x'"):
+        qir.load(model_from_text(SHAPE_CHAIN), input_shapes={"xx": [1, 4, 2, 2]})
+    with pytest.raises(InputError, match="rank 4"):
+        qir.load(model_from_text(SHAPE_CHAIN), input_shapes={"x": [1, 16]})
+
+
+def test_constant_nodes_are_weights_and_unnamed_nodes_get_optype_n():
+    w = helper.make_tensor("wv", TensorProto.FLOAT, [2, 2], [1, 2, 3, 4])
+    nodes = [helper.make_node("Constant", [], ["w"], value=w),               # Paddle-style weight
+             helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Relu", ["m"], ["r"], name="Relu_0"),          # takes the first id
+             helper.make_node("Relu", ["r"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"], name="dup"),
+             ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ir = qir.load(model)
+    assert ir.value("w").kind is qir.NodeKind.WEIGHT
+    assert ir.weight_array("w").tolist() == [[1, 2], [3, 4]]
+    assert [r.name for r in ir.ops()] == ["MatMul_0", "Relu_0", "Relu_1", "dup"]
+
+
+def test_control_flow_is_refused_with_the_node_named():
+    then = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1])])
+    node = helper.make_node("If", ["c"], ["y"], name="branchy", then_branch=then, else_branch=then)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="'branchy' \\(If\\) is control flow"):
+        qir.load(model)
+
+
+def test_unknown_domain_and_old_opset_are_refused():
+    node = helper.make_node("Magic", ["x"], ["y"], name="m1", domain="vendor.secret")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("vendor.secret", 1)])
+    with pytest.raises(UnsupportedOpError, match="'m1' \\(Magic\\) is in the unknown domain 'vendor.secret'"):
+        qir.load(model)
+    old = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                              graph.input, graph.output),
+                            opset_imports=[helper.make_opsetid("", 9)])
+    with pytest.raises(ImportError_, match="opset 9 is older than the supported 11"):
+        qir.load(old)
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(ImportError_, match="not found"):
+        qir.load(tmp_path / "none.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\x01 definitely not protobuf")
+    with pytest.raises(ImportError_, match="not a readable ONNX model"):
+        qir.load(bad)
+    with pytest.raises(ImportError_, match="directory"):
+        qir.load(tmp_path)
+
+
+def test_attribute_types_survive_export():
+    nodes = [helper.make_node("LeakyRelu", ["x"], ["a"], alpha=1.0),  # float that looks like an int
+             helper.make_node("Cast", ["a"], ["b"], to=TensorProto.FLOAT16),
+             helper.make_node("Cast", ["b"], ["y"], to=TensorProto.FLOAT),
+             ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = export_onnx(qir.load(model))
+    onnx.checker.check_model(out, full_check=True)
+    attrs = {a.name: a for n in out.graph.node for a in n.attribute}
+    assert attrs["alpha"].type == onnx.AttributeProto.FLOAT
+    assert attrs["to"].type == onnx.AttributeProto.INT
+
+
+def test_round_trip_of_the_bundled_example_gives_identical_outputs():
+    path = REPO / "qir" / "examples" / "digits" / "model.onnx"
+    exported = export_onnx(qir.load(path))
+    onnx.checker.check_model(exported, full_check=True)
+    x = np.load(REPO / "qir" / "examples" / "digits" / "eval_images.npy")[:1][0]
+    (a,), (b,) = ort_run(exported, {"input": x}), ort_run(onnx.load(path), {"input": x})
+    np.testing.assert_array_equal(a, b)
+    # and the exported model imports back to the same IR text
+    assert str(qir.load(exported)) == str(qir.load(path))
+
+
+def test_save_writes_a_model_onnxruntime_runs(tmp_path):
+    ir = qir.load(model_from_text(SHAPE_CHAIN), input_shapes={"x": [1, 4, 2, 2]})
+    path = qir.save(ir, tmp_path / "out.onnx")
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 2, 2)
+    (y,) = ort_run(onnx.load(path), {"x": x})
+    np.testing.assert_array_equal(y, x.reshape(1, 16))

@@ -1,0 +1,66 @@
+"""Real third-party models (../shared/models): import, verify, dump, export, both runtimes.
+
+Slow: they run a YOLOv8n detector, a PP-OCRv4 text detector and a text-direction classifier
+on real photos. CI fetches the models first (.ci/run) so these always run there.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import qir
+from qir.onnx_export import export_onnx
+
+from ..conftest import real_models
+
+pytestmark = pytest.mark.slow
+
+CASES = {  # name -> (preprocessing function name, static input shape)
+    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320]),
+    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640]),
+    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192]),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request):
+    rm = real_models()
+    name = request.param
+    prep, shape = CASES[name]
+    input_name = rm.MODELS[name][1]
+    ir = qir.load(rm.model(name), input_shapes={input_name: shape})
+    images = rm.images(rm.EVAL[:2]) + rm.images(rm.CALIB[:1])
+    feeds = [{input_name: getattr(rm, prep)(img)} for img in images]
+    return name, rm.model(name), ir, feeds
+
+
+def test_imports_verifies_and_dumps_deterministically(case):
+    name, path, ir, _ = case
+    assert qir.verify(ir) == []
+    text = str(ir)
+    assert str(qir.load(path, input_shapes={i: list(ir.value(i).shape) for i in ir.inputs})) == text
+    assert "Shape(" not in text  # static shapes fold every shape-computation chain
+    assert len(text.splitlines()) > 100 and all(len(line) < 2000 for line in text.splitlines())
+
+
+def test_export_runs_in_onnxruntime_like_the_original(case):
+    name, path, ir, feeds = case
+    exported = export_onnx(ir)
+    onnx.checker.check_model(exported, full_check=True)
+    ours = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in feeds[:1]:
+        for a, b in zip(ours.run(None, feed), theirs.run(None, feed)):
+            assert np.abs(a - b).max() <= 1e-4 * max(float(np.abs(b).max()), 1e-12)
+
+
+def test_numpy_interpreter_agrees_with_onnxruntime_on_real_images(case):
+    name, _, ir, feeds = case
+    for feed in feeds:
+        a = qir.run(ir, feed, runtime="numpy")
+        b = qir.run(ir, feed, runtime="ort")
+        for out in ir.outputs:
+            err = np.abs(a[out] - b[out]).max() / max(float(np.abs(b[out]).max()), 1e-12)
+            assert err <= 1e-4, f"{name} output {out}: relative error {err:.2e}"

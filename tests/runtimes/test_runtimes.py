@@ -1,0 +1,119 @@
+"""Both runtimes: agreement, captures, feed checks, freeing, errors that name the node."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import qir
+from qir.errors import ExecutionError, InputError, NotFoundError, UnsupportedOpError
+from qir.kinds import NodeKind
+from qir.runtimes.base import get_runtime
+from qir.runtimes.numpy_ref.interpreter import _plan
+
+from ..conftest import REPO, model_from_text
+
+DIGITS = REPO / "qir" / "examples" / "digits"
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return qir.load(DIGITS / "model.onnx")
+
+
+def rel_err(a, b):
+    return float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-12))
+
+
+def test_numpy_and_ort_agree_on_the_bundled_example(digits):
+    images = np.load(DIGITS / "eval_images.npy")[:20]
+    for x in images:
+        a = qir.run(digits, {"input": x}, runtime="numpy")["logits"]
+        b = qir.run(digits, {"input": x}, runtime="ort")["logits"]
+        assert rel_err(a, b) <= 1e-4
+
+
+def test_captures_are_keyed_by_value_name_even_for_inputs_weights_outputs(digits):
+    x = np.load(DIGITS / "eval_images.npy")[0]
+    names = ["relu2_out", "input", "fc.bias", "logits", "relu2_out"]
+    got = {rt: qir.run(digits, {"input": x}, runtime=rt, capture=names) for rt in ("numpy", "ort")}
+    for rt, out in got.items():
+        assert list(out) == ["logits", "relu2_out", "input", "fc.bias"], rt
+        np.testing.assert_array_equal(out["input"], x)
+        np.testing.assert_array_equal(out["fc.bias"], digits.weight_array("fc.bias"))
+    assert rel_err(got["numpy"]["relu2_out"], got["ort"]["relu2_out"]) <= 1e-5
+    with pytest.raises(NotFoundError, match="did you mean 'relu2_out'"):
+        qir.run(digits, {"input": x}, capture=["relu2_ot"])
+
+
+def test_dead_values_are_freed_unless_kept(digits):
+    keep = frozenset({"logits", "relu2_out"})
+    steps = _plan(digits, keep)
+    freed = [v for s in steps for v in s.free]
+    activations = {v.name for v in digits.values(NodeKind.ACTIVATION)}
+    assert len(freed) == len(set(freed))
+    assert set(freed) == activations - keep  # every other activation is dropped after its last reader
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "ort"])
+def test_feed_checks(digits, runtime):
+    rt = get_runtime(runtime)
+    x = np.zeros((1, 1, 8, 8), np.float64)  # float64 is converted
+    assert rt.run(digits, {"input": x})["logits"].dtype == np.float32
+    with pytest.raises(InputError, match="did you mean 'input'"):
+        rt.run(digits, {"inputs": x})
+    with pytest.raises(InputError, match="no data for model input"):
+        rt.run(digits, {})
+    with pytest.raises(InputError, match="expects float32, got int32"):
+        rt.run(digits, {"input": x.astype(np.int32)})
+    with pytest.raises(InputError, match="dimension 2 differs"):
+        rt.run(digits, {"input": np.zeros((1, 1, 9, 8), np.float32)})
+
+
+BROKEN = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,3] x) => (float[5,2] y) {
+    shape = Constant <value = int64[2] {5, 2}> ()
+    y = Reshape(x, shape)
+}
+"""
+
+
+def test_execution_errors_name_the_node():
+    ir = qir.import_onnx(model_from_text(BROKEN), normalize=False)  # keep the bad Reshape
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(ExecutionError, match=r"while executing node 'Reshape_0' \(Reshape\) on inputs "
+                                             r"\(float32\[2, 3\], int64\[2\]\)"):
+        qir.run(ir, {"x": x}, runtime="numpy")
+    with pytest.raises(ExecutionError, match="Reshape_0"):
+        qir.run(ir, {"x": x}, runtime="ort")
+
+
+def test_ops_without_a_numpy_kernel_are_reported_before_running():
+    node = helper.make_node("Gelu", ["x"], ["y"], name="g1", domain="com.microsoft")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    ir = qir.load(model)
+    with pytest.raises(UnsupportedOpError, match=r"no kernel for com.microsoft::Gelu \(nodes g1\).*--runtime ort"):
+        qir.run(ir, {"x": np.zeros(4, np.float32)}, runtime="numpy")
+    assert qir.run(ir, {"x": np.zeros(4, np.float32)}, runtime="ort")["y"].shape == (4,)
+
+
+def test_fake_quant_levels_in_the_numpy_runtime(digits):
+    ir = digits.clone()
+    cal = ir.insert_calibration("relu1_out", "relu1.cal", threshold=0.5)
+    x = np.load(DIGITS / "eval_images.npy")[3]
+    ref = qir.run(ir, {"input": x}, level="float", capture=["relu1_out~q", "relu1_out"])
+    np.testing.assert_array_equal(ref["relu1_out~q"], ref["relu1_out"])
+    q = qir.run(ir, {"input": x}, capture=["relu1_out~q", "relu1_out"])
+    scale = np.float32(0.5) / np.float32(127)
+    expected = np.clip(np.rint(q["relu1_out"] / scale), -128, 127) * scale
+    np.testing.assert_array_equal(q["relu1_out~q"], expected.astype(np.float32))
+    assert np.abs(q["relu1_out~q"]).max() <= 0.5 + 1e-6  # clipped at the threshold
+    cal.mode = qir.CalibMode.FP16
+    ir.touch()
+    h = qir.run(ir, {"input": x}, capture=["relu1_out~q", "relu1_out"])
+    np.testing.assert_array_equal(h["relu1_out~q"], h["relu1_out"].astype(np.float16).astype(np.float32))
+    assert not np.array_equal(q["logits"], ref["logits"])  # quantization changed the result

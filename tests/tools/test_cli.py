@@ -1,0 +1,75 @@
+"""The `qir` command line: commands work, errors are one line with exit code 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from qir.tools.cli import main
+
+from ..conftest import REPO
+
+DIGITS = REPO / "qir" / "examples" / "digits"
+MODEL = str(DIGITS / "model.onnx")
+
+
+def test_dump_text_json_dot(capsys, tmp_path):
+    assert main(["dump", MODEL]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith('qir "digits_cnn" opset=17') and "fc: %logits : f32[1,10] = Gemm(" in text
+    assert main(["dump", MODEL, "--format", "json", "-o", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["schema"] == "qir.ir"
+    assert main(["dump", MODEL, "--format", "dot", "-o", str(tmp_path / "m.dot")]) == 0
+    assert (tmp_path / "m.dot").read_text().startswith("digraph")
+
+
+def test_outputs_are_never_silently_overwritten(capsys, tmp_path):
+    target = tmp_path / "mine.txt"
+    target.write_text("precious")
+    assert main(["dump", MODEL, "-o", str(target)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert target.read_text() == "precious"
+    assert main(["dump", MODEL, "-o", str(target), "--force"]) == 0
+
+
+def test_run_prints_stats_and_saves_outputs(capsys, tmp_path):
+    out = tmp_path / "o.npz"
+    assert main(["run", MODEL, str(DIGITS / "calibration_data"), "--runtime", "ort", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "32 sample(s)" in printed and "logits  1x10" in printed
+    with np.load(out) as npz:
+        assert len(npz.files) == 32 and npz["logits/0"].shape == (1, 10)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["dump", "missing.onnx"], "model file not found: missing.onnx"),
+    (["run", MODEL, "nowhere"], "data not found: nowhere"),
+    (["run", MODEL, MODEL], "unsupported data file"),
+    (["dump", MODEL, "--input-shape", "nope=1,1,8,8"], "no model input named 'nope'"),
+    (["dump", MODEL, "--format", "svg"], "needs -o PATH"),
+])
+def test_user_errors_are_one_line_and_exit_2(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qir: error: ") and message in err and "\n" not in err
+
+
+def test_corrupt_model_and_bad_data_shape(capsys, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage")
+    assert main(["dump", str(bad)]) == 2
+    assert "not a readable ONNX model" in capsys.readouterr().err
+    np.save(tmp_path / "x.npy", np.zeros((2, 1, 1, 9, 9), np.float32))
+    assert main(["run", MODEL, str(tmp_path / "x.npy"), "--runtime", "ort"]) == 2
+    assert "expects shape [1,1,8,8]" in capsys.readouterr().err
+
+
+def test_console_script_entry_point_runs_as_a_process(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "qir", "dump", str(tmp_path / "nope.onnx")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"qir: error: model file not found: {tmp_path / 'nope.onnx'}"
+    assert "Traceback" not in proc.stderr

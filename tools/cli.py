@@ -1,0 +1,239 @@
+"""The ``qir`` command line. Every command is a thin layer over the Python API.
+
+Errors the user can fix (bad paths, corrupt files, unsupported ops, data that does not fit the
+model) print one line ``qir: error: ...`` and exit with code 2; ``--debug`` shows tracebacks.
+Output files are never overwritten unless ``--force`` is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from qir.errors import InputError, QirError
+
+__all__ = ["main", "build_parser"]
+
+logger = logging.getLogger("qir.cli")
+
+EXIT_USER_ERROR = 2
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too, with the usage first
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USER_ERROR, f"qir: error: {message}\n")
+
+
+def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | list[int] | None:
+    """``["x=1,3,224,224", ...]`` → ``{"x": [1,3,224,224]}``; a lone ``1,3,224,224`` → list."""
+    if not items:
+        return None
+    shapes: dict[str, list[int]] = {}
+    for item in items:
+        name, _, dims = item.rpartition("=")
+        try:
+            shape = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
+        except ValueError:
+            raise InputError(f"cannot read input shape {item!r}; write NAME=1,3,224,224") from None
+        if not name:
+            if len(items) > 1:
+                raise InputError("with several --input-shape options each needs NAME=dims")
+            return shape
+        shapes[name] = shape
+    return shapes
+
+
+def _resolve_shapes(model: str, given, data: str | None = None) -> dict[str, list[int]] | None:
+    """Input shapes to import with: as given, else (for dynamic inputs) from the first sample."""
+    from qir.data import load_samples
+    from qir.onnx_import import read_onnx
+
+    proto = read_onnx(model)
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    if isinstance(given, list):
+        if len(inputs) != 1:
+            raise InputError(f"the model has {len(inputs)} inputs; write --input-shape NAME=dims")
+        return {inputs[0].name: given}
+    if given or data is None:
+        return given
+    dynamic = [i.name for i in inputs
+               if any(not d.HasField("dim_value") or d.dim_value <= 0
+                      for d in i.type.tensor_type.shape.dim)]
+    if not dynamic:
+        return None
+    samples = load_samples(data, [i.name for i in inputs],
+                           {i.name: len(i.type.tensor_type.shape.dim) for i in inputs})
+    if not len(samples):
+        raise InputError(f"{data} holds no samples")
+    first = samples[0]
+    shapes = {n: list(np.shape(first[n])) for n in dynamic}
+    logger.info("fixing dynamic input shapes from the data: %s", shapes)
+    return shapes
+
+
+def _check_writable(path: Path, force: bool) -> Path:
+    if path.exists() and not force:
+        raise InputError(f"{path} already exists; choose another path or pass --force to overwrite")
+    if not path.parent.exists():
+        raise InputError(f"the folder {path.parent} does not exist")
+    return path
+
+
+# ---------------------------------------------------------------------------------- dump
+def cmd_dump(args: argparse.Namespace) -> int:
+    import qir
+    from qir.dot import render
+
+    ir = qir.load(args.model, input_shapes=_resolve_shapes(args.model, parse_input_shapes(args.input_shape)))
+    fmt = args.format
+    if fmt == "text":
+        text = str(ir)
+    elif fmt == "json":
+        text = json.dumps(ir.to_json(), indent=1) + "\n"
+    else:
+        text = ir.to_dot()
+    if fmt in ("svg", "png"):
+        if not args.output:
+            raise InputError(f"--format {fmt} needs -o PATH")
+        out = _check_writable(Path(args.output), args.force)
+        render(text, out, fmt)
+        print(f"wrote {out}")
+        return 0
+    if args.output:
+        out = _check_writable(Path(args.output), args.force)
+        out.write_text(text)
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# ---------------------------------------------------------------------------------- run
+def _stats_table(results: list[dict[str, np.ndarray]]) -> str:
+    rows = [("output", "shape", "dtype", "min", "max", "mean", "std")]
+    for name in results[0]:
+        stacked = np.stack([np.asarray(r[name]) for r in results])
+        f = stacked.astype(np.float64)
+        rows.append((name, "x".join(map(str, stacked.shape[1:])) or "scalar", stacked.dtype.name,
+                     f"{f.min():.6g}", f"{f.max():.6g}", f"{f.mean():.6g}", f"{f.std():.6g}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def run_samples(ir, samples, runtime: str, *, desc: str = "run", capture=()) -> list[dict]:
+    """Run every sample with a progress bar on stderr (shown on terminals only)."""
+    from tqdm import tqdm
+
+    from qir.runtimes.base import get_runtime
+
+    rt = get_runtime(runtime)
+    return [rt.run(ir, s, capture=capture)
+            for s in tqdm(samples, desc=desc, unit="sample", disable=None, leave=False)]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import qir
+    from qir.data import load_samples, save_outputs
+
+    out = _check_writable(Path(args.output), args.force) if args.output else None
+    shapes = _resolve_shapes(args.model, parse_input_shapes(args.input_shape), args.data)
+    ir = qir.load(args.model, input_shapes=shapes)
+    ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
+    samples = load_samples(args.data, ir.inputs, ranks)
+    if args.limit:
+        samples = samples[: args.limit]
+    if not len(samples):
+        raise InputError(f"{args.data} holds no samples")
+    start = time.perf_counter()
+    results = run_samples(ir, samples, args.runtime, desc=f"{args.runtime}")
+    elapsed = time.perf_counter() - start
+    print(f"{ir.name}: {len(samples)} sample(s) on the {args.runtime} runtime in {elapsed:.2f}s")
+    print(_stats_table(results))
+    if out:
+        save_outputs(out, results)
+        print(f"wrote {out} (entries '<output>/<sample index>')")
+    return 0
+
+
+# ---------------------------------------------------------------------------------- demo
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    out = Path(args.output) if args.output else None
+    if out is not None and out.exists() and any(out.iterdir()) and not args.force:
+        raise InputError(f"{out} exists and is not empty; choose another folder or pass --force")
+    return run_demo(out, runtimes=["numpy", "ort"] if args.runtime == "both" else [args.runtime])
+
+
+# ---------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="qir", description="Find why a quantized network lost accuracy.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+
+    shape_help = "fix a dynamic input shape: NAME=1,3,224,224 (repeatable; NAME= optional for one input)"
+    p = sub.add_parser("dump", help="print or write the IR of a model")
+    p.add_argument("model", help="an .onnx model")
+    p.add_argument("--format", choices=["text", "json", "dot", "svg", "png"], default="text")
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    p.add_argument("--input-shape", action="append", help=shape_help)
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=cmd_dump)
+
+    p = sub.add_parser("run", help="run a model on data and print output statistics")
+    p.add_argument("model", help="an .onnx model")
+    p.add_argument("data", help="DIR/<input>/<i>.npy folder, an .npz, or an .npy (single input)")
+    p.add_argument("--runtime", choices=["numpy", "ort"], default="numpy")
+    p.add_argument("-o", "--output", help="save outputs to this .npz ('<output>/<i>' entries)")
+    p.add_argument("--input-shape", action="append", help=shape_help)
+    p.add_argument("--limit", type=int, help="use only the first N samples")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="run qir on the bundled digits example")
+    p.add_argument("-o", "--output", help="folder for the demo's files (dumps, outputs)")
+    p.add_argument("--runtime", choices=["numpy", "ort", "both"], default="both")
+    p.add_argument("--force", action="store_true", help="write into a non-empty folder")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except QirError as exc:
+        if args.debug:
+            raise
+        print(f"qir: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as exc:
+        if args.debug:
+            raise
+        print(f"qir: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("qir: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug in qir: say so in one line, traceback on --debug
+        if args.debug:
+            raise
+        print(f"qir: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
+              "traceback, and please report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
