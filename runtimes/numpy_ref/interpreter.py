@@ -8,7 +8,9 @@ peak memory is the live set, not the whole model. A failing kernel raises an Exe
 naming the node and the shapes it was given.
 
 The execution plan (kernel lookups, attribute dictionaries, last-use positions) is built once
-per IR version and capture set and cached on the IR.
+per IR version and capture set and cached on the IR. Like onnxruntime, the plan folds a
+BatchNormalization into the Conv before it when nothing can observe the value between them
+(``fold_batchnorm=False`` turns this off); every other node runs as written.
 """
 from __future__ import annotations
 
@@ -37,7 +39,15 @@ class _Step:
     rec: OpRecord | CalibRecord
     fn: Callable[..., Any] | None  # None for calibration nodes
     kwargs: dict[str, Any]
-    free: tuple[str, ...]  # values whose last reader is this step
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    free: tuple[str, ...] = ()  # values whose last reader is this step (dropped after it)
+
+
+@dataclass
+class _Plan:
+    steps: list[_Step]
+    weights: dict[str, np.ndarray]  # the initial environment: weight arrays by name
 
 
 def missing_kernels(ir: QIR) -> dict[str, list[str]]:
@@ -50,27 +60,55 @@ def missing_kernels(ir: QIR) -> dict[str, list[str]]:
     return missing
 
 
-def _plan(ir: QIR, keep: frozenset[str]) -> list[_Step]:
+def _foldable_batchnorms(ir: QIR, keep: frozenset[str]) -> dict[str, OpRecord]:
+    """``{conv name: the BatchNormalization folded into it}``.
+
+    A pair folds when the Conv's output is read only by the BatchNormalization, is not kept
+    (captured or a graph output), and the Conv weights and BN parameters are all constants.
+    """
+    def constant(*names: str) -> bool:
+        return all(not n or ir.value(n).kind is NodeKind.WEIGHT for n in names)
+
+    pairs: dict[str, OpRecord] = {}
+    for bn in ir.ops("BatchNormalization"):
+        x = bn.inputs[0]
+        conv = ir.producer(x)
+        if (isinstance(conv, OpRecord) and conv.op_type == "Conv" and not conv.domain
+                and x not in keep and len(ir.uses(x)) == 1 and not bn.attrs.get("training_mode")
+                and all(not o or not ir.uses(o) and o not in keep for o in bn.outputs[1:])
+                and constant(*conv.inputs[1:], *bn.inputs[1:])):
+            pairs[conv.name] = bn
+    return pairs
+
+
+def _fold_batchnorm(ir: QIR, conv: OpRecord, bn: OpRecord) -> tuple[np.ndarray, np.ndarray]:
+    """Conv weights/bias with the BatchNormalization after them folded in (float64 maths):
+    a = scale / sqrt(var + eps), W' = W * a (per output channel), B' = (B - mean) * a + beta."""
+    w = ir.weight_array(conv.inputs[1])
+    scale, beta, mean, var = (ir.weight_array(n).astype(np.float64) for n in bn.inputs[1:5])
+    a = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    bias = ir.weight_array(conv.inputs[2]).astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] \
+        else np.zeros_like(a)
+    w_folded = (w.astype(np.float64) * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    return w_folded, ((bias - mean) * a + beta).astype(w.dtype)
+
+
+def _plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> _Plan:
     missing = missing_kernels(ir)
     if missing:
         desc = "; ".join(f"{op} (nodes {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                          for op, names in sorted(missing.items()))
         raise UnsupportedOpError(f"the numpy runtime has no kernel for {desc}; "
                                  "run this model with the ort runtime (--runtime ort)")
-    order = ir.runnables()
-    last_use: dict[str, int] = {}
-    for i, rec in enumerate(order):
-        for v in rec.inputs:
-            if v:
-                last_use[v] = i
-    frees: dict[int, list[str]] = {}
-    for v, i in last_use.items():
-        if v not in keep and ir.value(v).kind is not NodeKind.WEIGHT:
-            frees.setdefault(i, []).append(v)
-    steps = []
-    for i, rec in enumerate(order):
+    weights = {w.name: w.data for w in ir.weights()}
+    folds = _foldable_batchnorms(ir, keep) if fold_batchnorm else {}
+    folded_away = {bn.name for bn in folds.values()}
+    steps: list[_Step] = []
+    for rec in ir.runnables():
         if isinstance(rec, CalibRecord):
-            steps.append(_Step(rec, None, {}, tuple(frees.get(i, ()))))
+            steps.append(_Step(rec, None, {}, rec.inputs, rec.outputs))
+            continue
+        if rec.name in folded_away:
             continue
         spec = lookup(rec.op_type, rec.domain)
         kwargs = dict(rec.attrs)
@@ -78,10 +116,27 @@ def _plan(ir: QIR, keep: frozenset[str]) -> list[_Step]:
             kwargs["_opset"] = ir.opset_imports.get(rec.domain or "", ir.opset)
         if "_num_outputs" in spec.context:
             kwargs["_num_outputs"] = len(rec.outputs)
-        # outputs nobody reads are dropped right away (e.g. unused Split branches)
-        dead_outputs = [o for o in rec.outputs if o not in last_use and o not in keep]
-        steps.append(_Step(rec, spec.fn, kwargs, tuple(frees.get(i, ())) + tuple(dead_outputs)))
-    return steps
+        inputs, outputs = rec.inputs, rec.outputs
+        if rec.name in folds:
+            bn = folds[rec.name]
+            w_name, b_name = f"{rec.name}.bn_folded.weight", f"{rec.name}.bn_folded.bias"
+            weights[w_name], weights[b_name] = _fold_batchnorm(ir, rec, bn)
+            inputs, outputs = (rec.inputs[0], w_name, b_name), bn.outputs[:1]
+        steps.append(_Step(rec, spec.fn, kwargs, tuple(inputs), tuple(outputs)))
+    # drop each value after its last reader; outputs nobody reads are dropped at once
+    last_use: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        for v in step.inputs:
+            if v and v not in weights:
+                last_use[v] = i
+    frees: dict[int, list[str]] = {}
+    for v, i in last_use.items():
+        if v not in keep:
+            frees.setdefault(i, []).append(v)
+    for i, step in enumerate(steps):
+        dead = [o for o in step.outputs if o and o not in last_use and o not in keep]
+        step.free = tuple(frees.get(i, ())) + tuple(dead)
+    return _Plan(steps, weights)
 
 
 class NumpyRuntime:
@@ -89,14 +144,18 @@ class NumpyRuntime:
 
     Args:
         level: ``fakequant`` (default) applies calibration nodes; ``float`` ignores them.
+        fold_batchnorm: execute Conv→BatchNormalization pairs whose intermediate value is not
+            observed as one Conv with folded weights, as onnxruntime does (default); False
+            runs every op as written.
     """
 
     name = "numpy"
 
-    def __init__(self, level: str = "fakequant") -> None:
+    def __init__(self, level: str = "fakequant", fold_batchnorm: bool = True) -> None:
         if level not in LEVELS:
             raise InputError(f"unknown level {level!r}; the numpy runtime runs {list(LEVELS)}")
         self.level = level
+        self.fold_batchnorm = fold_batchnorm
 
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
             capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
@@ -104,13 +163,14 @@ class NumpyRuntime:
         feeds = check_feeds(ir, feeds)
         captured = check_capture(ir, capture)
         keep = frozenset(ir.outputs) | frozenset(captured)
-        steps = ir.cached(("numpy-plan", keep), lambda: _plan(ir, keep))
-        env: dict[str, Any] = {w.name: w.data for w in ir.weights()}
+        plan = ir.cached(("numpy-plan", keep, self.fold_batchnorm),
+                         lambda: _plan(ir, keep, self.fold_batchnorm))
+        env: dict[str, Any] = dict(plan.weights)
         env.update(feeds)
         quantize = self.level == "fakequant"
-        for step in steps:
+        for step in plan.steps:
             rec = step.rec
-            args = [env[v] if v else None for v in rec.inputs]
+            args = [env[v] if v else None for v in step.inputs]
             try:
                 if step.fn is None:
                     result = apply_calibration(rec, args[0]) if quantize else args[0]
@@ -119,17 +179,23 @@ class NumpyRuntime:
             except QirError:
                 raise
             except Exception as exc:
-                shapes = ", ".join("None" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
-                raise ExecutionError(f"while executing node {rec.name!r} "
-                                     f"({getattr(rec, 'op_type', 'calibration')}) on inputs "
-                                     f"({shapes}): {type(exc).__name__}: {exc}") from exc
-            outs = result if isinstance(result, tuple) else (result,)
-            if len(outs) < len(rec.outputs):
-                raise ExecutionError(f"node {rec.name!r} ({rec.op_type}) produced {len(outs)} "
-                                     f"outputs, the model expects {len(rec.outputs)}")
-            for name, value in zip(rec.outputs, outs):
-                if name:
-                    env[name] = value
+                raise _execution_error(rec, args, exc) from exc
+            if type(result) is tuple:
+                if len(result) < len(step.outputs):
+                    raise ExecutionError(f"node {rec.name!r} ({rec.op_type}) produced {len(result)} "
+                                         f"outputs, the model expects {len(step.outputs)}")
+                for name, value in zip(step.outputs, result):
+                    if name:
+                        env[name] = value
+            else:
+                env[step.outputs[0]] = result
             for name in step.free:
-                env.pop(name, None)
+                del env[name]
         return {name: np.asarray(env[name]) for name in (*ir.outputs, *captured)}
+
+
+def _execution_error(rec: OpRecord | CalibRecord, args: list, exc: Exception) -> ExecutionError:
+    shapes = ", ".join("None" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
+    op = getattr(rec, "op_type", "calibration")
+    return ExecutionError(f"while executing node {rec.name!r} ({op}) on inputs ({shapes}): "
+                          f"{type(exc).__name__}: {exc}")

@@ -17,10 +17,19 @@ from ..conftest import real_models
 
 pytestmark = pytest.mark.slow
 
-CASES = {  # name -> (preprocessing function name, static input shape)
-    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320]),
-    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640]),
-    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192]),
+# name -> (preprocessing function name, static input shape, images, inner values compared too,
+#          images on which only the inner values are compared)
+# The text models get images that contain text: on a photo without text the detector's
+# probability map peaks near 1e-7, where onnxruntime's own sigmoid approximation error (~1e-7
+# absolute) is most of the signal, so "relative to the max" says nothing there. The detector's
+# pre-sigmoid logits are compared too; they are well conditioned on any image.
+CASES = {
+    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320],
+                    ["camera.png", "motorcycle_right.png", "astronaut.png"], [], []),
+    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640],
+                    ["page.png", "text.png", "coffee.png", "camera.png"], ["p2o.Add.281"],
+                    ["camera.png"]),
+    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192], ["page.png", "text.png", "coins.png"], [], []),
 }
 
 
@@ -28,12 +37,12 @@ CASES = {  # name -> (preprocessing function name, static input shape)
 def case(request):
     rm = real_models()
     name = request.param
-    prep, shape = CASES[name]
+    prep, shape, image_names, _, _ = CASES[name]
     input_name = rm.MODELS[name][1]
     ir = qir.load(rm.model(name), input_shapes={input_name: shape})
-    images = rm.images(rm.EVAL[:2]) + rm.images(rm.CALIB[:1])
-    feeds = [{input_name: getattr(rm, prep)(img)} for img in images]
-    return name, rm.model(name), ir, feeds
+    feeds = [{input_name: getattr(rm, prep)(img)} for img in rm.images(image_names)]
+    assert len(feeds) == len(image_names)
+    return name, rm.model(name), ir, list(zip(image_names, feeds))
 
 
 def test_imports_verifies_and_dumps_deterministically(case):
@@ -51,16 +60,18 @@ def test_export_runs_in_onnxruntime_like_the_original(case):
     onnx.checker.check_model(exported, full_check=True)
     ours = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
     theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for feed in feeds[:1]:
+    for _, feed in feeds[:1]:
         for a, b in zip(ours.run(None, feed), theirs.run(None, feed)):
             assert np.abs(a - b).max() <= 1e-4 * max(float(np.abs(b).max()), 1e-12)
 
 
 def test_numpy_interpreter_agrees_with_onnxruntime_on_real_images(case):
     name, _, ir, feeds = case
-    for feed in feeds:
-        a = qir.run(ir, feed, runtime="numpy")
-        b = qir.run(ir, feed, runtime="ort")
-        for out in ir.outputs:
-            err = np.abs(a[out] - b[out]).max() / max(float(np.abs(b[out]).max()), 1e-12)
-            assert err <= 1e-4, f"{name} output {out}: relative error {err:.2e}"
+    _, _, _, inner, inner_only = CASES[name]
+    for image, feed in feeds:
+        a = qir.run(ir, feed, runtime="numpy", capture=inner)
+        b = qir.run(ir, feed, runtime="ort", capture=inner)
+        compared = inner if image in inner_only else [*ir.outputs, *inner]
+        for value in compared:
+            err = np.abs(a[value] - b[value]).max() / max(float(np.abs(b[value]).max()), 1e-12)
+            assert err <= 1e-4, f"{name} on {image}, {value}: relative error {err:.2e}"

@@ -48,11 +48,25 @@ def test_captures_are_keyed_by_value_name_even_for_inputs_weights_outputs(digits
 
 def test_dead_values_are_freed_unless_kept(digits):
     keep = frozenset({"logits", "relu2_out"})
-    steps = _plan(digits, keep)
+    steps = _plan(digits, keep, fold_batchnorm=False).steps
     freed = [v for s in steps for v in s.free]
     activations = {v.name for v in digits.values(NodeKind.ACTIVATION)}
     assert len(freed) == len(set(freed))
     assert set(freed) == activations - keep  # every other activation is dropped after its last reader
+
+
+def test_batchnorm_folds_only_where_nothing_observes_the_conv_output(digits):
+    x = np.load(DIGITS / "eval_images.npy")[5]
+    folded = _plan(digits, frozenset({"logits"}), fold_batchnorm=True)
+    assert not any(s.rec.op_type == "BatchNormalization" for s in folded.steps)
+    # capturing conv1's output keeps bn1 as its own step; the other four stay folded
+    kept = _plan(digits, frozenset({"logits", "conv1_out"}), fold_batchnorm=True)
+    assert [s.rec.name for s in kept.steps if s.rec.op_type == "BatchNormalization"] == ["bn1"]
+    plain = get_runtime("numpy", fold_batchnorm=False).run(digits, {"input": x}, capture=["relu5_out"])
+    fast = get_runtime("numpy").run(digits, {"input": x}, capture=["relu5_out", "conv1_out"])
+    for name in ("logits", "relu5_out"):
+        assert rel_err(fast[name], plain[name]) <= 1e-5
+    assert fast["conv1_out"].shape == (1, 16, 8, 8)
 
 
 @pytest.mark.parametrize("runtime", ["numpy", "ort"])
