@@ -166,8 +166,6 @@ class QIR:
             self._cache["topo"] = order
         return list(order)
 
-    topo_order = runnables
-
     def ops(self, op_type: str | None = None) -> list[OpRecord]:
         """General nodes in topological order, optionally only of ``op_type``."""
         return [r for r in self.runnables() if isinstance(r, OpRecord)

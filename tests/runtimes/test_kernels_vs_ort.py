@@ -383,6 +383,9 @@ CONV = [
       "output_padding": [1, 1]}, id="s2-k3-p1-outpad"),
     C("ConvTranspose", [r(2, 4, 5, 6), r(4, 2, 4, 4), r(2)], {"strides": [2, 2], "pads": [1, 1, 1, 1]}, id="s2-k4-p1"),
     C("ConvTranspose", [r(1, 4, 5, 5), r(4, 3, 3, 3)], {}, id="s1-no-pad"),
+    # 1x1 stride 1 with C_in == C_out: W is (C_in, C_out), so y = W^T x, not W x
+    C("ConvTranspose", [r(1, 4, 5, 5), r(4, 4, 1, 1), r(4)], {}, id="pointwise-square"),
+    C("ConvTranspose", [r(2, 4, 3, 5), r(4, 6, 1, 1)], {"output_padding": [0, 0]}, id="pointwise"),
     C("ConvTranspose", [r(1, 6, 4, 5), r(6, 2, 3, 3), r(4)], {"group": 2, "strides": [2, 1], "pads": [0, 1, 1, 0]},
       id="group2"),
     C("ConvTranspose", [r(1, 4, 4, 5), r(4, 1, 3, 3)], {"group": 4, "strides": [2, 2]}, id="depthwise"),

@@ -348,13 +348,6 @@ def conv_transpose(
     W = np.asarray(W)
     if W.dtype != X.dtype:
         W = W.astype(X.dtype)
-    if _plain_pointwise(X, W, group, strides, pads, dilations, auto_pad):
-        # the most common conv in mobile nets: one matmul, no geometry to work out
-        N, C = X.shape[:2]
-        y = np.matmul(W.reshape(W.shape[0], C), X.reshape(N, C, -1)).reshape((N, W.shape[0]) + X.shape[2:])
-        if B is not None:
-            y += np.asarray(B, dtype=X.dtype).reshape((1, -1) + (1,) * (X.ndim - 2))
-        return y
     n = X.ndim - 2
     N, C = X.shape[:2]
     G = int(group)

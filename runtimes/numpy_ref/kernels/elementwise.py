@@ -79,30 +79,29 @@ def pow_(x, y):
         return _same_dtype(np.power(x, y.astype(x.dtype)), x)
 
 
+def _fold(ufunc, xs):
+    """ufunc applied left to right over any number of broadcastable inputs (a copy for one)."""
+    out = xs[0]
+    for x in xs[1:]:
+        out = ufunc(out, x)
+    return np.array(out, copy=True) if len(xs) == 1 else out
+
+
 @kernel("Min")
 def min_(*xs):
     """Elementwise minimum of any number of broadcastable inputs (NaN propagates)."""
-    out = xs[0]
-    for x in xs[1:]:
-        out = np.minimum(out, x)
-    return np.array(out, copy=True) if len(xs) == 1 else out
+    return _fold(np.minimum, xs)
 
 
 @kernel("Max")
 def max_(*xs):
     """Elementwise maximum of any number of broadcastable inputs (NaN propagates)."""
-    out = xs[0]
-    for x in xs[1:]:
-        out = np.maximum(out, x)
-    return np.array(out, copy=True) if len(xs) == 1 else out
+    return _fold(np.maximum, xs)
 
 
 @kernel("Sum")
 def sum_(*xs):
-    out = xs[0]
-    for x in xs[1:]:
-        out = np.add(out, x)
-    return np.array(out, copy=True) if len(xs) == 1 else out
+    return _fold(np.add, xs)
 
 
 @kernel("Mean")
