@@ -33,7 +33,7 @@ def _load_npy(path: Path) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
     except Exception as exc:
-        raise InputError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+        raise InputError(f"cannot read {path}: not a valid .npy array file ({type(exc).__name__})") from exc
 
 
 class Samples(Sequence[dict]):
@@ -118,17 +118,20 @@ def _from_folder(path: Path, names: list[str]) -> Samples:
         hint = did_you_mean(missing[0], subdirs, "sub-folder")
         raise InputError(f"{path} has no sub-folder for model input {missing[0]!r} ({hint}); "
                          f"expected the layout {path}/<input_name>/<i>.npy for inputs {names}")
-    per_input = {}
+    per_input: dict[str, dict[str, Path]] = {}
     for n in names:
         files = sorted(subdirs[n].glob("*.npy"), key=_natural_key)
         if not files:
             raise InputError(f"{subdirs[n]} holds no .npy files")
-        per_input[n] = files
-    counts = {n: len(f) for n, f in per_input.items()}
-    if len(set(counts.values())) > 1:
-        raise InputError(f"{path}: inputs have different numbers of samples {counts}")
-    loaders = [{n: (lambda f=per_input[n][i]: _load_npy(f)) for n in names}
-               for i in range(len(per_input[names[0]]))]
+        per_input[n] = {f.stem: f for f in files}
+    # samples are matched by file name (the index i of <i>.npy), never by position
+    keys = list(per_input[names[0]])
+    for n in names[1:]:
+        if set(per_input[n]) != set(keys):
+            odd = sorted(set(per_input[n]) ^ set(keys), key=lambda k: _natural_key(Path(k)))
+            raise InputError(f"{path}: inputs {names[0]!r} and {n!r} do not have the same sample "
+                             f"files (e.g. {odd[0]}.npy is in one folder only)")
+    loaders = [{n: (lambda f=per_input[n][k]: _load_npy(f)) for n in names} for k in keys]
     return Samples(loaders, str(path))
 
 

@@ -15,7 +15,6 @@ they keep records and edges in sync and bump ``version`` (used to cache derived 
 """
 from __future__ import annotations
 
-import itertools
 import logging
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -29,6 +28,9 @@ from .records import CalibRecord, OpRecord, Record, Shape, ValueRecord, copy_rec
 __all__ = ["QIR", "value_key"]
 
 logger = logging.getLogger(__name__)
+
+
+_MAX_CACHED = 16  # plans/sessions kept per IR version (one per capture set)
 
 
 def value_key(name: str) -> str:
@@ -62,15 +64,25 @@ class QIR:
         self.name = name
         self.opset_imports: dict[str, int] = dict(opset_imports or {"": opset})
         self.opset_imports.setdefault("", opset)
-        self.inputs: list[str] = []
-        self.outputs: list[str] = []
+        self._inputs: tuple[str, ...] = ()
+        self._outputs: tuple[str, ...] = ()
         self.meta: dict[str, Any] = {}
         self.metadata_props: dict[str, str] = {}
-        self._next_ord = itertools.count()
+        self._ord_counter = 0
         self._version = 0
         self._cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ basic properties
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Graph input names, in order (change with add_input/remove_value)."""
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Graph output names, in order (change with set_outputs)."""
+        return self._outputs
+
     @property
     def opset(self) -> int:
         """The default-domain opset version."""
@@ -89,6 +101,9 @@ class QIR:
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:
         """A value derived from the IR, built once per ``version`` (runtimes keep plans here)."""
         if key not in self._cache:
+            if len(self._cache) >= _MAX_CACHED:  # forget the oldest derived entry
+                oldest = next(k for k in self._cache if k not in ("topo",))
+                del self._cache[oldest]
             self._cache[key] = build()
         return self._cache[key]
 
@@ -183,15 +198,14 @@ class QIR:
         return self.graph.nodes[preds[0]]["rec"] if preds else None
 
     def uses(self, value: str) -> list[tuple[OpRecord | CalibRecord, int]]:
-        """``(node, input slot)`` pairs reading ``value``, in topological order."""
+        """``(node, input slot)`` pairs reading ``value``, in deterministic (source) order."""
         key = self._vkey(value)
-        pos = self._positions()
-        uses = [(self.graph.nodes[dst]["rec"], slot)
-                for _, dst, slot in self.graph.out_edges(key, keys=True)]
-        return sorted(uses, key=lambda u: (pos[u[0].name], u[1]))
+        nodes = self.graph.nodes
+        edges = sorted(self.graph.out_edges(key, keys=True), key=lambda e: (nodes[e[1]]["ord"], e[2]))
+        return [(nodes[dst]["rec"], slot) for _, dst, slot in edges]
 
     def consumers(self, value: str) -> list[OpRecord | CalibRecord]:
-        """Distinct nodes reading ``value``, in topological order."""
+        """Distinct nodes reading ``value``, in deterministic (source) order."""
         seen: dict[str, OpRecord | CalibRecord] = {}
         for rec, _ in self.uses(value):
             seen.setdefault(rec.name, rec)
@@ -214,7 +228,7 @@ class QIR:
     def add_input(self, name: str, dtype: str | None, shape: Shape) -> ValueRecord:
         """Add a graph input (an activation with no producer)."""
         rec = self._add_value(ValueRecord(name, NodeKind.ACTIVATION, dtype, _shape(shape)), (-1,))
-        self.inputs.append(name)
+        self._inputs += (name,)
         return rec
 
     def add_weight(self, name: str, array: np.ndarray) -> ValueRecord:
@@ -249,15 +263,18 @@ class QIR:
         for v in inputs:
             if v:
                 self._vkey(v)
+        self._check_new_values([v for v in outputs if v])
         rec = OpRecord(name, op_type, tuple(inputs), tuple(outputs), dict(attrs or {}),
                        dict(attr_types or {}), domain, module)
-        ordinal = self._ord_after(after) if after else (next(self._next_ord),)
+        ordinal = self._ord_after(after) if after else (self._next_ordinal(),)
         self.graph.add_node(name, rec=rec, ord=ordinal)
         for slot, v in enumerate(inputs):
             if v:
                 self.graph.add_edge(value_key(v), name, key=slot, slot=slot)
         info = output_info or {}
         for idx, v in enumerate(outputs):
+            if not v:  # an omitted optional output: no value, no edge
+                continue
             dtype, shape = info.get(v, (None, None))
             self._add_value(ValueRecord(v, NodeKind.ACTIVATION, dtype, _shape(shape)), ordinal + (idx,))
             self.graph.add_edge(name, value_key(v), key=idx, slot=idx)
@@ -280,31 +297,41 @@ class QIR:
             state: further :class:`CalibRecord` fields (threshold, scale, axis, fixed, ...).
         """
         self._check_new_node(name)
-        src = self.value(value)
-        role = CalibRole(role) if role else (
-            CalibRole.WEIGHT if src.kind is NodeKind.WEIGHT else CalibRole.ACTIVATION)
         out = output or value + "~q"
-        chosen = [(r.name, s) for r, s in self.uses(value)] if uses is None else list(uses)
-        feeds = tuple(dict.fromkeys(n for n, _ in chosen))
-        rec = CalibRecord(name, value, out, role, CalibMode(mode), feeds=feeds, **state)
+        self._check_new_values([out])
+        if uses is None:
+            chosen = [(r.name, s) for r, s in self.uses(value)]
+        else:
+            chosen = list(uses)
+            for node, slot in chosen:
+                reads = self.node(node).inputs
+                if slot >= len(reads) or reads[slot] != value:
+                    raise QirError(f"cannot rewire {node!r} input {slot}: it reads "
+                                   f"{reads[slot] if slot < len(reads) else 'nothing'!r}, not {value!r}")
+        state.setdefault("feeds", tuple(dict.fromkeys(n for n, _ in chosen)))
         producer = self.producer(value)
         if producer is not None:
             ordinal = self._ord_after(producer.name)
         elif chosen:
             first = min((self.graph.nodes[n]["ord"] for n, _ in chosen))
-            ordinal = first[:-1] + (first[-1] - 0.5, next(self._next_ord))
+            ordinal = first[:-1] + (first[-1] - 0.5, self._next_ordinal())
         else:
-            ordinal = (-1, next(self._next_ord))
-        self.graph.add_node(name, rec=rec, ord=ordinal)
-        self.graph.add_edge(value_key(value), name, key=0, slot=0)
-        self._add_value(ValueRecord(out, NodeKind.ACTIVATION, src.dtype, src.shape), ordinal + (0,))
-        self.graph.add_edge(name, value_key(out), key=0, slot=0)
+            ordinal = (-1, self._next_ordinal())
+        rec = self._new_calibration(name, value, out, role, mode, ordinal, state)
         for node, slot in chosen:
             self.set_input(node, slot, out)
         if rewire_outputs:
-            self.outputs = [out if o == value else o for o in self.outputs]
+            self._outputs = tuple(out if o == value else o for o in self._outputs)
         self.touch()
         return rec
+
+    def add_calibration(self, name: str, input: str, output: str, *,
+                        role: CalibRole | str | None = None, mode: CalibMode | str = CalibMode.INT8,
+                        after: str | None = None, **state: Any) -> CalibRecord:
+        """Add a calibration node reading ``input`` and producing the new value ``output``
+        (importers use this; passes usually want :meth:`insert_calibration`, which rewires)."""
+        ordinal = self._ord_after(after) if after else (self._next_ordinal(),)
+        return self._new_calibration(name, input, output, role, mode, ordinal, state)
 
     def set_input(self, node: str, slot: int, value: str) -> None:
         """Make input ``slot`` of ``node`` read ``value``."""
@@ -346,7 +373,7 @@ class QIR:
             self.set_input(rec.name, slot, new)
             count += 1
         if outputs and old in self.outputs:
-            self.outputs = [new if o == old else o for o in self.outputs]
+            self._outputs = tuple(new if o == old else o for o in self._outputs)
             count += 1
         self.touch()
         return count
@@ -354,11 +381,12 @@ class QIR:
     def remove_node(self, name: str) -> None:
         """Remove an op or calibration node and its output values (which must be unused)."""
         rec = self.node(name)
-        for out in rec.outputs:
+        outs = [o for o in rec.outputs if o]
+        for out in outs:
             if self.uses(out) or out in self.outputs:
                 raise QirError(f"cannot remove {name!r}: its output {out!r} is still used; "
                                "replace_uses() first")
-        for out in rec.outputs:
+        for out in outs:
             self.graph.remove_node(value_key(out))
         self.graph.remove_node(name)
         self.touch()
@@ -371,14 +399,14 @@ class QIR:
         if self.graph.in_degree(key):
             raise QirError(f"cannot remove value {name!r}: remove its producer instead")
         self.graph.remove_node(key)
-        if name in self.inputs:
-            self.inputs.remove(name)
+        if name in self._inputs:
+            self._inputs = tuple(i for i in self._inputs if i != name)
         self.touch()
 
     def set_outputs(self, names: Sequence[str]) -> None:
         for n in names:
             self._vkey(n)
-        self.outputs = list(names)
+        self._outputs = tuple(names)
         self.touch()
 
     def prune(self) -> int:
@@ -388,6 +416,9 @@ class QIR:
             key = value_key(out)
             alive.add(key)
             alive |= nx.ancestors(self.graph, key)
+        for key in list(alive):  # a surviving node keeps all its outputs, used or not
+            if not key.startswith("%"):
+                alive.update(self.graph.successors(key))
         dead = [k for k in self.graph if k not in alive and
                 not (k.startswith("%") and k[1:] in self.inputs)]
         self.graph.remove_nodes_from(dead)
@@ -404,11 +435,10 @@ class QIR:
             data["rec"] = copy_record(data["rec"])
         new.name = self.name
         new.opset_imports = dict(self.opset_imports)
-        new.inputs, new.outputs = list(self.inputs), list(self.outputs)
+        new._inputs, new._outputs = self._inputs, self._outputs
         new.meta = dict(self.meta)
         new.metadata_props = dict(self.metadata_props)
-        start = max((d["ord"][0] for _, d in self.graph.nodes(data=True)), default=0) + 1
-        new._next_ord = itertools.count(int(start))
+        new._ord_counter = self._ord_counter
         new._version = 0
         new._cache = {}
         return new
@@ -436,6 +466,14 @@ class QIR:
         if name in self.graph:
             raise QirError(f"a node named {name!r} already exists")
 
+    def _check_new_values(self, names: list[str]) -> None:
+        """Raise before any change if a new value name is taken or repeated (keeps mutators atomic)."""
+        if len(set(names)) != len(names):
+            raise QirError(f"output names repeat: {names}")
+        for n in names:
+            if value_key(n) in self.graph:
+                raise QirError(f"a value named {n!r} already exists (values are SSA)")
+
     def _add_value(self, rec: ValueRecord, ordinal: tuple) -> ValueRecord:
         key = value_key(rec.name)
         if key in self.graph:
@@ -444,15 +482,27 @@ class QIR:
         self.touch()
         return rec
 
-    def _ord_after(self, name: str) -> tuple:
-        return self.graph.nodes[name]["ord"] + (next(self._next_ord),)
+    def _new_calibration(self, name: str, input: str, output: str, role: CalibRole | str | None,
+                         mode: CalibMode | str, ordinal: tuple, state: dict[str, Any]) -> CalibRecord:
+        self._check_new_node(name)
+        self._check_new_values([output])
+        src = self.value(input)
+        role = CalibRole(role) if role else (
+            CalibRole.WEIGHT if src.kind is NodeKind.WEIGHT else CalibRole.ACTIVATION)
+        rec = CalibRecord(name, input, output, role, CalibMode(mode), **state)
+        self.graph.add_node(name, rec=rec, ord=ordinal)
+        self.graph.add_edge(value_key(input), name, key=0, slot=0)
+        self._add_value(ValueRecord(output, NodeKind.ACTIVATION, src.dtype, src.shape), ordinal + (0,))
+        self.graph.add_edge(name, value_key(output), key=0, slot=0)
+        self.touch()
+        return rec
 
-    def _positions(self) -> dict[str, int]:
-        pos = self._cache.get("pos")
-        if pos is None:
-            pos = {r.name: i for i, r in enumerate(self.runnables())}
-            self._cache["pos"] = pos
-        return pos
+    def _next_ordinal(self) -> int:
+        self._ord_counter += 1
+        return self._ord_counter
+
+    def _ord_after(self, name: str) -> tuple:
+        return self.graph.nodes[name]["ord"] + (self._next_ordinal(),)
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.runnables())

@@ -25,7 +25,9 @@ writes it)::
       ]
     }
 
-Adding keys keeps the version; removing or changing the meaning of one bumps it.
+Non-finite numbers are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (strict JSON
+has no such numbers). Adding keys keeps the version; removing or changing the meaning of one
+bumps it.
 """
 from __future__ import annotations
 
@@ -42,15 +44,26 @@ SCHEMA = "qir.ir"
 SCHEMA_VERSION = 1
 
 
+def _finite(v: Any) -> Any:
+    """Non-finite floats as the strings "inf", "-inf", "nan" (strict JSON has no such numbers)."""
+    if isinstance(v, float) and not np.isfinite(v):
+        return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
 def jsonable(value: Any) -> Any:
     """Attribute/state values as plain JSON types (tensors summarized when large)."""
     if isinstance(value, np.ndarray):
         out: dict[str, Any] = {"dtype": value.dtype.name, "shape": list(value.shape)}
         if value.size <= MAX_INLINE:
-            out["data"] = value.reshape(-1).tolist()
+            out["data"] = _finite(value.reshape(-1).tolist())
         return out
     if isinstance(value, np.generic):
-        return value.item()
+        return _finite(value.item())
+    if isinstance(value, float):
+        return _finite(value)
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, bytes):
@@ -62,7 +75,7 @@ def _vector(v: Any) -> Any:
     if v is None:
         return None
     arr = np.asarray(v, dtype=np.float64)
-    return float(arr) if arr.ndim == 0 else arr.reshape(-1).tolist()
+    return _finite(float(arr)) if arr.ndim == 0 else _finite(arr.reshape(-1).tolist())
 
 
 def to_json(ir: Any) -> dict[str, Any]:
@@ -76,12 +89,12 @@ def to_json(ir: Any) -> dict[str, Any]:
             numeric = data.size and data.dtype.kind in "biuf"
             f = data.astype(np.float64) if numeric else None
             item["stats"] = {"numel": int(data.size),
-                             "min": float(f.min()) if numeric else None,
-                             "max": float(f.max()) if numeric else None,
-                             "mean": float(f.mean()) if numeric else None,
-                             "abs_max": float(np.abs(f).max()) if numeric else None}
+                             "min": _finite(float(f.min())) if numeric else None,
+                             "max": _finite(float(f.max())) if numeric else None,
+                             "mean": _finite(float(f.mean())) if numeric else None,
+                             "abs_max": _finite(float(np.abs(f).max())) if numeric else None}
             if data.size <= MAX_INLINE:
-                item["data"] = data.reshape(-1).tolist()
+                item["data"] = _finite(data.reshape(-1).tolist())
         values.append(item)
     nodes = []
     for i, rec in enumerate(ir.runnables()):

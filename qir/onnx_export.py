@@ -7,8 +7,10 @@ Rules:
 2. Weights become initializers (only those some node or output reads).
 3. General nodes are written in the IR's deterministic topological order with their names,
    domains and attributes re-encoded with their original ONNX types.
-4. Calibration nodes are lowered by :func:`lower_calibration`: ``float`` mode becomes an
-   ``Identity``; quantizing modes are lowered by the calibration layer (not in this module).
+4. Calibration nodes are lowered by ``lower_calibration``. The default writes them as
+   ``qir::Calibration`` nodes (:mod:`qir.calib_onnx`): the calibrated-model format, which
+   ``import_onnx`` reads back exactly. Runtimes pass their own lowering (fake quantization as
+   standard ops); the emit pass writes QuantizeLinear/DequantizeLinear.
 """
 from __future__ import annotations
 
@@ -19,9 +21,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
-from .errors import UnsupportedOpError
+from . import calib_onnx
 from .graph import QIR
-from .kinds import CalibMode
 from .records import CalibRecord, OpRecord
 
 __all__ = ["export_onnx", "make_attribute", "np_to_onnx_dtype", "CalibLowering"]
@@ -51,18 +52,15 @@ def make_attribute(name: str, value: Any, attr_type: int | None) -> AttributePro
 
 
 def _value_info(ir: QIR, name: str) -> onnx.ValueInfoProto:
+    """A value's type; with an unknown dtype, an untyped value info (onnxruntime infers it)."""
     rec = ir.value(name)
-    elem = np_to_onnx_dtype(rec.dtype) if rec.dtype else onnx.TensorProto.UNDEFINED
-    shape = None if rec.shape is None else [d if d is not None else None for d in rec.shape]
-    return helper.make_tensor_value_info(name, elem, shape)
+    if rec.dtype is None:
+        return helper.make_empty_tensor_value_info(name)
+    return helper.make_tensor_value_info(name, np_to_onnx_dtype(rec.dtype), rec.shape)
 
 
-def _identity_for_float(ir: QIR, rec: CalibRecord) -> list[onnx.NodeProto]:
-    if rec.mode is not CalibMode.FLOAT:
-        raise UnsupportedOpError(
-            f"calibration node {rec.name!r} is in mode {rec.mode.value}; plain export writes only "
-            "float calibration nodes — use the calibration-aware exporter for quantized modes")
-    return [helper.make_node("Identity", [rec.input], [rec.output], name=rec.name)]
+def _as_calibration_node(ir: QIR, rec: CalibRecord) -> list[onnx.NodeProto]:
+    return [calib_onnx.calibration_to_node(rec)]
 
 
 def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
@@ -71,10 +69,10 @@ def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
     """Write ``ir`` as an ONNX model (see the module docstring).
 
     Args:
-        lower_calibration: how to write calibration nodes (default: float → Identity only).
+        lower_calibration: how to write calibration nodes (default: ``qir::Calibration``).
         extra_outputs / extra_nodes: appended as-is (used by runtimes to capture values).
     """
-    lower = lower_calibration or _identity_for_float
+    lower = lower_calibration or _as_calibration_node
     nodes: list[onnx.NodeProto] = []
     for rec in ir.runnables():
         if isinstance(rec, CalibRecord):
@@ -96,7 +94,13 @@ def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
     graph = helper.make_graph(nodes, ir.name, [_value_info(ir, n) for n in ir.inputs],
                               [_value_info(ir, n) for n in ir.outputs] + list(extra_outputs or []),
                               initializer=initializers, value_info=value_info)
-    opsets = [helper.make_opsetid(d, v) for d, v in sorted(ir.opset_imports.items())]
+    domains = dict(ir.opset_imports)
+    for node in nodes:
+        if node.domain == calib_onnx.DOMAIN:
+            domains.setdefault(calib_onnx.DOMAIN, calib_onnx.OPSET)
+        elif node.domain == "com.microsoft":
+            domains.setdefault("com.microsoft", 1)
+    opsets = [helper.make_opsetid(d, v) for d, v in sorted(domains.items())]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="qir")
     needed = helper.find_min_ir_version_for(opsets, True)
     model.ir_version = max(min(int(ir.meta.get("ir_version", 8)), MAX_IR_VERSION), needed)

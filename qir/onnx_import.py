@@ -11,8 +11,9 @@ Steps:
 3. Normalize with onnx-graphsurgeon (fold constants, clean up, topologically sort) between two
    rounds of ONNX shape inference, so ``Shape→Gather→Concat→Reshape`` chains become constants.
 4. Lower: initializers and ``Constant`` nodes (Paddle exports keep weights there) become WEIGHT
-   values; graph inputs become inputs; every other node a GENERAL op with its ONNX name
-   (``OpType_N`` when it has none, N counting per op type) and attributes decoded to Python.
+   values; graph inputs become inputs; ``qir::Calibration`` nodes (a saved calibrated model,
+   :mod:`qir.calib_onnx`) become CALIBRATION nodes; every other node a GENERAL op with its ONNX
+   name (``OpType_N`` when it has none, N counting per op type) and attributes decoded to Python.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
+from . import calib_onnx
 from .errors import ImportError_, InputError, UnsupportedOpError, did_you_mean
 from .graph import QIR
 
@@ -122,13 +124,37 @@ def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
         return proto
 
 
+def _stash_calibrations(proto: onnx.ModelProto, where: str) -> dict[str, dict[str, Any]]:
+    """Turn ``qir::Calibration`` nodes into named Identity nodes (so shape inference and
+    folding see through them); returns their decoded attributes by node name."""
+    stashed: dict[str, dict[str, Any]] = {}
+    for node in proto.graph.node:
+        if node.domain == calib_onnx.DOMAIN and node.op_type == calib_onnx.OP_TYPE:
+            if not node.name or node.name in stashed:
+                raise ImportError_(f"{where}: every qir Calibration node needs a unique name "
+                                   f"(found {node.name!r} twice or empty)")
+            stashed[node.name] = {a.name: decode_attribute(a) for a in node.attribute}
+            node.op_type, node.domain = "Identity", ""
+            del node.attribute[:]
+    if stashed:
+        kept = [o for o in proto.opset_import if o.domain != calib_onnx.DOMAIN]
+        del proto.opset_import[:]
+        proto.opset_import.extend(kept)
+    return stashed
+
+
 def _normalize(proto: onnx.ModelProto) -> onnx.ModelProto:
     """Fold constants, remove dead nodes and toposort with onnx-graphsurgeon."""
     import onnx_graphsurgeon as gs
     import onnxruntime as ort
 
     proto = _infer_shapes(proto)
-    ort.set_default_logger_severity(3)  # graphsurgeon folds with ORT, which warns about fusions
+    ir_version = proto.ir_version
+    # graphsurgeon folds with onnxruntime, which reads IR versions up to 10 only
+    proto.ir_version = min(proto.ir_version, 10)
+    ort.set_default_logger_severity(3)  # ORT warns about fusions while folding
+    gs_severity = gs.logger.G_LOGGER.severity
+    gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.ERROR  # graphsurgeon prints to stdout
     try:
         graph = gs.import_onnx(proto)
         try:
@@ -142,7 +168,8 @@ def _normalize(proto: onnx.ModelProto) -> onnx.ModelProto:
         return proto
     finally:
         ort.set_default_logger_severity(2)
-    folded.ir_version = proto.ir_version
+        gs.logger.G_LOGGER.severity = gs_severity
+    folded.ir_version = ir_version
     del folded.opset_import[:]
     folded.opset_import.extend(proto.opset_import)
     return _infer_shapes(folded)
@@ -172,7 +199,8 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     Args:
         model: path to an ``.onnx`` file or a loaded ``ModelProto`` (not modified).
         input_shapes: ``{input name: shape}`` to make dynamic inputs static.
-        normalize: run the onnx-graphsurgeon/shape-inference clean-up first.
+        normalize: run the onnx-graphsurgeon clean-up first (skipped for calibrated models,
+            which qir wrote already normalized; their node order is kept exactly).
         name: model name (default: the graph name, else the file stem).
 
     Raises:
@@ -182,9 +210,11 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     proto = onnx.ModelProto()
     proto.CopyFrom(read_onnx(model))
     _check_model(proto, where)
+    calibrations = _stash_calibrations(proto, where)
+    _name_unnamed_nodes(proto)
     if input_shapes:
         _fix_input_shapes(proto, input_shapes)
-    if normalize:
+    if normalize and not calibrations:
         proto = _normalize(proto)
     else:
         proto = _infer_shapes(proto)
@@ -207,15 +237,17 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
         if not ir.has_value(vi.name):
             ir.add_input(vi.name, *types[vi.name])
 
-    used_names = {n.name for n in graph.node if n.name}
-    counters: dict[str, int] = {}
     taken: set[str] = set()
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
             ir.add_weight(node.output[0], _constant_value(node, where))
             continue
-        op_name = node.name if node.name and node.name not in taken else _fresh_name(
-            node.op_type, counters, used_names | taken)
+        if node.name in calibrations and node.op_type == "Identity":
+            ir.add_calibration(node.name, node.input[0], node.output[0],
+                               **calib_onnx.calibration_state(calibrations[node.name]))
+            taken.add(node.name)
+            continue
+        op_name = node.name if node.name not in taken else _fresh_name(node.name, taken)
         taken.add(op_name)
         attrs = {a.name: decode_attribute(a) for a in node.attribute}
         attr_types = {a.name: int(a.type) for a in node.attribute}
@@ -235,14 +267,30 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     return ir
 
 
-def _fresh_name(op_type: str, counters: dict[str, int], used: set[str]) -> str:
-    """``OpType_N`` with N counting per op type, skipping names already in the model."""
-    while True:
-        n = counters.get(op_type, 0)
-        counters[op_type] = n + 1
-        candidate = f"{op_type}_{n}"
-        if candidate not in used:
-            return candidate
+def _name_unnamed_nodes(proto: onnx.ModelProto) -> None:
+    """Name every unnamed node ``OpType_N`` (N counting per op type in model order, skipping
+    names in use) on the model as written, so names do not depend on what folding removes."""
+    used = {n.name for n in proto.graph.node if n.name}
+    counters: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.name:
+            continue
+        while True:
+            n = counters.get(node.op_type, 0)
+            counters[node.op_type] = n + 1
+            candidate = f"{node.op_type}_{n}"
+            if candidate not in used:
+                break
+        node.name = candidate
+        used.add(candidate)
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    """``base_1``, ``base_2``, ... for a name that several nodes share."""
+    n = 1
+    while f"{base}_{n}" in taken:
+        n += 1
+    return f"{base}_{n}"
 
 
 def _constant_value(node: onnx.NodeProto, where: str) -> np.ndarray:

@@ -75,6 +75,8 @@ def _ref(ir: Any, name: str) -> str:
 
 
 def _typed(ir: Any, name: str) -> str:
+    if not name:
+        return "_"
     rec: ValueRecord = ir.value(name)
     return f"%{name} : {format_type(rec.dtype, rec.shape)}"
 

@@ -69,8 +69,10 @@ class CalibRecord:
     ``mode`` chooses int8/int16 fake-quant, fp16 round trip, or float pass-through. The scale is
     derived from ``threshold`` (``threshold / qmax``, symmetric, zero point 0) unless ``scale``
     holds an imported scale, which is then used as stored. ``threshold``/``scale`` are scalars
-    (per tensor) or vectors along ``axis`` (per channel). ``fixed`` thresholds are never changed
-    by calibration. ``feeds`` names the general node(s) this calibration node serves.
+    (per tensor) or vectors along ``axis`` (per channel). ``zero_point`` is only set for imported
+    asymmetric quantizers (e.g. onnxruntime's uint8 activations, stored in the int8 frame as
+    ``zp - 128``); qir's own calibration is symmetric. ``fixed`` thresholds are never changed by
+    calibration. ``feeds`` names the general node(s) this calibration node serves.
     """
 
     name: str
@@ -80,6 +82,7 @@ class CalibRecord:
     mode: CalibMode = CalibMode.INT8
     threshold: np.ndarray | float | None = None
     scale: np.ndarray | float | None = None
+    zero_point: np.ndarray | int | None = None
     axis: int | None = None
     fixed: bool = False
     feeds: tuple[str, ...] = ()
@@ -100,9 +103,16 @@ Record = Union[ValueRecord, OpRecord, CalibRecord]
 
 
 def copy_record(rec: Record) -> Record:
-    """Shallow copy with fresh ``attrs``/``meta`` containers; arrays are shared (read-only)."""
+    """A copy with fresh containers: ``attrs``, calibration arrays (small) and ``meta`` (one
+    level: objects stored in meta, e.g. histograms, are shared). Weight arrays are shared
+    read-only."""
     changes: dict[str, Any] = {"meta": dict(rec.meta)}
     if isinstance(rec, OpRecord):
         changes["attrs"] = dict(rec.attrs)
         changes["attr_types"] = dict(rec.attr_types)
+    elif isinstance(rec, CalibRecord):
+        for f in ("threshold", "scale", "zero_point"):
+            value = getattr(rec, f)
+            if isinstance(value, np.ndarray):
+                changes[f] = value.copy()
     return dataclasses.replace(rec, **changes)

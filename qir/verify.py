@@ -90,7 +90,7 @@ def _check_runnable(ir: Any, key: str, rec: OpRecord | CalibRecord) -> list[str]
         out.append(f"node {rec.name!r}: input edges {_names(in_edges)} do not match record "
                    f"inputs {_names(want_in)}")
     out_edges = {slot: dst for _, dst, slot in g.out_edges(key, keys=True)}
-    want_out = {slot: "%" + v for slot, v in enumerate(rec.outputs)}
+    want_out = {slot: "%" + v for slot, v in enumerate(rec.outputs) if v}
     if out_edges != want_out:
         out.append(f"node {rec.name!r}: output edges {_names(out_edges)} do not match record "
                    f"outputs {_names(want_out)}")

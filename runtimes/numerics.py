@@ -1,12 +1,20 @@
-"""The numeric core of calibration nodes: symmetric fake quantization and fp16 round trips.
+"""The numeric core of calibration nodes: fake quantization and fp16 round trips.
 
 For an integer mode with ``b`` bits, ``qmax = 2^(b-1) - 1`` (127, 32767) and ``qmin = -qmax - 1``.
 The scale is ``threshold / qmax`` unless the node holds an explicit (imported) scale, which is
-used as stored. Fake quantization is ``y = clamp(round(x / scale), qmin, qmax) * scale`` with
-round-half-to-even (ONNX QuantizeLinear); per-channel scales broadcast along ``axis``.
-``fp16`` is the IEEE binary16 round trip (round to nearest even, overflow to ±inf).
+used as stored. Fake quantization, in float32 and in exactly this order (the onnxruntime
+lowering computes the same ops, so both runtimes agree bit for bit)::
+
+    q = round(x / scale)            # rounding from the profile (default half to even)
+    q = clip(q + zp, qmin, qmax)    # zp = 0 unless an asymmetric quantizer was imported
+    y = (q - zp) * scale
+
+Per-channel scales/zero points broadcast along ``axis``. ``fp16`` is the IEEE binary16 round
+trip (round to nearest even, overflow to ±inf). Thresholds must be finite and > 0 to quantize.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -14,39 +22,95 @@ from qir.errors import QirError
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["QRANGE", "calib_scale", "fake_quant", "apply_calibration"]
+__all__ = ["QRANGE", "ROUNDING", "calib_scale", "calib_zero_point", "fake_quant", "apply_calibration",
+           "fold_batchnorm"]
 
 QRANGE = {CalibMode.INT8: (-128, 127), CalibMode.INT16: (-32768, 32767)}
 
 
+def _half_up(v: np.ndarray) -> np.ndarray:
+    return np.floor(v + np.asarray(0.5, v.dtype))
+
+
+def _half_away(v: np.ndarray) -> np.ndarray:
+    return np.copysign(np.floor(np.abs(v) + np.asarray(0.5, v.dtype)), v)
+
+
+ROUNDING: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "half_to_even": np.rint,   # ONNX QuantizeLinear, PyTorch quantize_per_tensor
+    "half_up": _half_up,       # floor(x + 0.5)
+    "half_away": _half_away,   # C round()
+}
+
+
 def calib_scale(rec: CalibRecord) -> np.ndarray:
-    """The node's scale (scalar or per-channel vector), float32."""
+    """The node's scale (scalar or per-channel vector), float32, checked finite and > 0."""
     if rec.scale is not None:
-        return np.asarray(rec.scale, dtype=np.float32)
-    if rec.threshold is None:
-        raise QirError(f"calibration node {rec.name!r} is {rec.mode.value} but has no threshold; "
-                       "calibrate the model first")
-    qmax = QRANGE[rec.mode][1]
-    th = np.asarray(rec.threshold, dtype=np.float32)
-    return np.maximum(th, np.float32(np.finfo(np.float32).tiny)) / np.float32(qmax)
+        scale = np.asarray(rec.scale, dtype=np.float32)
+    else:
+        if rec.threshold is None:
+            raise QirError(f"calibration node {rec.name!r} is {rec.mode.value} but has no threshold; "
+                           "calibrate the model first")
+        th = np.asarray(rec.threshold, dtype=np.float32)
+        scale = th / np.float32(QRANGE[rec.mode][1])
+    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        bad = scale[~(np.isfinite(scale) & (scale > 0))] if scale.ndim else scale
+        raise QirError(f"calibration node {rec.name!r} has an unusable scale {np.ravel(bad)[:4].tolist()} "
+                       "(it must be finite and > 0); recalibrate or set a positive threshold")
+    return scale
 
 
-def fake_quant(x: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, axis: int | None) -> np.ndarray:
-    """``clamp(rint(x / scale), qmin, qmax) * scale`` in float32."""
-    s = np.asarray(scale, dtype=np.float32)
-    if s.ndim and axis is not None:
-        shape = [1] * x.ndim
+def calib_zero_point(rec: CalibRecord) -> np.ndarray | None:
+    """The node's zero point as float32 (None when symmetric)."""
+    if rec.zero_point is None or not np.any(np.asarray(rec.zero_point)):
+        return None
+    return np.asarray(rec.zero_point, dtype=np.float32)
+
+
+def _along(v: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
+    if v.ndim and axis is not None:
+        shape = [1] * ndim
         shape[axis] = -1
-        s = s.reshape(shape)
-    q = np.clip(np.rint(x / s), qmin, qmax)
+        return v.reshape(shape)
+    return v
+
+
+def fake_quant(x: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, axis: int | None,
+               zero_point: np.ndarray | None = None, rounding: str = "half_to_even") -> np.ndarray:
+    """Quantize-dequantize ``x`` (see the module docstring for the exact op order)."""
+    s = _along(np.asarray(scale, dtype=x.dtype), axis, x.ndim)
+    q = ROUNDING[rounding](x / s)
+    if zero_point is not None:
+        zp = _along(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
+        q = np.clip(q + zp, qmin, qmax) - zp
+    else:
+        q = np.clip(q, qmin, qmax)
     return (q * s).astype(x.dtype, copy=False)
 
 
-def apply_calibration(rec: CalibRecord, x: np.ndarray) -> np.ndarray:
+def apply_calibration(rec: CalibRecord, x: np.ndarray, rounding: str = "half_to_even") -> np.ndarray:
     """What the calibration node ``rec`` does to ``x`` in fake-quant execution."""
     if rec.mode is CalibMode.FLOAT:
         return x
     if rec.mode is CalibMode.FP16:
-        return x.astype(np.float16).astype(x.dtype)
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(x.dtype)
     qmin, qmax = QRANGE[rec.mode]
-    return fake_quant(x, calib_scale(rec), qmin, qmax, rec.axis)
+    return fake_quant(x, calib_scale(rec), qmin, qmax, rec.axis, calib_zero_point(rec), rounding)
+
+
+def fold_batchnorm(weight: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, beta: np.ndarray,
+                   mean: np.ndarray, var: np.ndarray, epsilon: float, axis: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Weights and bias of a Conv/Gemm with the BatchNormalization after it folded in.
+
+    BN(y) = a * (y - mean) + beta with a = scale / sqrt(var + eps), and y is linear in the
+    weights along the output-channel ``axis``, so W' = W * a (along ``axis``) and
+    B' = (B - mean) * a + beta (B = 0 when absent). Computed in float64, returned in W's dtype.
+    """
+    a = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + float(epsilon))
+    b = np.zeros_like(a) if bias is None else np.asarray(bias, np.float64)
+    shape = [1] * weight.ndim
+    shape[axis] = -1
+    w = (np.asarray(weight, np.float64) * a.reshape(shape)).astype(weight.dtype)
+    return w, ((b - np.asarray(mean, np.float64)) * a + np.asarray(beta, np.float64)).astype(weight.dtype)

@@ -14,20 +14,80 @@ import os
 from typing import Iterable, Mapping
 
 import numpy as np
-from onnx import helper
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
-from qir.errors import ExecutionError, QirError
+from qir.errors import ExecutionError, InputError
 from qir.graph import QIR
+from qir.kinds import CalibMode
 from qir.onnx_export import CalibLowering, export_onnx
+from qir.records import CalibRecord
 
-from .base import LEVELS, InputError, check_capture, check_feeds
+from .base import LEVELS, check_capture, check_feeds
+from .numerics import QRANGE, ROUNDING, calib_scale, calib_zero_point
 
-__all__ = ["OrtRuntime"]
+__all__ = ["OrtRuntime", "lower_fake_quant"]
 
 logger = logging.getLogger(__name__)
 
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
            "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def _const(name: str, value: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(value, name))
+
+
+def lower_fake_quant(ir: QIR, rec: CalibRecord, rounding: str = "half_to_even") -> list[onnx.NodeProto]:
+    """A calibration node as standard ONNX ops computing exactly what
+    :func:`qir.runtimes.numerics.fake_quant` computes, op for op in float32:
+    ``Mul(Clip(Round(Div(x, s)) [+ zp], qmin, qmax) [- zp], s)``; fp16 is a Cast pair, float
+    an Identity. (QuantizeLinear would round only half-to-even and needs opset 21 for int16.)"""
+    x, y, p = rec.input, rec.output, rec.name + "::"
+    if rec.mode is CalibMode.FLOAT:
+        return [helper.make_node("Identity", [x], [y], name=rec.name)]
+    if rec.mode is CalibMode.FP16:
+        return [helper.make_node("Cast", [x], [p + "half"], name=p + "to_half", to=TensorProto.FLOAT16),
+                helper.make_node("Cast", [p + "half"], [y], name=rec.name, to=TensorProto.FLOAT)]
+    if rounding not in ROUNDING:
+        raise InputError(f"unknown rounding {rounding!r}; choose {sorted(ROUNDING)}")
+    scale, zp = calib_scale(rec), calib_zero_point(rec)
+    if scale.ndim and rec.axis is not None:
+        shape = ir.value(x).shape
+        if shape is None:
+            raise ExecutionError(f"calibration node {rec.name!r} is per-channel but the rank of "
+                                 f"{x!r} is unknown")
+        bshape = [1] * len(shape)
+        bshape[rec.axis] = -1
+        scale = scale.reshape(bshape)
+        zp = None if zp is None else zp.reshape(bshape)
+    qmin, qmax = QRANGE[rec.mode]
+    nodes = [_const(p + "scale", scale), _const(p + "qmin", np.array(qmin, np.float32)),
+             _const(p + "qmax", np.array(qmax, np.float32)),
+             helper.make_node("Div", [x, p + "scale"], [p + "v"], name=p + "div")]
+    if rounding == "half_to_even":
+        nodes.append(helper.make_node("Round", [p + "v"], [p + "q"], name=p + "round"))
+    else:
+        nodes += [_const(p + "half", np.array(0.5, np.float32))]
+        if rounding == "half_up":
+            nodes += [helper.make_node("Add", [p + "v", p + "half"], [p + "vh"], name=p + "add_half"),
+                      helper.make_node("Floor", [p + "vh"], [p + "q"], name=p + "floor")]
+        else:  # half_away: sign(v) * floor(|v| + 0.5)
+            nodes += [helper.make_node("Abs", [p + "v"], [p + "a"], name=p + "abs"),
+                      helper.make_node("Add", [p + "a", p + "half"], [p + "ah"], name=p + "add_half"),
+                      helper.make_node("Floor", [p + "ah"], [p + "m"], name=p + "floor"),
+                      helper.make_node("Sign", [p + "v"], [p + "sg"], name=p + "sign"),
+                      helper.make_node("Mul", [p + "m", p + "sg"], [p + "q"], name=p + "signed")]
+    q = p + "q"
+    if zp is not None:
+        nodes += [_const(p + "zp", zp),
+                  helper.make_node("Add", [q, p + "zp"], [p + "qz"], name=p + "add_zp"),
+                  helper.make_node("Clip", [p + "qz", p + "qmin", p + "qmax"], [p + "cz"], name=p + "clip"),
+                  helper.make_node("Sub", [p + "cz", p + "zp"], [p + "c"], name=p + "sub_zp")]
+    else:
+        nodes.append(helper.make_node("Clip", [q, p + "qmin", p + "qmax"], [p + "c"], name=p + "clip"))
+    nodes.append(helper.make_node("Mul", [p + "c", p + "scale"], [y], name=rec.name))
+    return nodes
 
 
 class OrtRuntime:
@@ -36,34 +96,59 @@ class OrtRuntime:
     Args:
         threads: intra-op threads (default: onnxruntime's choice).
         optimization: graph optimization level, ``disable|basic|extended|all`` (default all).
-        level: ``fakequant`` (calibration nodes lowered by ``lower_calibration``) or ``float``.
-        lower_calibration: how calibration nodes become ONNX (default: float nodes only).
+        level: ``fakequant`` (calibration nodes quantize) or ``float`` (they pass through).
+        rounding: fake-quant rounding, ``half_to_even`` (default), ``half_up`` or ``half_away``.
+        lower_calibration: a custom lowering of calibration nodes (default: :func:`lower_fake_quant`).
     """
 
     name = "ort"
 
     def __init__(self, threads: int | None = None, optimization: str = "all",
-                 level: str = "fakequant", lower_calibration: CalibLowering | None = None) -> None:
+                 level: str = "fakequant", rounding: str = "half_to_even",
+                 lower_calibration: CalibLowering | None = None) -> None:
         if optimization not in _LEVELS:
             raise InputError(f"unknown optimization {optimization!r}; choose {sorted(_LEVELS)}")
         if level not in LEVELS:
             raise InputError(f"unknown level {level!r}; choose {list(LEVELS)}")
         self.threads = threads
         self.optimization = optimization
+        if rounding not in ROUNDING:
+            raise InputError(f"unknown rounding {rounding!r}; choose {sorted(ROUNDING)}")
         self.level = level
+        self.rounding = rounding
         self.lower_calibration = lower_calibration
 
-    def _session(self, ir: QIR, captured: tuple[str, ...]):
+    def abs_max(self, ir: QIR, feeds: Mapping[str, np.ndarray], values: Iterable[str]) -> dict[str, float]:
+        """``max |v|`` of each value, reduced inside onnxruntime (one scalar per value comes
+        back instead of the whole tensor, so the model runs at nearly its plain speed)."""
+        feeds = check_feeds(ir, feeds)
+        names = tuple(sorted(check_capture(ir, values)))
+        key = ("ort-absmax", names, self.threads, self.optimization, self.level, self.rounding, os.getpid())
+        session, outs, keys = ir.cached(key, lambda: self._session(ir, names, reduce_abs_max=True))
+        try:
+            result = session.run(outs, dict(feeds))
+        except Exception as exc:
+            raise ExecutionError(f"onnxruntime failed on model {ir.name!r}: {_first_line(exc)}") from exc
+        got = dict(zip(keys, result))
+        return {v: float(got[v]) for v in names}
+
+    def _session(self, ir: QIR, captured: tuple[str, ...], reduce_abs_max: bool = False):
         import onnxruntime as ort
 
-        lower = self.lower_calibration
+        lower = self.lower_calibration or (lambda ir_, rec: lower_fake_quant(ir_, rec, self.rounding))
         if self.level == "float":
             def lower(_ir, rec):  # noqa: E306 - float level: every calibration node passes through
                 return [helper.make_node("Identity", [rec.input], [rec.output], name=rec.name)]
         nodes, outputs = [], []
         for k, name in enumerate(captured):
             out = f"qir.capture.{k}"
-            nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
+            if reduce_abs_max:  # max|x| = max(max x, -min x): two reductions, no |x| temporary
+                nodes += [helper.make_node("ReduceMax", [name], [out + ".max"], name=f"{out}.max", keepdims=0),
+                          helper.make_node("ReduceMin", [name], [out + ".min"], name=f"{out}.min", keepdims=0),
+                          helper.make_node("Neg", [out + ".min"], [out + ".neg"], name=f"{out}.neg"),
+                          helper.make_node("Max", [out + ".max", out + ".neg"], [out], name=f"{out}.absmax")]
+            else:
+                nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
             outputs.append(helper.make_empty_tensor_value_info(out))
         model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs)
         opts = ort.SessionOptions()
@@ -79,7 +164,9 @@ class OrtRuntime:
         except Exception as exc:
             raise ExecutionError(f"onnxruntime could not load model {ir.name!r}: {_first_line(exc)}") from exc
         names = [o.name for o in session.get_outputs()]
-        keys = list(ir.outputs) + list(captured)
+        keys = list(ir.outputs) + list(captured)  # session output i is value keys[i]
+        if reduce_abs_max:  # only the reductions are fetched
+            names, keys = names[len(ir.outputs):], list(captured)
         return session, names, keys
 
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
@@ -87,16 +174,15 @@ class OrtRuntime:
         """Execute ``ir``; returns graph outputs and captured values by name."""
         feeds = check_feeds(ir, feeds)
         captured = check_capture(ir, capture)
-        key = ("ort-session", captured, self.threads, self.optimization, self.level,
+        ordered = tuple(sorted(captured))  # one session per capture *set*, whatever the order
+        key = ("ort-session", ordered, self.threads, self.optimization, self.level, self.rounding,
                self.lower_calibration, os.getpid())
-        session, names, keys = ir.cached(key, lambda: self._session(ir, captured))
+        session, names, keys = ir.cached(key, lambda: self._session(ir, ordered))
         try:
-            values = session.run(names, dict(feeds))
-        except QirError:
-            raise
+            values = dict(zip(keys, session.run(names, dict(feeds))))
         except Exception as exc:
             raise ExecutionError(f"onnxruntime failed on model {ir.name!r}: {_first_line(exc)}") from exc
-        return dict(zip(keys, values))
+        return {name: values[name] for name in (*ir.outputs, *captured)}
 
 
 def _first_line(exc: Exception) -> str:

@@ -13,12 +13,16 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_MODELS = REPO.parent / "shared" / "models"
 
 
-def model_from_text(text: str, weights: dict[str, tuple] | None = None, seed: int = 0) -> onnx.ModelProto:
-    """Parse ONNX text; ``weights`` {name: shape} become seeded-random float32 initializers."""
+def model_from_text(text: str, weights: dict[str, tuple] | None = None, seed: int = 0,
+                    positive: tuple[str, ...] = ()) -> onnx.ModelProto:
+    """Parse ONNX text; ``weights`` {name: shape} become seeded-random float32 initializers
+    (those named in ``positive`` are made > 0, e.g. BatchNorm variances)."""
     model = onnx.parser.parse_model(text)
     rng = np.random.default_rng(seed)
     for name, shape in (weights or {}).items():
         arr = rng.standard_normal(shape).astype(np.float32)
+        if name in positive:
+            arr = np.abs(arr) + np.float32(0.1)
         model.graph.initializer.append(onnx.numpy_helper.from_array(arr, name))
     onnx.checker.check_model(model)
     return model

@@ -55,6 +55,8 @@ def _resolve_shapes(model: str, given, data: str | None = None) -> dict[str, lis
     from qir.data import load_samples
     from qir.onnx_import import read_onnx
 
+    if given is None and data is None:
+        return None
     proto = read_onnx(model)
     inits = {i.name for i in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in inits]
@@ -79,6 +81,13 @@ def _resolve_shapes(model: str, given, data: str | None = None) -> dict[str, lis
     return shapes
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def _check_writable(path: Path, force: bool) -> Path:
     if path.exists() and not force:
         raise InputError(f"{path} already exists; choose another path or pass --force to overwrite")
@@ -97,7 +106,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if fmt == "text":
         text = str(ir)
     elif fmt == "json":
-        text = json.dumps(ir.to_json(), indent=1) + "\n"
+        text = json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n"
     else:
         text = ir.to_dot()
     if fmt in ("svg", "png"):
@@ -120,10 +129,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
 def _stats_table(results: list[dict[str, np.ndarray]]) -> str:
     rows = [("output", "shape", "dtype", "min", "max", "mean", "std")]
     for name in results[0]:
-        stacked = np.stack([np.asarray(r[name]) for r in results])
-        f = stacked.astype(np.float64)
-        rows.append((name, "x".join(map(str, stacked.shape[1:])) or "scalar", stacked.dtype.name,
-                     f"{f.min():.6g}", f"{f.max():.6g}", f"{f.mean():.6g}", f"{f.std():.6g}"))
+        arrays = [np.asarray(r[name]) for r in results]
+        shapes = {a.shape for a in arrays}
+        shape = "x".join(map(str, arrays[0].shape)) or "scalar" if len(shapes) == 1 else "varies"
+        f = np.concatenate([a.reshape(-1) for a in arrays]).astype(np.float64)
+        stats = [f"{v:.6g}" for v in (f.min(), f.max(), f.mean(), f.std())] if f.size else ["-"] * 4
+        rows.append((name, shape, arrays[0].dtype.name, *stats))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -143,12 +154,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     import qir
     from qir.data import load_samples, save_outputs
 
-    out = _check_writable(Path(args.output), args.force) if args.output else None
-    shapes = _resolve_shapes(args.model, parse_input_shapes(args.input_shape), args.data)
+    out = None
+    if args.output:
+        path = Path(args.output)
+        out = _check_writable(path if path.suffix == ".npz" else path.with_name(path.name + ".npz"), args.force)
+    # shapes stay as the model declares them unless given: samples may differ in size
+    shapes = _resolve_shapes(args.model, parse_input_shapes(args.input_shape))
     ir = qir.load(args.model, input_shapes=shapes)
     ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
     samples = load_samples(args.data, ir.inputs, ranks)
-    if args.limit:
+    if args.limit is not None:
         samples = samples[: args.limit]
     if not len(samples):
         raise InputError(f"{args.data} holds no samples")
@@ -173,6 +188,60 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(out, runtimes=["numpy", "ort"] if args.runtime == "both" else [args.runtime])
 
 
+# ---------------------------------------------------------------------------------- passes
+def _pipeline_ir(args: argparse.Namespace, pipeline: str, context: dict) -> int:
+    """Load MODEL, run ``pipeline`` and save the calibrated model to ``args.output``."""
+    import qir
+    from qir.passes import PassManager
+
+    out = _check_writable(Path(args.output), args.force)
+    shapes = _resolve_shapes(args.model, parse_input_shapes(getattr(args, "input_shape", None)),
+                             context.get("data"))
+    ir = qir.load(args.model, input_shapes=shapes)
+    start = time.perf_counter()
+    result = PassManager(pipeline, context=context, dump_dir=getattr(args, "dump_dir", None)).run(ir)
+    for name, rep in result.report["passes"].items():
+        details = ", ".join(f"{k}={_short(v)}" for k, v in rep.items() if k not in ("modified", "seconds"))
+        print(f"  {name:<20} {'modified ' if rep['modified'] else 'unchanged'} {rep['seconds']:7.2f}s  {details}")
+    qir.save(ir, out)
+    print(f"{ir!r}\nwrote {out} in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+def _short(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {len(v) if isinstance(v, (list, dict)) else v}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return f"[{len(value)}]"
+    return str(value)
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    context = {"data": args.data, "march": args.march} if args.data else {"march": args.march}
+    return _pipeline_ir(args, args.pipeline, context)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    pipeline = (f"fold-bn,fuse{{march={args.march}}},insert-calibration{{march={args.march}}},"
+                f"calibrate{{method={args.method},percentile={args.percentile}}}")
+    return _pipeline_ir(args, pipeline, {"data": args.data})
+
+
+def cmd_set_mode(args: argparse.Namespace) -> int:
+    options = {"mode": args.mode, "nodes": args.nodes, "op_types": args.op_types, "role": args.role,
+               "from_file": args.from_file, "threshold": args.threshold}
+    spec = ",".join(f"{k}={v!r}" for k, v in options.items() if v is not None)
+    args.input_shape = None
+    return _pipeline_ir(args, f"set-mode{{{spec}}}", {})
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from qir.runtimes.profiles import format_profiles
+
+    sys.stdout.write(format_profiles(args.names or None, notes=args.notes))
+    return 0
+
+
 # ---------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="qir", description="Find why a quantized network lost accuracy.")
@@ -195,9 +264,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", choices=["numpy", "ort"], default="numpy")
     p.add_argument("-o", "--output", help="save outputs to this .npz ('<output>/<i>' entries)")
     p.add_argument("--input-shape", action="append", help=shape_help)
-    p.add_argument("--limit", type=int, help="use only the first N samples")
+    p.add_argument("--limit", type=_positive_int, help="use only the first N samples")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("calibrate", help="fold, fuse, insert calibration nodes and calibrate")
+    p.add_argument("model", help="a float .onnx model")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-o", "--output", required=True, help="the calibrated model to write (.onnx)")
+    p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max")
+    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    p.add_argument("--march", default="nash-e", help="march profile (see `qir profiles`)")
+    p.add_argument("--input-shape", action="append", help=shape_help)
+    p.add_argument("--dump-dir", help="write the IR after each pass here")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("pipeline", help="run a pass pipeline, e.g. \"fold-bn,fuse,insert-calibration\"")
+    p.add_argument("model", help="an .onnx model (float or calibrated)")
+    p.add_argument("pipeline", help="passes separated by commas, options in braces: calibrate{method=kl}")
+    p.add_argument("--data", help="data for passes that need it (calibrate)")
+    p.add_argument("--march", default="nash-e", help="march for passes that take one")
+    p.add_argument("-o", "--output", required=True, help="the model to write (.onnx)")
+    p.add_argument("--input-shape", action="append", help=shape_help)
+    p.add_argument("--dump-dir", help="write the IR after each pass here (NNN_<pass>.qir.txt)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=cmd_pipeline)
+
+    p = sub.add_parser("set-mode", help="set calibration nodes to int8/int16/fp16/float or a fixed threshold")
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("-o", "--output", required=True, help="the model to write (.onnx)")
+    p.add_argument("--mode", choices=["int8", "int16", "fp16", "float"])
+    p.add_argument("--nodes", help="comma-separated names or globs (calibration nodes, ops, module paths)")
+    p.add_argument("--op-types", help="comma-separated op types, e.g. Conv,MatMul")
+    p.add_argument("--role", choices=["weight", "activation"])
+    p.add_argument("--from-file", help="a file with one node name per line")
+    p.add_argument("--threshold", type=float, help="a fixed threshold (kept by calibration)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=cmd_set_mode)
+
+    p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
+    p.add_argument("names", nargs="*", help="profiles to show (default: all)")
+    p.add_argument("--notes", action="store_true", help="show where each parameter comes from")
+    p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("demo", help="run qir on the bundled digits example")
     p.add_argument("-o", "--output", help="folder for the demo's files (dumps, outputs)")
@@ -220,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"qir: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            sys.stderr.close()
+            return 0
         if args.debug:
             raise
         print(f"qir: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
@@ -227,6 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("qir: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `qir dump model.onnx | head`: the reader is gone, not an error
+        sys.stderr.close()
+        return 0
     except Exception as exc:  # a bug in qir: say so in one line, traceback on --debug
         if args.debug:
             raise

@@ -1,6 +1,6 @@
 """``qir demo``: the main job on the bundled digits example, end to end, offline.
 
-Today: load the model, verify and dump the IR, run the 200 evaluation images on each runtime,
+Today: load the model, verify and print the IR, run the 200 evaluation images on each runtime,
 report accuracy, time per sample and the agreement between runtimes; with an output folder,
 write the dumps and outputs there.
 """
@@ -34,6 +34,10 @@ def run_demo(out: Path | None, runtimes: list[str]) -> int:
     problems = verify(ir)
     print(f"model   {root / 'model.onnx'}")
     print(f"ir      {ir!r}; verify: {'ok' if not problems else problems}")
+    dump = str(ir).splitlines()
+    shown = [line for line in dump if not line.startswith("  weight ")]
+    print("dump    (weights omitted; the full text is model.qir.txt with -o)")
+    print("\n".join("        " + line for line in shown))
     images = np.load(root / "eval_images.npy")
     labels = np.load(root / "eval_labels.npy")
     samples = [{"input": x} for x in images]
@@ -54,7 +58,7 @@ def run_demo(out: Path | None, runtimes: list[str]) -> int:
         print(f"agree   numpy vs ort: max |diff| / max |ort| = {rel:.2e}")
     if out is not None:
         (out / "model.qir.txt").write_text(str(ir))
-        (out / "model.qir.json").write_text(json.dumps(ir.to_json(), indent=1) + "\n")
+        (out / "model.qir.json").write_text(json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n")
         (out / "model.dot").write_text(ir.to_dot())
         print(f"wrote   {out}/ (model.qir.txt, model.qir.json, model.dot, outputs_<runtime>.npz)")
     return 0

@@ -26,7 +26,7 @@ from qir.kinds import NodeKind
 from qir.records import CalibRecord, OpRecord
 
 from ..base import LEVELS, check_capture, check_feeds
-from ..numerics import apply_calibration
+from ..numerics import ROUNDING, apply_calibration, fold_batchnorm
 from .registry import lookup
 
 __all__ = ["NumpyRuntime", "missing_kernels"]
@@ -63,8 +63,10 @@ def missing_kernels(ir: QIR) -> dict[str, list[str]]:
 def _foldable_batchnorms(ir: QIR, keep: frozenset[str]) -> dict[str, OpRecord]:
     """``{conv name: the BatchNormalization folded into it}``.
 
-    A pair folds when the Conv's output is read only by the BatchNormalization, is not kept
-    (captured or a graph output), and the Conv weights and BN parameters are all constants.
+    A pair folds when the Conv's output is read only by the BatchNormalization, is not a graph
+    output, and the Conv weights and BN parameters are all constants. What is captured does
+    not matter (a captured Conv output is computed by an extra unfolded Conv), so every value
+    downstream is bit-identical whatever a caller captures.
     """
     def constant(*names: str) -> bool:
         return all(not n or ir.value(n).kind is NodeKind.WEIGHT for n in names)
@@ -74,7 +76,7 @@ def _foldable_batchnorms(ir: QIR, keep: frozenset[str]) -> dict[str, OpRecord]:
         x = bn.inputs[0]
         conv = ir.producer(x)
         if (isinstance(conv, OpRecord) and conv.op_type == "Conv" and not conv.domain
-                and x not in keep and len(ir.uses(x)) == 1 and not bn.attrs.get("training_mode")
+                and x not in ir.outputs and len(ir.uses(x)) == 1 and not bn.attrs.get("training_mode")
                 and all(not o or not ir.uses(o) and o not in keep for o in bn.outputs[1:])
                 and constant(*conv.inputs[1:], *bn.inputs[1:])):
             pairs[conv.name] = bn
@@ -82,15 +84,10 @@ def _foldable_batchnorms(ir: QIR, keep: frozenset[str]) -> dict[str, OpRecord]:
 
 
 def _fold_batchnorm(ir: QIR, conv: OpRecord, bn: OpRecord) -> tuple[np.ndarray, np.ndarray]:
-    """Conv weights/bias with the BatchNormalization after them folded in (float64 maths):
-    a = scale / sqrt(var + eps), W' = W * a (per output channel), B' = (B - mean) * a + beta."""
-    w = ir.weight_array(conv.inputs[1])
-    scale, beta, mean, var = (ir.weight_array(n).astype(np.float64) for n in bn.inputs[1:5])
-    a = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
-    bias = ir.weight_array(conv.inputs[2]).astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] \
-        else np.zeros_like(a)
-    w_folded = (w.astype(np.float64) * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-    return w_folded, ((bias - mean) * a + beta).astype(w.dtype)
+    bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+    return fold_batchnorm(ir.weight_array(conv.inputs[1]), None if bias is None else ir.weight_array(bias),
+                          *(ir.weight_array(n) for n in bn.inputs[1:5]),
+                          epsilon=bn.attrs.get("epsilon", 1e-5), axis=0)
 
 
 def _plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> _Plan:
@@ -119,6 +116,8 @@ def _plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> _Plan:
         inputs, outputs = rec.inputs, rec.outputs
         if rec.name in folds:
             bn = folds[rec.name]
+            if rec.outputs[0] in keep:  # the captured pre-BatchNorm value, computed as written
+                steps.append(_Step(rec, spec.fn, dict(kwargs), tuple(rec.inputs), tuple(rec.outputs)))
             w_name, b_name = f"{rec.name}.bn_folded.weight", f"{rec.name}.bn_folded.bias"
             weights[w_name], weights[b_name] = _fold_batchnorm(ir, rec, bn)
             inputs, outputs = (rec.inputs[0], w_name, b_name), bn.outputs[:1]
@@ -144,6 +143,7 @@ class NumpyRuntime:
 
     Args:
         level: ``fakequant`` (default) applies calibration nodes; ``float`` ignores them.
+        rounding: fake-quant rounding, ``half_to_even`` (default), ``half_up`` or ``half_away``.
         fold_batchnorm: execute Conv→BatchNormalization pairs whose intermediate value is not
             observed as one Conv with folded weights, as onnxruntime does (default); False
             runs every op as written.
@@ -151,10 +151,14 @@ class NumpyRuntime:
 
     name = "numpy"
 
-    def __init__(self, level: str = "fakequant", fold_batchnorm: bool = True) -> None:
+    def __init__(self, level: str = "fakequant", rounding: str = "half_to_even",
+                 fold_batchnorm: bool = True) -> None:
         if level not in LEVELS:
             raise InputError(f"unknown level {level!r}; the numpy runtime runs {list(LEVELS)}")
+        if rounding not in ROUNDING:
+            raise InputError(f"unknown rounding {rounding!r}; choose {sorted(ROUNDING)}")
         self.level = level
+        self.rounding = rounding
         self.fold_batchnorm = fold_batchnorm
 
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
@@ -173,7 +177,7 @@ class NumpyRuntime:
             args = [env[v] if v else None for v in step.inputs]
             try:
                 if step.fn is None:
-                    result = apply_calibration(rec, args[0]) if quantize else args[0]
+                    result = apply_calibration(rec, args[0], self.rounding) if quantize else args[0]
                 else:
                     result = step.fn(*args, **step.kwargs)
             except QirError:

@@ -29,7 +29,7 @@ def test_folder_errors(tmp_path):
         load_samples(tmp_path, ["a", "b"])
     (tmp_path / "b").mkdir()
     np.save(tmp_path / "b" / "0.npy", np.zeros(3))
-    with pytest.raises(InputError, match="different numbers of samples"):
+    with pytest.raises(InputError, match="1.npy is in one folder only"):
         load_samples(tmp_path, ["a", "b"])
     with pytest.raises(InputError, match="not found"):
         load_samples(tmp_path / "nope", ["a"])
@@ -72,3 +72,12 @@ def test_python_iterables_and_save_outputs(tmp_path):
     path = save_outputs(tmp_path / "o.npz", [{"y": np.ones(2)}, {"y": np.zeros(2)}])
     with np.load(path) as npz:
         assert sorted(npz.keys()) == ["y/0", "y/1"]
+
+
+def test_multi_input_folders_pair_samples_by_index_not_position(tmp_path):
+    for name, idx in (("a", [0, 1, 2]), ("b", [0, 1, 3])):
+        (tmp_path / name).mkdir()
+        for i in idx:
+            np.save(tmp_path / name / f"{i}.npy", np.full(2, i, np.float32))
+    with pytest.raises(InputError, match="2.npy is in one folder only"):
+        load_samples(tmp_path, ["a", "b"])

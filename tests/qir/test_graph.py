@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from qir import QIR, CalibMode, CalibRole, NodeKind, verify
+from qir.records import ValueRecord
 from qir.errors import NotFoundError, QirError
 
 
@@ -120,3 +121,69 @@ def test_topological_order_is_deterministic_and_cached():
     ir.add_op("neg", "Neg", ["y"], ["z"])
     assert ir.version > version
     assert [r.name for r in ir.runnables()] == ["mul", "add", "neg"]
+
+
+def test_omitted_optional_outputs_create_no_value():
+    ir = QIR("opt")
+    ir.add_input("x", "float32", (2,))
+    ir.add_op("d1", "Dropout", ["x"], ["a", ""])
+    ir.add_op("d2", "Dropout", ["a"], ["b", ""])  # a second "" must not collide
+    ir.set_outputs(["b"])
+    assert verify(ir) == [] and not ir.has_value("")
+    assert "d1: %a : ?[*], _ = Dropout(%x)" in str(ir)
+    ir.add_op("n", "Neg", ["b"], ["c"])
+    ir.set_outputs(["c"])
+    ir.replace_uses("b", "a", skip=["n"])
+    assert ir.prune() == 0 or verify(ir) == []
+
+
+def test_failed_mutations_leave_the_ir_unchanged():
+    ir = small_ir()
+    ir.insert_calibration("m", "cal1", threshold=1.0)
+    before = str(ir)
+    with pytest.raises(QirError, match="'m~q' already exists"):
+        ir.insert_calibration("m", "cal2", threshold=1.0)   # default output name collides
+    with pytest.raises(QirError, match="'y' already exists"):
+        ir.add_op("n2", "Split", ["x"], ["z", "y"])
+    assert str(ir) == before and verify(ir) == [] and not ir.has_node("cal2") and not ir.has_value("z")
+
+
+def test_insert_calibration_checks_the_uses_it_is_given():
+    ir = small_ir()
+    with pytest.raises(QirError, match="it reads 'b', not 'm'"):
+        ir.insert_calibration("m", "c", uses=[("add", 1)])
+    with pytest.raises(NotFoundError, match="did you mean 'add'"):
+        ir.insert_calibration("m", "c", uses=[("addd", 0)])
+    assert verify(ir) == [] and not ir.has_node("c")
+
+
+def test_prune_keeps_every_output_of_a_surviving_node():
+    ir = QIR("split")
+    ir.add_input("x", "float32", (4,))
+    ir.add_weight("sizes", np.array([2, 2], np.int64))
+    ir.add_op("s", "Split", ["x", "sizes"], ["a", "b"])
+    ir.set_outputs(["a"])
+    assert ir.prune() == 0
+    assert verify(ir) == [] and ir.has_value("b")
+
+
+def test_clones_do_not_share_calibration_arrays_or_ordinals():
+    ir = small_ir()
+    ir.insert_calibration("b", "b.cal", axis=0, threshold=np.array([1, 2, 3, 4], np.float32))
+    clone = ir.clone()
+    clone.calibration("b.cal").threshold[0] = 99
+    assert ir.calibration("b.cal").threshold[0] == 1
+    a = ir.insert_calibration("m", "m.cal")
+    b = clone.insert_calibration("m", "m.cal")
+    assert ir.graph.nodes[a.name]["ord"] == clone.graph.nodes[b.name]["ord"]
+    running = [d["ord"] for _, d in clone.graph.nodes(data=True) if not isinstance(d["rec"], ValueRecord)]
+    assert len(set(running)) == len(running)
+
+
+def test_graph_inputs_and_outputs_change_only_through_mutators():
+    ir = small_ir()
+    with pytest.raises(AttributeError):
+        ir.outputs.append("m")  # a tuple: no silent edits behind the caches' back
+    version = ir.version
+    ir.set_outputs(["y", "m"])
+    assert ir.outputs == ("y", "m") and ir.version > version

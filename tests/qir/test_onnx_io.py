@@ -135,3 +135,44 @@ def test_save_writes_a_model_onnxruntime_runs(tmp_path):
     x = np.arange(16, dtype=np.float32).reshape(1, 4, 2, 2)
     (y,) = ort_run(onnx.load(path), {"x": x})
     np.testing.assert_array_equal(y, x.reshape(1, 16))
+
+
+UNNAMED = """
+<ir_version: 8, opset_import: ["" : 13]>
+g (float[N,4] x) => (float[N,4] y) {
+    s = Shape(x)
+    zero = Constant <value = int64[1] {0}> ()
+    n = Gather <axis=0> (s, zero)
+    n2 = Add(n, zero)
+    four = Constant <value = int64[1] {4}> ()
+    shape = Concat <axis=0> (n2, four)
+    y0 = Add(x, x)
+    y1 = Add(y0, x)
+    y = Reshape(y1, shape)
+}
+"""
+
+
+def test_generated_names_do_not_depend_on_folding():
+    model = model_from_text(UNNAMED)
+    dynamic = sorted(r.name for r in qir.load(model).ops("Add"))
+    static = sorted(r.name for r in qir.load(model, input_shapes={"x": [2, 4]}).ops("Add"))
+    assert dynamic == ["Add_0", "Add_1", "Add_2"]  # Add_0 is in the shape chain
+    assert static == ["Add_1", "Add_2"]            # folded away; the others keep their names
+
+
+def test_newest_ir_version_still_folds_and_prints_nothing(capfd):
+    model = model_from_text(SHAPE_CHAIN)
+    model.ir_version = onnx.IR_VERSION  # newer than onnxruntime reads
+    ir = qir.load(model, input_shapes={"x": [2, 4, 2, 2]})
+    assert [r.op_type for r in ir.ops()] == ["Reshape"]
+    out, err = capfd.readouterr()
+    assert out == ""
+
+
+def test_export_of_values_with_unknown_types_runs():
+    ir = qir.load(model_from_text(SHAPE_CHAIN), input_shapes={"x": [1, 4, 2, 2]})
+    ir.add_op("neg", "Neg", ["y"], ["z"])  # a pass adding a node without output_info
+    ir.set_outputs(["z"])
+    (z,) = ort_run(export_onnx(ir), {"x": np.ones((1, 4, 2, 2), np.float32)})
+    np.testing.assert_array_equal(z, -np.ones((1, 16), np.float32))

@@ -75,3 +75,30 @@ def test_numpy_interpreter_agrees_with_onnxruntime_on_real_images(case):
         for value in compared:
             err = np.abs(a[value] - b[value]).max() / max(float(np.abs(b[value]).max()), 1e-12)
             assert err <= 1e-4, f"{name} on {image}, {value}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("net_index, size", [(0, 12), (1, 24), (2, 48)], ids=["pnet", "rnet", "onet"])
+def test_mtcnn_torch_nets_export_import_and_agree_with_torch(net_index, size, tmp_path):
+    """facenet-pytorch's MTCNN stages with their released weights (PReLU, MaxPool ceil_mode,
+    Linear, Softmax), exported by torch, imported by qir, run on real face crops."""
+    torch = pytest.importorskip("torch")
+    from PIL import Image
+
+    rm = real_models()
+    net = rm.mtcnn_nets()[net_index]
+    faces = rm.faces(4)  # 25x25 gray in [0, 1]
+    crops = np.stack([np.asarray(Image.fromarray((f * 255).astype(np.uint8)).resize((size, size)),
+                                 np.float32) for f in faces])
+    x = ((np.repeat(crops[:, None], 3, axis=1) - 127.5) / 128.0).astype(np.float32)
+    path = tmp_path / "net.onnx"
+    with torch.no_grad():
+        torch.onnx.export(net, (torch.from_numpy(x[:1]),), str(path), input_names=["input"], dynamo=False)
+        expected = [tuple(t.numpy() for t in net(torch.from_numpy(x[i:i + 1]))) for i in range(len(x))]
+    ir = qir.load(path)
+    assert qir.verify(ir) == []
+    for i in range(len(x)):
+        for runtime in ("numpy", "ort"):
+            got = qir.run(ir, {"input": x[i:i + 1]}, runtime=runtime)
+            for out, ref in zip(ir.outputs, expected[i]):
+                err = np.abs(got[out] - ref).max() / max(float(np.abs(ref).max()), 1e-12)
+                assert err <= 1e-4, f"{runtime} {out}: {err:.2e}"

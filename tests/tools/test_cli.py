@@ -73,3 +73,29 @@ def test_console_script_entry_point_runs_as_a_process(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"qir: error: model file not found: {tmp_path / 'nope.onnx'}"
     assert "Traceback" not in proc.stderr
+
+
+def test_run_output_gets_the_npz_suffix_and_is_not_overwritten(capsys, tmp_path):
+    data = str(DIGITS / "calibration_data")
+    assert main(["run", MODEL, data, "--runtime", "ort", "-o", str(tmp_path / "out"), "--limit", "2"]) == 0
+    assert (tmp_path / "out.npz").exists() and f"wrote {tmp_path / 'out.npz'}" in capsys.readouterr().out
+    assert main(["run", MODEL, data, "--runtime", "ort", "-o", str(tmp_path / "out")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["run", MODEL, data, "--limit", "0"])
+    assert exc.value.code == 2 and "positive integer" in capsys.readouterr().err
+
+
+def test_json_dump_is_strict_json_with_infinite_weights(tmp_path, capsys):
+    import qir
+    ir = qir.load(MODEL)
+    ir.add_weight("mask", np.array([0.0, -np.inf], np.float32))
+    doc = json.loads(json.dumps(ir.to_json(), allow_nan=False))
+    mask = {v["name"]: v for v in doc["values"]}["mask"]
+    assert mask["data"] == [0.0, "-inf"] and mask["stats"]["min"] == "-inf"
+
+
+def test_demo_prints_the_ir(capsys):
+    assert main(["demo", "--runtime", "ort"]) == 0
+    out = capsys.readouterr().out
+    assert "fc: %logits : f32[1,10] = Gemm(" in out and "accuracy 1.0000" in out

@@ -1,0 +1,64 @@
+"""Calibration time per method vs plain float inference over the same real images.
+
+    python benchmarks/calibration_speed.py [--models yolov8n_320 ...] [--images 8] [--methods max kl]
+
+For each real model: plain float inference over N images with onnxruntime (the runtime
+calibration uses), cold (building the session included, as a user's first run) and warm
+(session already built); then the ``calibrate`` pass with each method on the same images, from
+a fresh IR (after fold-bn, fuse and insert-calibration, which are not timed). Prints both
+ratios; the goal for ``max`` is at most 1.5x plain inference.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+CASES = {
+    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320]),
+    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640]),
+    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192]),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=sorted(CASES))
+    parser.add_argument("--images", type=int, default=8)
+    parser.add_argument("--methods", nargs="*", default=["max", "percentile", "kl", "mse", "mix"])
+    args = parser.parse_args()
+
+    import qir
+    from qir.passes import PassManager, get_pass
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
+    import realmodels as rm
+
+    print(f"{'model':<13}{'method':<12}{'seconds':>9}{'cold s':>8}{'warm s':>8}{'/cold':>7}{'/warm':>7}")
+    for name in args.models:
+        prep, shape = CASES[name]
+        input_name = rm.MODELS[name][1]
+        samples = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB)][: args.images]
+        base = qir.load(rm.model(name), input_shapes={input_name: shape})
+        PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(base)
+        start = time.perf_counter()
+        for s in samples:
+            qir.run(base, s, runtime="ort", level="float")
+        cold = time.perf_counter() - start
+        start = time.perf_counter()
+        for s in samples:
+            qir.run(base, s, runtime="ort", level="float")
+        warm = time.perf_counter() - start
+        for method in args.methods:
+            ir = base.clone()
+            calibrate = get_pass("calibrate", data=samples, method=method, progress=False)
+            start = time.perf_counter()
+            calibrate(ir)
+            took = time.perf_counter() - start
+            print(f"{name:<13}{method:<12}{took:>9.2f}{cold:>8.2f}{warm:>8.2f}"
+                  f"{took / cold:>6.2f}x{took / warm:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

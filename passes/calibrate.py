@@ -1,0 +1,201 @@
+"""``calibrate``: choose every calibration node's threshold from calibration data."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from qir.data import load_samples
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.kinds import CalibMode, CalibRole
+from qir.records import CalibRecord, OpRecord
+
+from ..runtimes.base import check_feeds, get_runtime
+from ..runtimes.numerics import QRANGE, fake_quant
+from ..runtimes.numpy_ref.registry import lookup
+from .base import Pass, PassResult, register_pass
+from .observers import AbsHistogram, AbsMaxObserver, channel_abs_max, compute_threshold
+
+__all__ = ["CalibratePass", "METHODS"]
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("max", "percentile", "kl", "mse", "mix")
+MIX_CANDIDATES = ("max", "percentile", "kl", "mse")
+TINY = np.float32(1e-8)  # threshold of an all-zero tensor (anything positive quantizes 0 to 0)
+
+
+@register_pass
+class CalibratePass(Pass):
+    """Set thresholds: per-channel max |W| for weights, a statistic of the data for activations.
+
+    Rules:
+
+    1. Weights: ``threshold = max |W|`` per output channel (per tensor without an axis).
+    2. Activations: the model runs in float (every calibration node passes through) on each
+       sample; each calibration node's input feeds a streaming |x| histogram (bounded memory,
+       no stored tensors); ``method`` turns it into a threshold: ``max``, ``percentile``
+       (``percentile`` option), ``kl`` (TensorRT entropy), ``mse`` (least quantization MSE).
+       ``mix`` computes all four and keeps, per node, the one whose quantization of that
+       node alone gives the smallest error at the outputs of the ops it feeds (measured on
+       the first ``mix_samples`` samples with the numpy kernels).
+    3. ``fixed`` thresholds are never changed; an all-zero tensor gets a tiny positive
+       threshold; NaN/Inf values are ignored and counted in the report.
+    4. qmax for the statistics follows the node's mode (int16 → 32767, else 127).
+    """
+
+    name = "calibrate"
+
+    def __init__(self, data: Any = None, method: str = "max", percentile: float = 99.99,
+                 num_bins: int = 2048, runtime: str = "ort", limit: int | None = None,
+                 mix_samples: int = 2, progress: bool = True) -> None:
+        if method not in METHODS:
+            raise InputError(f"unknown calibration method {method!r}; choose one of {', '.join(METHODS)}")
+        if data is None:
+            raise InputError("calibrate needs calibration data (a folder, .npz, .npy or samples)")
+        if not 0 < float(percentile) <= 100:
+            raise InputError(f"percentile must be in (0, 100], got {percentile}")
+        self.data, self.method, self.percentile = data, method, float(percentile)
+        self.num_bins, self.runtime, self.limit = int(num_bins), runtime, limit
+        self.mix_samples, self.progress = int(mix_samples), progress
+        self.options = {"method": method, "percentile": self.percentile, "num_bins": self.num_bins,
+                        "runtime": runtime}
+
+    # ------------------------------------------------------------------ run
+    def run(self, ir: QIR) -> PassResult:
+        start = time.perf_counter()
+        weights = self._calibrate_weights(ir)
+        targets = [c for c in ir.calibrations(CalibRole.ACTIVATION) if not c.fixed]
+        samples = self._samples(ir)
+        histograms = self._collect(ir, targets, samples)
+        chosen: dict[str, str] = {}
+        candidates = {c.name: self._candidates(c, histograms[c.input]) for c in targets}
+        if self.method == "mix":
+            chosen = self._mix(ir, targets, candidates, samples)
+        for cal in targets:
+            method = chosen.get(cal.name, self.method)
+            cal.threshold = np.float32(candidates[cal.name][method])
+            cal.scale = cal.zero_point = None
+            h = histograms[cal.input]
+            cal.meta["calibration"] = {"method": method, "abs_max": float(h.abs_max),
+                                       "candidates": {k: float(v) for k, v in candidates[cal.name].items()}}
+            cal.meta["histogram"] = h
+        ir.touch()
+        nonfinite = {c.input: int(histograms[c.input].nan_count + histograms[c.input].inf_count)
+                     for c in targets if histograms[c.input].nan_count + histograms[c.input].inf_count}
+        report = {"method": self.method, "samples": len(samples), "weights": weights,
+                  "activations": len(targets), "seconds": round(time.perf_counter() - start, 3),
+                  "nonfinite_values": nonfinite}
+        if chosen:
+            report["mix_choices"] = {m: sum(1 for v in chosen.values() if v == m) for m in MIX_CANDIDATES}
+        if nonfinite:
+            logger.warning("NaN/Inf values ignored while calibrating %d tensor(s): %s",
+                           len(nonfinite), ", ".join(list(nonfinite)[:5]))
+        return PassResult(ir, bool(weights or targets), report)
+
+    # ------------------------------------------------------------------ pieces
+    @staticmethod
+    def _calibrate_weights(ir: QIR) -> int:
+        count = 0
+        for cal in ir.calibrations(CalibRole.WEIGHT):
+            if cal.fixed:
+                continue
+            w = ir.weight_array(cal.input)
+            th = channel_abs_max(w, cal.axis) if cal.axis is not None else np.float32(np.abs(w).max())
+            cal.threshold = np.maximum(np.asarray(th, np.float32), TINY)
+            cal.scale = cal.zero_point = None
+            count += 1
+        return count
+
+    def _samples(self, ir: QIR):
+        ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
+        samples = load_samples(self.data, ir.inputs, ranks)
+        if self.limit:
+            samples = samples[: self.limit]
+        if not len(samples):
+            raise InputError("the calibration data holds no samples")
+        return samples
+
+    def _collect(self, ir: QIR, targets: list[CalibRecord], samples) -> dict[str, AbsHistogram]:
+        from tqdm import tqdm
+
+        values = list(dict.fromkeys(c.input for c in targets))
+        fast_max = self.method == "max" and self.runtime == "ort"
+        hists = {v: (AbsMaxObserver() if fast_max else AbsHistogram(self.num_bins)) for v in values}
+        if not values:
+            return hists
+        rt = get_runtime(self.runtime, level="float")
+        bar = tqdm(samples, desc=f"calibrate ({self.method})", unit="sample", leave=False,
+                   disable=None if self.progress else True)
+        for i, sample in enumerate(bar):
+            try:
+                feed = check_feeds(ir, sample)
+            except InputError as exc:
+                raise InputError(f"calibration sample {i}: {exc}") from exc
+            if fast_max:  # reduced inside onnxruntime; NaN/Inf fall back to the full tensor
+                maxima = rt.abs_max(ir, feed, values)
+                bad = [v for v, m in maxima.items() if not np.isfinite(m)]
+                full = rt.run(ir, feed, capture=bad) if bad else {}
+                for v in values:
+                    hists[v].update(full[v] if v in full else np.float32(maxima[v]))
+                continue
+            out = rt.run(ir, feed, capture=values)
+            for v in values:
+                hists[v].update(out[v])
+        return hists
+
+    def _candidates(self, cal: CalibRecord, h: AbsHistogram) -> dict[str, float]:
+        qmax = QRANGE.get(cal.mode, QRANGE[CalibMode.INT8])[1]
+        methods = MIX_CANDIDATES if self.method == "mix" else (self.method,)
+        out = {}
+        for m in methods:
+            opts = {"percentile": self.percentile} if m == "percentile" else {}
+            try:
+                th = compute_threshold(h, m, qmax=qmax, **opts)
+            except ValueError as exc:
+                raise InputError(f"calibration node {cal.name!r}: {exc}") from exc
+            out[m] = max(float(th), float(TINY))
+        return out
+
+    def _mix(self, ir: QIR, targets: list[CalibRecord], candidates: dict[str, dict[str, float]],
+             samples) -> dict[str, str]:
+        """Per node, the candidate threshold with the least error at its readers' outputs."""
+        readers = {c.name: [r for r in ir.consumers(c.output) if isinstance(r, OpRecord)
+                            and lookup(r.op_type, r.domain) is not None] for c in targets}
+        needed = {v for rs in readers.values() for r in rs for v in (*r.inputs, *r.outputs) if v}
+        needed |= {c.input for c in targets}
+        needed = sorted(v for v in needed if ir.value(v).kind.value == "activation")
+        rt = get_runtime(self.runtime, level="float")
+        errors = {c.name: dict.fromkeys(candidates[c.name], 0.0) for c in targets}
+        for sample in list(samples)[: max(1, self.mix_samples)]:
+            env = rt.run(ir, check_feeds(ir, sample), capture=needed)
+            for cal in targets:
+                if not readers[cal.name]:
+                    continue
+                x = env[cal.input]
+                qmin, qmax = QRANGE.get(cal.mode, QRANGE[CalibMode.INT8])
+                for method, th in candidates[cal.name].items():
+                    xq = fake_quant(x, np.float32(th) / np.float32(qmax), qmin, qmax, None)
+                    errors[cal.name][method] += sum(_reader_error(ir, r, cal, xq, env) for r in readers[cal.name])
+        return {name: (min(errs, key=errs.get) if any(errs.values()) else "mse") for name, errs in errors.items()}
+
+
+def _reader_error(ir: QIR, op: OpRecord, cal: CalibRecord, xq: np.ndarray, env: dict) -> float:
+    """MSE at ``op``'s first output when the calibrated input reads ``xq`` (others float)."""
+    spec = lookup(op.op_type, op.domain)
+    args = [None if not v else xq if v == cal.output
+            else ir.weight_array(v) if ir.value(v).kind.value == "weight" else env[v]
+            for v in op.inputs]
+    kwargs = dict(op.attrs)
+    if "_opset" in spec.context:
+        kwargs["_opset"] = ir.opset
+    if "_num_outputs" in spec.context:
+        kwargs["_num_outputs"] = len(op.outputs)
+    out = spec.fn(*args, **kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+    ref = env[op.outputs[0]]
+    return float(np.mean((np.asarray(out, np.float64) - ref) ** 2))
+

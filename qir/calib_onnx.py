@@ -1,0 +1,74 @@
+"""Calibration nodes in ONNX: the ``qir::Calibration`` node of ``calibrated_model.onnx``.
+
+A calibration node is written as one node in the custom domain ``qir`` (opset 1), one input and
+one output, with the state as attributes:
+
+==============  =======  ===================================================================
+attribute       type     meaning
+==============  =======  ===================================================================
+``mode``        string   ``int8`` | ``int16`` | ``fp16`` | ``float``
+``role``        string   ``weight`` | ``activation``
+``threshold``   floats   per-tensor (1 value, no ``axis``) or per-channel (along ``axis``)
+``scale``       floats   an explicit (imported) scale, used as stored; same layout
+``zero_point``  ints     imported asymmetric zero point (int8 frame); absent = symmetric
+``axis``        int      the channel axis of per-channel state
+``fixed``       int      1 = the threshold was set by the user; calibration keeps it
+``feeds``       strings  the general nodes this calibration node serves
+==============  =======  ===================================================================
+
+Values are stored as float32/int64 lists, so a save/load round trip is exact.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .kinds import CalibMode, CalibRole
+from .records import CalibRecord
+
+__all__ = ["DOMAIN", "OP_TYPE", "OPSET", "calibration_to_node", "calibration_state"]
+
+DOMAIN = "qir"
+OP_TYPE = "Calibration"
+OPSET = 1
+
+
+def _vector(value: Any, per_channel: bool) -> list[float]:
+    arr = np.asarray(value, dtype=np.float32)
+    return arr.reshape(-1).tolist() if per_channel or arr.ndim else [float(arr)]
+
+
+def calibration_to_node(rec: CalibRecord) -> onnx.NodeProto:
+    """The ``qir::Calibration`` node holding ``rec``'s state."""
+    per_channel = rec.axis is not None
+    attrs: dict[str, Any] = {"mode": rec.mode.value, "role": rec.role.value, "fixed": int(rec.fixed)}
+    if rec.threshold is not None:
+        attrs["threshold"] = _vector(rec.threshold, per_channel)
+    if rec.scale is not None:
+        attrs["scale"] = _vector(rec.scale, per_channel)
+    if rec.zero_point is not None:
+        attrs["zero_point"] = np.asarray(rec.zero_point, dtype=np.int64).reshape(-1).tolist()
+    if per_channel:
+        attrs["axis"] = int(rec.axis)
+    if rec.feeds:
+        attrs["feeds"] = list(rec.feeds)
+    return helper.make_node(OP_TYPE, [rec.input], [rec.output], name=rec.name, domain=DOMAIN, **attrs)
+
+
+def calibration_state(attrs: dict[str, Any]) -> dict[str, Any]:
+    """CalibRecord fields from a decoded ``qir::Calibration`` node's attributes."""
+    per_channel = "axis" in attrs
+
+    def values(key: str, dtype) -> Any:
+        if key not in attrs:
+            return None
+        arr = np.asarray(attrs[key], dtype=dtype)
+        return arr if per_channel else arr.reshape(-1)[0].item()
+
+    return {"mode": CalibMode(attrs.get("mode", "int8")), "role": CalibRole(attrs.get("role", "activation")),
+            "threshold": values("threshold", np.float32), "scale": values("scale", np.float32),
+            "zero_point": values("zero_point", np.int64), "axis": attrs.get("axis"),
+            "fixed": bool(attrs.get("fixed", 0)), "feeds": tuple(attrs.get("feeds", ()))}
