@@ -214,7 +214,9 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     _name_unnamed_nodes(proto)
     if input_shapes:
         _fix_input_shapes(proto, input_shapes)
-    if normalize and not calibrations:
+    if calibrations:
+        pass  # a calibrated model qir wrote: normalized and fully typed already; keep it exactly
+    elif normalize:
         proto = _normalize(proto)
     else:
         proto = _infer_shapes(proto)

@@ -139,13 +139,14 @@ def _stats_table(results: list[dict[str, np.ndarray]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def run_samples(ir, samples, runtime: str, *, desc: str = "run", capture=()) -> list[dict]:
+def run_samples(ir, samples, runtime: str, *, desc: str = "run", capture=(),
+                level: str = "fakequant") -> list[dict]:
     """Run every sample with a progress bar on stderr (shown on terminals only)."""
     from tqdm import tqdm
 
     from qir.runtimes.base import get_runtime
 
-    rt = get_runtime(runtime)
+    rt = get_runtime(runtime, level=level)
     return [rt.run(ir, s, capture=capture)
             for s in tqdm(samples, desc=desc, unit="sample", disable=None, leave=False)]
 

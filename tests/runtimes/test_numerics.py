@@ -1,0 +1,88 @@
+"""Fake quantization numerics: ties, saturation, guards, per-channel axes, int16, fp16."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qir.errors import QirError
+from qir.kinds import CalibMode
+from qir.records import CalibRecord
+from qir.runtimes.numerics import apply_calibration, calib_scale, fake_quant
+
+
+def cal(mode="int8", **state):
+    return CalibRecord("c", "x", "x~q", mode=CalibMode(mode), **state)
+
+
+def onnx_qdq(x, scale, zero_point, axis=None):
+    """QuantizeLinear→DequantizeLinear in onnxruntime: the standard's answer (opset 21)."""
+    s = numpy_helper.from_array(np.asarray(scale, np.float32), "s")
+    z = numpy_helper.from_array(np.asarray(zero_point), "z")
+    kw = {} if axis is None else {"axis": axis}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], **kw),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], **kw)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], initializer=[s, z])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+
+
+def test_ties_round_half_to_even_like_quantizelinear():
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5], np.float32)
+    y = fake_quant(x, np.float32(1.0), -128, 127, None)
+    np.testing.assert_array_equal(y, [-2, -2, -0, 0, 2, 2, 4])
+    np.testing.assert_array_equal(y, onnx_qdq(x, 1.0, np.int8(0)))
+    np.testing.assert_array_equal(fake_quant(x, np.float32(1.0), -128, 127, None, rounding="half_up"),
+                                  [-2, -1, 0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(fake_quant(x, np.float32(1.0), -128, 127, None, rounding="half_away"),
+                                  [-3, -2, -1, 1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("mode, qmin, qmax, zdtype", [("int8", -128, 127, np.int8),
+                                                     ("int16", -32768, 32767, np.int16)])
+def test_saturation_and_range_match_onnx(mode, qmin, qmax, zdtype):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(4000) * 3).astype(np.float32)
+    x[:4] = [1e9, -1e9, 4.0, -4.0]
+    c = cal(mode, threshold=np.float32(2.0))
+    y = apply_calibration(c, x)
+    s = calib_scale(c)
+    assert s == np.float32(2.0) / np.float32(qmax)
+    assert y.max() == np.float32(qmax) * s and y.min() == np.float32(qmin) * s  # saturates, never wraps
+    np.testing.assert_array_equal(y, onnx_qdq(x, s, zdtype(0)))
+
+
+def test_per_channel_axes_match_onnx():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    for axis in (0, 1):
+        th = np.abs(w).max(axis=tuple(a for a in range(4) if a != axis)).astype(np.float32)
+        y = apply_calibration(cal(threshold=th, axis=axis), w)
+        np.testing.assert_array_equal(y, onnx_qdq(w, th / np.float32(127), np.zeros(len(th), np.int8), axis))
+
+
+def test_asymmetric_imported_zero_point_matches_onnx():
+    x = np.linspace(-1, 6, 101, dtype=np.float32)
+    y = apply_calibration(cal(scale=np.float32(0.025), zero_point=-128), x)   # uint8 zp 0 in int8 frame
+    np.testing.assert_array_equal(y, onnx_qdq(x, 0.025, np.uint8(0)))
+    assert y.min() == 0  # the range starts at 0: negatives clip like a Relu
+
+
+@pytest.mark.parametrize("threshold", [0.0, -1.0, np.inf, np.nan])
+def test_unusable_thresholds_are_a_clear_error(threshold):
+    with pytest.raises(QirError, match="unusable scale"):
+        apply_calibration(cal(threshold=np.float32(threshold)), np.ones(3, np.float32))
+    with pytest.raises(QirError, match="no threshold; calibrate"):
+        apply_calibration(cal(), np.ones(3, np.float32))
+
+
+def test_fp16_round_trip_overflows_to_inf_and_keeps_precision_in_range():
+    x = np.array([1.0, 1.0 + 2 ** -11, 65504.0, 65520.0, -70000.0, 1e-8], np.float32)
+    y = apply_calibration(cal("fp16"), x)
+    assert y[0] == 1.0 and y[1] == 1.0                      # ties to even at 11 bits
+    assert y[2] == 65504.0 and np.isposinf(y[3]) and np.isneginf(y[4])
+    assert y[5] == 0.0                                      # below the smallest subnormal
+    assert apply_calibration(cal("float"), x) is x          # float mode passes through
