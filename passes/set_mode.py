@@ -13,16 +13,18 @@ from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
 from qir.records import CalibRecord
 
+from ..runtimes.numerics import set_mode
 from .base import Pass, PassResult, register_pass
 
-__all__ = ["SetModePass", "select_calibrations"]
+__all__ = ["SetModePass", "select_calibrations", "as_name_list"]
 
 logger = logging.getLogger(__name__)
 
 _GLOB = set("*?[")
 
 
-def _as_list(value: str | Iterable[str] | None) -> list[str]:
+def as_name_list(value: str | Iterable[str] | None) -> list[str]:
+    """Names from a comma-separated string or a list (None → [])."""
     if value is None:
         return []
     if isinstance(value, str):
@@ -100,8 +102,8 @@ class SetModePass(Pass):
             raise InputError(f"threshold must be a finite number > 0, got {threshold!r}")
         if role is not None and role not in ("weight", "activation"):
             raise InputError(f"role must be 'weight' or 'activation', got {role!r}")
-        self.nodes = _as_list(nodes) + (_names_from_file(from_file) if from_file else [])
-        self.op_types, self.role, self.threshold = _as_list(op_types), role, threshold
+        self.nodes = as_name_list(nodes) + (_names_from_file(from_file) if from_file else [])
+        self.op_types, self.role, self.threshold = as_name_list(op_types), role, threshold
         self.options = {k: v for k, v in (("mode", mode), ("nodes", self.nodes or None),
                                           ("op_types", self.op_types or None), ("role", role),
                                           ("threshold", threshold)) if v is not None}
@@ -112,7 +114,8 @@ class SetModePass(Pass):
         for cal in chosen:
             touched = False
             if self.mode is not None and cal.mode is not self.mode:
-                cal.mode, touched = self.mode, True
+                set_mode(cal, self.mode)  # imported scales are converted between int8 and int16
+                touched = True
             if self.threshold is not None:
                 cal.threshold = np.float32(self.threshold)
                 cal.axis, cal.scale, cal.zero_point, cal.fixed = None, None, None, True

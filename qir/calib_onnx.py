@@ -3,18 +3,19 @@
 A calibration node is written as one node in the custom domain ``qir`` (opset 1), one input and
 one output, with the state as attributes:
 
-==============  =======  ===================================================================
-attribute       type     meaning
-==============  =======  ===================================================================
-``mode``        string   ``int8`` | ``int16`` | ``fp16`` | ``float``
-``role``        string   ``weight`` | ``activation``
-``threshold``   floats   per-tensor (1 value, no ``axis``) or per-channel (along ``axis``)
-``scale``       floats   an explicit (imported) scale, used as stored; same layout
-``zero_point``  ints     imported asymmetric zero point (int8 frame); absent = symmetric
-``axis``        int      the channel axis of per-channel state
-``fixed``       int      1 = the threshold was set by the user; calibration keeps it
-``feeds``       strings  the general nodes this calibration node serves
-==============  =======  ===================================================================
+================  =======  ===================================================================
+attribute         type     meaning
+================  =======  ===================================================================
+``mode``          string   ``int8`` | ``int16`` | ``fp16`` | ``float``
+``role``          string   ``weight`` | ``activation``
+``threshold``     floats   per-tensor (1 value, no ``axis``) or per-channel (along ``axis``)
+``scale``         floats   an explicit (imported) scale, used as stored; same layout
+``zero_point``    ints     imported asymmetric zero point (int8 frame); absent = symmetric
+``axis``          int      the channel axis of per-channel state
+``fixed``         int      1 = the threshold was set by the user; calibration keeps it
+``feeds``         strings  the general nodes this calibration node serves
+``implied_clip``  floats   ``[lo, hi]`` of a Relu/Clip the quantizer's range replaced (±inf open)
+================  =======  ===================================================================
 
 Values are stored as float32/int64 lists, so a save/load round trip is exact.
 """
@@ -55,6 +56,8 @@ def calibration_to_node(rec: CalibRecord) -> onnx.NodeProto:
         attrs["axis"] = int(rec.axis)
     if rec.feeds:
         attrs["feeds"] = list(rec.feeds)
+    if rec.implied_clip is not None:
+        attrs["implied_clip"] = [float(v) for v in rec.implied_clip]
     return helper.make_node(OP_TYPE, [rec.input], [rec.output], name=rec.name, domain=DOMAIN, **attrs)
 
 
@@ -71,4 +74,6 @@ def calibration_state(attrs: dict[str, Any]) -> dict[str, Any]:
     return {"mode": CalibMode(attrs.get("mode", "int8")), "role": CalibRole(attrs.get("role", "activation")),
             "threshold": values("threshold", np.float32), "scale": values("scale", np.float32),
             "zero_point": values("zero_point", np.int64), "axis": attrs.get("axis"),
-            "fixed": bool(attrs.get("fixed", 0)), "feeds": tuple(attrs.get("feeds", ()))}
+            "fixed": bool(attrs.get("fixed", 0)), "feeds": tuple(attrs.get("feeds", ())),
+            "implied_clip": (tuple(float(v) for v in attrs["implied_clip"])
+                             if "implied_clip" in attrs else None)}

@@ -20,7 +20,8 @@ writes it)::
          "module": str|null},
         {"index": int, "name": str, "kind": "calibration", "role": "weight"|"activation",
          "mode": "int8"|"int16"|"fp16"|"float", "inputs": [str], "outputs": [str],
-         "threshold": float|[float]|null, "scale": float|[float]|null, "axis": int|null,
+         "threshold": float|[float]|null, "scale": float|[float]|null,
+         "zero_point": float|[float]|null, "implied_clip": [lo, hi]|null, "axis": int|null,
          "fixed": bool, "feeds": [op name]}
       ]
     }
@@ -103,6 +104,8 @@ def to_json(ir: Any) -> dict[str, Any]:
                           "role": rec.role.value, "mode": rec.mode.value,
                           "inputs": [rec.input], "outputs": [rec.output],
                           "threshold": _vector(rec.threshold), "scale": _vector(rec.scale),
+                          "zero_point": _vector(rec.zero_point),
+                          "implied_clip": _vector(rec.implied_clip),
                           "axis": rec.axis, "fixed": rec.fixed, "feeds": list(rec.feeds)})
         else:
             nodes.append({"index": i, "name": rec.name, "kind": "general", "op_type": rec.op_type,

@@ -143,8 +143,9 @@ def _stash_calibrations(proto: onnx.ModelProto, where: str) -> dict[str, dict[st
     return stashed
 
 
-def _normalize(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """Fold constants, remove dead nodes and toposort with onnx-graphsurgeon."""
+def _normalize(proto: onnx.ModelProto, keep_ops: tuple[str, ...] = ()) -> onnx.ModelProto:
+    """Fold constants, remove dead nodes and toposort with onnx-graphsurgeon; ops whose type is
+    in ``keep_ops`` are never folded (QuantizeLinear/DequantizeLinear of a QDQ model)."""
     import onnx_graphsurgeon as gs
     import onnxruntime as ort
 
@@ -158,13 +159,14 @@ def _normalize(proto: onnx.ModelProto) -> onnx.ModelProto:
     try:
         graph = gs.import_onnx(proto)
         try:
-            graph.fold_constants(error_ok=True)
+            graph.fold_constants(error_ok=True, should_exclude_node=lambda n: n.op in keep_ops)
         except Exception as exc:
             logger.warning("constant folding failed (%s); the model is imported unfolded", exc)
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
         folded = gs.export_onnx(graph, do_type_check=False)
     except Exception as exc:
         logger.warning("onnx-graphsurgeon could not normalize the model (%s); importing as is", exc)
+        proto.ir_version = ir_version
         return proto
     finally:
         ort.set_default_logger_severity(2)
@@ -172,6 +174,8 @@ def _normalize(proto: onnx.ModelProto) -> onnx.ModelProto:
     folded.ir_version = ir_version
     del folded.opset_import[:]
     folded.opset_import.extend(proto.opset_import)
+    del folded.metadata_props[:]
+    folded.metadata_props.extend(proto.metadata_props)
     return _infer_shapes(folded)
 
 
@@ -210,6 +214,8 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     proto = onnx.ModelProto()
     proto.CopyFrom(read_onnx(model))
     _check_model(proto, where)
+    from .qdq_import import convert_qdq  # QDQ model → qir::Calibration nodes (no-op otherwise)
+    proto = convert_qdq(proto, where, input_shapes=input_shapes, normalize=normalize)
     calibrations = _stash_calibrations(proto, where)
     _name_unnamed_nodes(proto)
     if input_shapes:

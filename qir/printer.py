@@ -97,13 +97,16 @@ def format_node(ir: Any, rec: OpRecord | CalibRecord) -> str:
 
 
 def format_calib_state(rec: CalibRecord) -> str:
-    """``calib<int8 weight axis=0 threshold=f32[16] fixed>``."""
+    """``calib<int8 weight axis=0 threshold=f32[16] fixed>``; imported nodes may add
+    ``scale=``, ``zp=`` and ``clip=[lo,hi]`` (an activation their quantizer replaced)."""
     parts = [rec.mode.value, rec.role.value]
     if rec.axis is not None:
         parts.append(f"axis={rec.axis}")
-    for label, v in (("threshold", rec.threshold), ("scale", rec.scale)):
+    for label, v in (("threshold", rec.threshold), ("scale", rec.scale), ("zp", rec.zero_point)):
         if v is not None:
             parts.append(f"{label}={_number_or_vector(v)}")
+    if rec.implied_clip is not None:
+        parts.append("clip=[" + ",".join(_scalar(float(v)) for v in rec.implied_clip) + "]")
     if rec.fixed:
         parts.append("fixed")
     return "calib<" + " ".join(parts) + ">"

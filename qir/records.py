@@ -73,6 +73,10 @@ class CalibRecord:
     asymmetric quantizers (e.g. onnxruntime's uint8 activations, stored in the int8 frame as
     ``zp - 128``); qir's own calibration is symmetric. ``fixed`` thresholds are never changed by
     calibration. ``feeds`` names the general node(s) this calibration node serves.
+    ``implied_clip`` = ``(lo, hi)`` (``±inf`` for an open end) records an activation that an
+    imported quantizer's range stands in for (onnxruntime's quantizer deletes a Relu/Clip after
+    an op and lets the range clip, :mod:`qir.qdq_import`): the ``float`` and ``fp16`` modes clip
+    ``x`` to it, so de-quantizing the node keeps the function; integer modes clip by their range.
     """
 
     name: str
@@ -87,6 +91,7 @@ class CalibRecord:
     fixed: bool = False
     feeds: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
+    implied_clip: tuple[float, float] | None = None
 
     kind = NodeKind.CALIBRATION
 

@@ -11,6 +11,9 @@ lowering computes the same ops, so both runtimes agree bit for bit)::
 
 Per-channel scales/zero points broadcast along ``axis``. ``fp16`` is the IEEE binary16 round
 trip (round to nearest even, overflow to ±inf). Thresholds must be finite and > 0 to quantize.
+A node's ``implied_clip`` ``(lo, hi)`` (a Relu/Clip an imported quantizer's range replaced) is
+applied in the ``float`` and ``fp16`` modes, before the fp16 cast: ``max(x, lo)`` when ``hi`` is
+``+inf`` (Relu), else ``min(max(x, lo), hi)`` (Clip); integer modes clip through their range.
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from qir.errors import QirError
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["QRANGE", "ROUNDING", "calib_scale", "calib_zero_point", "fake_quant", "apply_calibration",
-           "fold_batchnorm"]
+__all__ = ["set_mode", "along_axis", "QRANGE", "ROUNDING", "calib_scale", "calib_zero_point", "fake_quant", "apply_calibration",
+           "apply_implied_clip", "fold_batchnorm"]
 
 QRANGE = {CalibMode.INT8: (-128, 127), CalibMode.INT16: (-32768, 32767)}
 
@@ -67,7 +70,8 @@ def calib_zero_point(rec: CalibRecord) -> np.ndarray | None:
     return np.asarray(rec.zero_point, dtype=np.float32)
 
 
-def _along(v: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
+def along_axis(v: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
+    """A per-channel vector shaped to broadcast along ``axis`` of an ``ndim`` array (scalars as is)."""
     if v.ndim and axis is not None:
         shape = [1] * ndim
         shape[axis] = -1
@@ -78,21 +82,31 @@ def _along(v: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
 def fake_quant(x: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, axis: int | None,
                zero_point: np.ndarray | None = None, rounding: str = "half_to_even") -> np.ndarray:
     """Quantize-dequantize ``x`` (see the module docstring for the exact op order)."""
-    s = _along(np.asarray(scale, dtype=x.dtype), axis, x.ndim)
+    s = along_axis(np.asarray(scale, dtype=x.dtype), axis, x.ndim)
     q = ROUNDING[rounding](x / s)
     if zero_point is not None:
-        zp = _along(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
+        zp = along_axis(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
         q = np.clip(q + zp, qmin, qmax) - zp
     else:
         q = np.clip(q, qmin, qmax)
     return (q * s).astype(x.dtype, copy=False)
 
 
+def apply_implied_clip(rec: CalibRecord, x: np.ndarray) -> np.ndarray:
+    """``x`` clipped to ``rec.implied_clip`` (unchanged when the node has none)."""
+    if rec.implied_clip is None:
+        return x
+    lo, hi = (np.asarray(v, dtype=x.dtype) for v in rec.implied_clip)
+    y = np.maximum(x, lo) if np.isposinf(hi) else np.minimum(np.maximum(x, lo), hi)
+    return np.asarray(y, dtype=x.dtype)
+
+
 def apply_calibration(rec: CalibRecord, x: np.ndarray, rounding: str = "half_to_even") -> np.ndarray:
     """What the calibration node ``rec`` does to ``x`` in fake-quant execution."""
     if rec.mode is CalibMode.FLOAT:
-        return x
+        return apply_implied_clip(rec, x)
     if rec.mode is CalibMode.FP16:
+        x = apply_implied_clip(rec, x)
         with np.errstate(over="ignore"):
             return x.astype(np.float16).astype(x.dtype)
     qmin, qmax = QRANGE[rec.mode]
@@ -114,3 +128,28 @@ def fold_batchnorm(weight: np.ndarray, bias: np.ndarray | None, scale: np.ndarra
     shape[axis] = -1
     w = (np.asarray(weight, np.float64) * a.reshape(shape)).astype(weight.dtype)
     return w, ((b - np.asarray(mean, np.float64)) * a + np.asarray(beta, np.float64)).astype(weight.dtype)
+
+
+def set_mode(rec: CalibRecord, mode: CalibMode | str) -> None:
+    """Give ``rec`` a new mode. A node holding an explicit (imported) scale is converted between
+    int8 and int16 so that it keeps its real range with the new type's finer step: symmetric
+    ``s' = s·qmax/qmax'``; asymmetric, the range [(qmin - zp)·s, (qmax - zp)·s] is kept and
+    ``s'``, ``zp'`` recomputed. Threshold-based nodes need nothing (their scale is derived)."""
+    old, rec.mode = rec.mode, CalibMode(mode)
+    if rec.scale is None or old is rec.mode or old not in QRANGE or rec.mode not in QRANGE:
+        return
+    (qmin0, qmax0), (qmin1, qmax1) = QRANGE[old], QRANGE[rec.mode]
+    s = np.asarray(rec.scale, np.float64)
+    if calib_zero_point(rec) is None:
+        rec.scale = _like(s * qmax0 / qmax1, np.float32)
+        return
+    zp = np.asarray(rec.zero_point, np.float64)
+    lo, hi = (qmin0 - zp) * s, (qmax0 - zp) * s
+    new_s = (hi - lo) / (qmax1 - qmin1)
+    rec.scale = _like(new_s, np.float32)
+    rec.zero_point = _like(np.round(qmin1 - lo / new_s), np.int64)
+
+
+def _like(v: np.ndarray, dtype) -> np.ndarray | float | int:
+    """A vector stays a vector; a 0-d value becomes a numpy scalar of ``dtype``."""
+    return v.astype(dtype) if v.ndim else dtype(v)

@@ -38,17 +38,34 @@ def _const(name: str, value: np.ndarray) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(value, name))
 
 
+def _implied_clip_nodes(rec: CalibRecord, x: str, y: str, name: str) -> list[onnx.NodeProto]:
+    """``rec.implied_clip`` as ``Relu`` (``[0, inf)``) or ``Clip`` (bounds as Constants)."""
+    lo, hi = (float(v) for v in rec.implied_clip)
+    if lo == 0.0 and np.isposinf(hi):
+        return [helper.make_node("Relu", [x], [y], name=name)]
+    p = name + "::"
+    return [_const(p + "lo", np.array(lo, np.float32)), _const(p + "hi", np.array(hi, np.float32)),
+            helper.make_node("Clip", [x, p + "lo", p + "hi"], [y], name=name)]
+
+
 def lower_fake_quant(ir: QIR, rec: CalibRecord, rounding: str = "half_to_even") -> list[onnx.NodeProto]:
     """A calibration node as standard ONNX ops computing exactly what
     :func:`qir.runtimes.numerics.fake_quant` computes, op for op in float32:
     ``Mul(Clip(Round(Div(x, s)) [+ zp], qmin, qmax) [- zp], s)``; fp16 is a Cast pair, float
-    an Identity. (QuantizeLinear would round only half-to-even and needs opset 21 for int16.)"""
+    an Identity; in those two modes an ``implied_clip`` comes first as a Relu or Clip.
+    (QuantizeLinear would round only half-to-even and needs opset 21 for int16.)"""
     x, y, p = rec.input, rec.output, rec.name + "::"
     if rec.mode is CalibMode.FLOAT:
+        if rec.implied_clip is not None:
+            return _implied_clip_nodes(rec, x, y, rec.name)
         return [helper.make_node("Identity", [x], [y], name=rec.name)]
     if rec.mode is CalibMode.FP16:
-        return [helper.make_node("Cast", [x], [p + "half"], name=p + "to_half", to=TensorProto.FLOAT16),
-                helper.make_node("Cast", [p + "half"], [y], name=rec.name, to=TensorProto.FLOAT)]
+        nodes = []
+        if rec.implied_clip is not None:
+            nodes, x = _implied_clip_nodes(rec, x, p + "clipped", p + "implied_clip"), p + "clipped"
+        return nodes + [
+            helper.make_node("Cast", [x], [p + "half"], name=p + "to_half", to=TensorProto.FLOAT16),
+            helper.make_node("Cast", [p + "half"], [y], name=rec.name, to=TensorProto.FLOAT)]
     if rounding not in ROUNDING:
         raise InputError(f"unknown rounding {rounding!r}; choose {sorted(ROUNDING)}")
     scale, zp = calib_scale(rec), calib_zero_point(rec)
@@ -137,7 +154,9 @@ class OrtRuntime:
 
         lower = self.lower_calibration or (lambda ir_, rec: lower_fake_quant(ir_, rec, self.rounding))
         if self.level == "float":
-            def lower(_ir, rec):  # noqa: E306 - float level: every calibration node passes through
+            def lower(_ir, rec):  # noqa: E306 - float level: pass through (restoring removed activations)
+                if rec.implied_clip is not None:
+                    return _implied_clip_nodes(rec, rec.input, rec.output, rec.name)
                 return [helper.make_node("Identity", [rec.input], [rec.output], name=rec.name)]
         nodes, outputs = [], []
         for k, name in enumerate(captured):

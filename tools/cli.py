@@ -236,6 +236,21 @@ def cmd_set_mode(args: argparse.Namespace) -> int:
     return _pipeline_ir(args, f"set-mode{{{spec}}}", {})
 
 
+def cmd_emit(args: argparse.Namespace) -> int:
+    import qir
+    from qir.passes.emit import emit_model
+
+    out = _check_writable(Path(args.output), args.force)
+    ir = qir.load(args.model)
+    if not ir.calibrations():
+        raise InputError(f"{args.model} has no calibration nodes; calibrate it first (qir calibrate)")
+    report = emit_model(ir, out, int16=args.int16 or (), float=args.float or (), fp16=args.fp16 or (),
+                        overwrite=True)
+    modes = ", ".join(f"{k}: {v}" for k, v in report.get("modes", {}).items())
+    print(f"wrote {out} (opset {report.get('opset')}; calibration nodes by mode: {modes})")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -303,6 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, help="a fixed threshold (kept by calibration)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.set_defaults(func=cmd_set_mode)
+
+    p = sub.add_parser("emit", help="write a partially-quantized ONNX model (QDQ / fp16 casts / float)")
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("-o", "--output", required=True, help="the ONNX model to write")
+    for mode in ("int16", "float", "fp16"):
+        p.add_argument(f"--{mode}", help=f"nodes to emit as {mode}: names/globs of calibration nodes, ops or modules")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=cmd_emit)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

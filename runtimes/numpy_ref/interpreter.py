@@ -2,7 +2,9 @@
 
 Each running node reads its inputs from the environment, calls its kernel (general nodes: the
 kernel table in :mod:`.registry`; calibration nodes: :func:`qir.runtimes.numerics.apply_calibration`
-at level ``fakequant``, pass-through at level ``float``) and writes its outputs back. A value is
+at level ``fakequant``, pass-through at level ``float`` — except that an imported node's
+``implied_clip``, an activation its quantizer replaced, is still applied) and writes its
+outputs back. A value is
 dropped from the environment after its last reader unless it is a graph output or captured, so
 peak memory is the live set, not the whole model. A failing kernel raises an ExecutionError
 naming the node and the shapes it was given.
@@ -26,7 +28,7 @@ from qir.kinds import NodeKind
 from qir.records import CalibRecord, OpRecord
 
 from ..base import LEVELS, check_capture, check_feeds
-from ..numerics import ROUNDING, apply_calibration, fold_batchnorm
+from ..numerics import ROUNDING, apply_calibration, apply_implied_clip, fold_batchnorm
 from .registry import lookup
 
 __all__ = ["NumpyRuntime", "missing_kernels"]
@@ -177,7 +179,8 @@ class NumpyRuntime:
             args = [env[v] if v else None for v in step.inputs]
             try:
                 if step.fn is None:
-                    result = apply_calibration(rec, args[0], self.rounding) if quantize else args[0]
+                    result = (apply_calibration(rec, args[0], self.rounding) if quantize
+                              else apply_implied_clip(rec, args[0]))
                 else:
                     result = step.fn(*args, **step.kwargs)
             except QirError:

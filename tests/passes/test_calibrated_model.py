@@ -81,3 +81,14 @@ def test_zero_points_and_explicit_scales(calibrated):
     np.testing.assert_array_equal(a[cal.output], b[cal.output])
     expected = (np.clip(np.rint(a[cal.input] / np.float32(0.02)) - 128, -128, 127) + 128) * np.float32(0.02)
     np.testing.assert_array_equal(a[cal.output], expected.astype(np.float32))
+
+
+def test_float_level_keeps_implied_clips_in_both_runtimes(calibrated):
+    cal = calibrated.calibration("pool4_out_calib")
+    cal.implied_clip = (0.0, 0.5)  # pretend a quantizer replaced a Clip(0, 0.5) here
+    calibrated.touch()
+    assert "clip=[0,0.5]" in str(calibrated)
+    x = np.load(ROOT / "eval_images.npy")[2]
+    for runtime in ("numpy", "ort"):
+        out = qir.run(calibrated, {"input": x}, runtime=runtime, level="float", capture=[cal.output])
+        assert float(out[cal.output].max()) <= 0.5 and float(out[cal.output].min()) >= 0.0, runtime

@@ -81,7 +81,8 @@ def test_json_schema():
     assert nodes["Conv_0"]["attrs"] == {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
     assert nodes["c.cal"] == {"index": 1, "name": "c.cal", "kind": "calibration",
                               "role": "activation", "mode": "int8", "inputs": ["c"],
-                              "outputs": ["c~q"], "threshold": 1.5, "scale": None, "axis": None,
+                              "outputs": ["c~q"], "threshold": 1.5, "scale": None, "zero_point": None,
+                              "implied_clip": None, "axis": None,
                               "fixed": False, "feeds": ["Relu_0"]}
     w = {v["name"]: v for v in doc["values"]}["w"]
     arr = ir.weight_array("w")

@@ -86,3 +86,26 @@ def test_fp16_round_trip_overflows_to_inf_and_keeps_precision_in_range():
     assert y[2] == 65504.0 and np.isposinf(y[3]) and np.isneginf(y[4])
     assert y[5] == 0.0                                      # below the smallest subnormal
     assert apply_calibration(cal("float"), x) is x          # float mode passes through
+
+
+@pytest.mark.parametrize("zero_point", [None, -128])
+def test_switching_an_imported_node_to_int16_keeps_its_range_with_a_finer_step(zero_point):
+    from qir.runtimes.numerics import set_mode
+    c = cal(scale=np.float32(0.05), zero_point=zero_point)
+    x = np.linspace(-8, 8, 2001, dtype=np.float32)
+    y8 = apply_calibration(c, x)
+    set_mode(c, "int16")
+    y16 = apply_calibration(c, x)
+    assert abs(float(y16.min()) - float(y8.min())) < 0.05 and abs(float(y16.max()) - float(y8.max())) < 0.05
+    inside = (x > max(y8.min(), y16.min())) & (x < min(y8.max(), y16.max()))
+    assert np.abs(y16 - x)[inside].max() < np.abs(y8 - x)[inside].max() / 100  # 256x finer step
+    set_mode(c, "int8")
+    np.testing.assert_allclose(apply_calibration(c, x), y8, atol=1e-6)
+
+
+def test_implied_clip_restores_the_removed_activation_in_float_mode():
+    c = cal("float", scale=np.float32(0.1), zero_point=-128, implied_clip=(0.0, np.inf))
+    x = np.array([-3.0, -0.5, 0.0, 2.0], np.float32)
+    np.testing.assert_array_equal(apply_calibration(c, x), [0, 0, 0, 2])
+    c6 = cal("fp16", implied_clip=(0.0, 6.0))
+    np.testing.assert_array_equal(apply_calibration(c6, np.array([-1, 3, 9], np.float32)), [0, 3, 6])
