@@ -60,6 +60,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qir.errors import InputError, QirError
 from qir.graph import QIR
+from qir.naming import fresh_name
 from qir.kinds import CalibMode, CalibRole
 from qir.onnx_export import export_onnx
 from qir.qdq_import import EMIT_METADATA_KEY
@@ -141,16 +142,12 @@ class _Names:
         self.nodes = {n.name for n in g.node}
 
     def tensor(self, base: str) -> str:
-        name, n = base, 1
-        while name in self.tensors:
-            name, n = f"{base}_{n}", n + 1
+        name = fresh_name(base, self.tensors)
         self.tensors.add(name)
         return name
 
     def node(self, base: str) -> str:
-        name, n = base, 1
-        while name in self.nodes:
-            name, n = f"{base}_{n}", n + 1
+        name = fresh_name(base, self.nodes)
         self.nodes.add(name)
         return name
 

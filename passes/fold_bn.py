@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 
 from qir.graph import QIR
+from qir.naming import fresh_name
 from qir.kinds import NodeKind
 from qir.records import OpRecord
 
@@ -91,9 +92,7 @@ def _write_weight(ir: QIR, op: OpRecord, slot: int, current: str | None, array, 
     if current is not None and len(ir.uses(current)) == 1 and current not in ir.outputs:
         ir.set_weight(current, array)
         return
-    name, n = fallback, 1
-    while ir.has_value(name):
-        name, n = f"{fallback}_{n}", n + 1
+    name = fresh_name(fallback, {v.name for v in ir.values()})
     ir.add_weight(name, array)
     ir.set_input(op.name, slot, name)
     if current is not None and not ir.uses(current) and current not in ir.outputs:

@@ -6,6 +6,7 @@ import logging
 import numpy as np
 
 from qir.graph import QIR
+from qir.naming import fresh_name
 from qir.kinds import CalibMode, CalibRole, NodeKind
 from qir.records import CalibRecord, OpRecord
 
@@ -47,10 +48,17 @@ def weight_axis(op: OpRecord, slot: int, rank: int) -> int | None:
 
 def calibration_name(ir: QIR, value: str) -> str:
     """Deterministic, unique name of the calibration node on ``value``: ``<value>_calib``."""
-    name, n = f"{value}_calib", 1
-    while ir.has_node(name):
-        name, n = f"{value}_calib{n}", n + 1
-    return name
+    return fresh_name(f"{value}_calib", _RunningNodes(ir), sep="")
+
+
+class _RunningNodes:
+    """``name in _RunningNodes(ir)``: is ``name`` taken by an op or calibration node?"""
+
+    def __init__(self, ir: QIR) -> None:
+        self.ir = ir
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.ir.has_node(name)
 
 
 def _is_float(dtype: str | None) -> bool:

@@ -28,6 +28,7 @@ from onnx import AttributeProto, numpy_helper
 from . import calib_onnx
 from .errors import ImportError_, InputError, UnsupportedOpError, did_you_mean
 from .graph import QIR
+from .naming import fresh_name
 
 __all__ = ["import_onnx", "read_onnx", "decode_attribute", "onnx_dtype", "KNOWN_DOMAINS"]
 
@@ -255,7 +256,7 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
                                **calib_onnx.calibration_state(calibrations[node.name]))
             taken.add(node.name)
             continue
-        op_name = node.name if node.name not in taken else _fresh_name(node.name, taken)
+        op_name = fresh_name(node.name, taken)
         taken.add(op_name)
         attrs = {a.name: decode_attribute(a) for a in node.attribute}
         attr_types = {a.name: int(a.type) for a in node.attribute}
@@ -291,14 +292,6 @@ def _name_unnamed_nodes(proto: onnx.ModelProto) -> None:
                 break
         node.name = candidate
         used.add(candidate)
-
-
-def _fresh_name(base: str, taken: set[str]) -> str:
-    """``base_1``, ``base_2``, ... for a name that several nodes share."""
-    n = 1
-    while f"{base}_{n}" in taken:
-        n += 1
-    return f"{base}_{n}"
 
 
 def _constant_value(node: onnx.NodeProto, where: str) -> np.ndarray:

@@ -65,6 +65,7 @@ from onnx import helper, numpy_helper
 from . import calib_onnx
 from .errors import ImportError_
 from .kinds import CalibMode, CalibRole
+from .naming import fresh_name
 from .records import CalibRecord
 from .runtimes.numerics import along_axis
 
@@ -169,17 +170,13 @@ class _Graph:
 
     def fresh(self, base: str) -> str:
         """A tensor name not in use (``base``, ``base_1``, ...); reserves it."""
-        name, n = base, 1
-        while name in self.names:
-            name, n = f"{base}_{n}", n + 1
+        name = fresh_name(base, self.names)
         self.names.add(name)
         return name
 
     def fresh_node(self, base: str) -> str:
         """``<base>_calib`` style unique node name (insert-calibration's convention); reserves it."""
-        name, n = base, 1
-        while name in self.node_names:
-            name, n = f"{base}{n}", n + 1
+        name = fresh_name(base, self.node_names, sep="")
         self.node_names.add(name)
         return name
 
