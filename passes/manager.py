@@ -29,21 +29,26 @@ logger = logging.getLogger(__name__)
 
 
 def _split_top_level(text: str, sep: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    """Split on ``sep`` outside brackets and quotes."""
+    parts, depth, current, quote = [], 0, [], None
     for ch in text:
-        if ch in "{[(":
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "{[(":
             depth += 1
         elif ch in "}])":
             depth -= 1
             if depth < 0:
                 raise QirError(f"unbalanced brackets in pipeline {text!r}")
-        if ch == sep and depth == 0:
+        if ch == sep and depth == 0 and not quote:
             parts.append("".join(current))
             current = []
         else:
             current.append(ch)
-    if depth:
-        raise QirError(f"unbalanced brackets in pipeline {text!r}")
+    if depth or quote:
+        raise QirError(f"unbalanced {'quotes' if quote else 'brackets'} in pipeline {text!r}")
     parts.append("".join(current))
     return [p.strip() for p in parts if p.strip()]
 

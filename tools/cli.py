@@ -190,8 +190,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- passes
-def _pipeline_ir(args: argparse.Namespace, pipeline: str, context: dict) -> int:
-    """Load MODEL, run ``pipeline`` and save the calibrated model to ``args.output``."""
+def _pipeline_ir(args: argparse.Namespace, pipeline, context: dict) -> int:
+    """Load MODEL, run ``pipeline`` (a string or passes) and save the model to ``args.output``."""
     import qir
     from qir.passes import PassManager
 
@@ -229,11 +229,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_set_mode(args: argparse.Namespace) -> int:
-    options = {"mode": args.mode, "nodes": args.nodes, "op_types": args.op_types, "role": args.role,
-               "from_file": args.from_file, "threshold": args.threshold}
-    spec = ",".join(f"{k}={v!r}" for k, v in options.items() if v is not None)
+    from qir.passes import get_pass
+
+    set_mode = get_pass("set-mode", mode=args.mode, nodes=args.nodes, op_types=args.op_types,
+                        role=args.role, from_file=args.from_file, threshold=args.threshold)
     args.input_shape = None
-    return _pipeline_ir(args, f"set-mode{{{spec}}}", {})
+    return _pipeline_ir(args, [set_mode], {})
 
 
 def cmd_emit(args: argparse.Namespace) -> int:

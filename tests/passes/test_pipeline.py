@@ -19,7 +19,10 @@ def test_parse_pipeline_literals_and_plain_strings():
         ("calibrate", {"method": "kl", "percentile": 99.9, "limit": 4})]
     assert parse_pipeline("set-mode{nodes=['a','b'],mode=int16}") == [
         ("set-mode", {"nodes": ["a", "b"], "mode": "int16"})]
-    for bad, message in [("a{b=1", "unbalanced"), ("a{b}", "key=value"), ("", "empty"), ("a}", "unbalanced")]:
+    assert parse_pipeline("set-mode{nodes='conv2,/m.22/*',mode=int16},emit{path='a,b.onnx'}") == [
+        ("set-mode", {"nodes": "conv2,/m.22/*", "mode": "int16"}), ("emit", {"path": "a,b.onnx"})]
+    for bad, message in [("a{b=1", "unbalanced brackets"), ("a{b}", "key=value"), ("", "empty"),
+                         ("a}", "unbalanced"), ("a{b='x}", "unbalanced quotes")]:
         with pytest.raises(QirError, match=message):
             parse_pipeline(bad)
 

@@ -99,3 +99,18 @@ def test_demo_prints_the_ir(capsys):
     assert main(["demo", "--runtime", "ort"]) == 0
     out = capsys.readouterr().out
     assert "fc: %logits : f32[1,10] = Gemm(" in out and "accuracy 1.0000" in out
+
+
+def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):
+    data = str(DIGITS / "calibration_data")
+    cal, partial, emitted = (str(tmp_path / n) for n in ("cal.onnx", "partial.onnx", "emitted.onnx"))
+    assert main(["calibrate", MODEL, data, "-o", cal, "--method", "mse"]) == 0
+    assert main(["set-mode", cal, "-o", partial, "--nodes", "conv2,/no/such/*", "--mode", "int16"]) == 0
+    import qir
+    modes = {c.name: c.mode.value for c in qir.load(partial).calibrations()}
+    assert modes["conv2.weight_calib"] == modes["relu1_out_calib"] == "int16"
+    assert list(modes.values()).count("int16") == 2
+    assert main(["emit", partial, "-o", emitted, "--float", "fc"]) == 0
+    assert "int16: 2" in capsys.readouterr().out
+    assert main(["set-mode", cal, "-o", str(tmp_path / "x.onnx"), "--nodes", "conv22", "--mode", "int16"]) == 2
+    assert "did you mean 'conv2'" in capsys.readouterr().err
