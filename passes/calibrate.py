@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from qir.data import load_samples
+from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
@@ -111,13 +111,7 @@ class CalibratePass(Pass):
         return count
 
     def _samples(self, ir: QIR):
-        ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
-        samples = load_samples(self.data, ir.inputs, ranks)
-        if self.limit:
-            samples = samples[: self.limit]
-        if not len(samples):
-            raise InputError("the calibration data holds no samples")
-        return samples
+        return model_samples(ir, self.data, self.limit)
 
     def _collect(self, ir: QIR, targets: list[CalibRecord], samples) -> dict[str, AbsHistogram]:
         from tqdm import tqdm

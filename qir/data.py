@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import InputError, did_you_mean
 
-__all__ = ["Samples", "load_samples", "save_outputs"]
+__all__ = ["Samples", "load_samples", "model_samples", "save_outputs"]
 
 
 def _natural_key(path: Path) -> tuple:
@@ -66,6 +66,18 @@ def _split_stack(arr: np.ndarray, rank: int | None, what: str) -> list[np.ndarra
         return [arr]
     raise InputError(f"{what} has shape {list(arr.shape)}; expected one sample of rank {rank} "
                      f"or a stack of samples of rank {rank + 1}")
+
+
+def model_samples(ir, source: Any, limit: int | None = None) -> Samples:
+    """:func:`load_samples` for the inputs of ``ir`` (ranks from their shapes), at most ``limit``
+    samples; no sample at all is an InputError."""
+    ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
+    samples = load_samples(source, ir.inputs, ranks)
+    if limit:
+        samples = samples[:limit]
+    if not len(samples):
+        raise InputError("the data holds no samples")
+    return samples
 
 
 def load_samples(source: Any, input_names: Sequence[str],

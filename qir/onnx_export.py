@@ -25,7 +25,7 @@ from . import calib_onnx
 from .graph import QIR
 from .records import CalibRecord, OpRecord
 
-__all__ = ["export_onnx", "make_attribute", "np_to_onnx_dtype", "CalibLowering"]
+__all__ = ["export_onnx", "export_subgraph", "make_attribute", "np_to_onnx_dtype", "CalibLowering"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,37 +63,26 @@ def _as_calibration_node(ir: QIR, rec: CalibRecord) -> list[onnx.NodeProto]:
     return [calib_onnx.calibration_to_node(rec)]
 
 
-def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
-                extra_outputs: list[onnx.ValueInfoProto] | None = None,
-                extra_nodes: list[onnx.NodeProto] | None = None) -> onnx.ModelProto:
-    """Write ``ir`` as an ONNX model (see the module docstring).
+def op_to_node(rec: OpRecord) -> onnx.NodeProto:
+    """A general node as an ONNX NodeProto (name, domain, attributes with their original types)."""
+    node = helper.make_node(rec.op_type, list(rec.inputs), list(rec.outputs), name=rec.name,
+                            domain=rec.domain or None)
+    node.attribute.extend(make_attribute(k, v, rec.attr_types.get(k)) for k, v in sorted(rec.attrs.items()))
+    return node
 
-    Args:
-        lower_calibration: how to write calibration nodes (default: ``qir::Calibration``).
-        extra_outputs / extra_nodes: appended as-is (used by runtimes to capture values).
-    """
-    lower = lower_calibration or _as_calibration_node
+
+def _lower_records(ir: QIR, records, lower: CalibLowering) -> list[onnx.NodeProto]:
     nodes: list[onnx.NodeProto] = []
-    for rec in ir.runnables():
+    for rec in records:
         if isinstance(rec, CalibRecord):
             nodes.extend(lower(ir, rec))
-            continue
-        assert isinstance(rec, OpRecord)
-        node = helper.make_node(rec.op_type, list(rec.inputs), list(rec.outputs), name=rec.name,
-                                domain=rec.domain or None)
-        node.attribute.extend(make_attribute(k, v, rec.attr_types.get(k))
-                              for k, v in sorted(rec.attrs.items()))
-        nodes.append(node)
-    nodes.extend(extra_nodes or [])
-    read = {i for n in nodes for i in n.input} | set(ir.outputs)
-    initializers = [numpy_helper.from_array(np.asarray(w.data), w.name)
-                    for w in ir.weights() if w.name in read]
-    skip = set(ir.inputs) | set(ir.outputs)
-    value_info = [_value_info(ir, v.name) for v in ir.activations()
-                  if v.name not in skip and v.dtype is not None]
-    graph = helper.make_graph(nodes, ir.name, [_value_info(ir, n) for n in ir.inputs],
-                              [_value_info(ir, n) for n in ir.outputs] + list(extra_outputs or []),
-                              initializer=initializers, value_info=value_info)
+        else:
+            assert isinstance(rec, OpRecord)
+            nodes.append(op_to_node(rec))
+    return nodes
+
+
+def _model(ir: QIR, graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
     domains = dict(ir.opset_imports)
     for node in nodes:
         if node.domain == calib_onnx.DOMAIN:
@@ -104,8 +93,55 @@ def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
     model = helper.make_model(graph, opset_imports=opsets, producer_name="qir")
     needed = helper.find_min_ir_version_for(opsets, True)
     model.ir_version = max(min(int(ir.meta.get("ir_version", 8)), MAX_IR_VERSION), needed)
+    return model
+
+
+def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
+                extra_outputs: list[onnx.ValueInfoProto] | None = None,
+                extra_nodes: list[onnx.NodeProto] | None = None) -> onnx.ModelProto:
+    """Write ``ir`` as an ONNX model (see the module docstring).
+
+    Args:
+        lower_calibration: how to write calibration nodes (default: ``qir::Calibration``).
+        extra_outputs / extra_nodes: appended as-is (used by runtimes to capture values).
+    """
+    nodes = _lower_records(ir, ir.runnables(), lower_calibration or _as_calibration_node)
+    nodes.extend(extra_nodes or [])
+    read = {i for n in nodes for i in n.input} | set(ir.outputs)
+    initializers = [numpy_helper.from_array(np.asarray(w.data), w.name)
+                    for w in ir.weights() if w.name in read]
+    skip = set(ir.inputs) | set(ir.outputs)
+    value_info = [_value_info(ir, v.name) for v in ir.activations()
+                  if v.name not in skip and v.dtype is not None]
+    graph = helper.make_graph(nodes, ir.name, [_value_info(ir, n) for n in ir.inputs],
+                              [_value_info(ir, n) for n in ir.outputs] + list(extra_outputs or []),
+                              initializer=initializers, value_info=value_info)
+    model = _model(ir, graph, nodes)
     for key, value in sorted(ir.metadata_props.items()):
         if key != "producer_name":
             model.metadata_props.add(key=key, value=value)
     return model
 
+
+def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,
+                    lower_calibration: CalibLowering | None = None,
+                    constants: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
+    """A piece of ``ir`` as its own ONNX model: ``records`` (runnable nodes, in topological
+    order) computing ``outputs`` from the graph inputs ``inputs``. Weights the nodes read
+    become initializers; ``constants`` adds or replaces initializers (for example weight
+    calibration outputs precomputed for a mode). The caller guarantees that ``inputs`` are
+    everything the nodes read from outside (besides weights and constants)."""
+    constants = constants or {}
+    nodes = _lower_records(ir, records, lower_calibration or _as_calibration_node)
+    read = {i for n in nodes for i in n.input}
+    initializers = [numpy_helper.from_array(np.asarray(a), n) for n, a in sorted(constants.items()) if n in read]
+    initializers += [numpy_helper.from_array(np.asarray(w.data), w.name)
+                     for w in ir.weights() if w.name in read and w.name not in constants]
+    boundary = set(inputs) | set(outputs)
+    produced = {o for n in nodes for o in n.output}
+    value_info = [_value_info(ir, v) for v in sorted(produced - boundary)
+                  if ir.has_value(v) and ir.value(v).dtype is not None]
+    graph = helper.make_graph(nodes, f"{ir.name}.part", [_value_info(ir, n) for n in inputs],
+                              [_value_info(ir, n) for n in outputs], initializer=initializers,
+                              value_info=value_info)
+    return _model(ir, graph, nodes)

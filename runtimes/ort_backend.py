@@ -26,7 +26,7 @@ from qir.records import CalibRecord
 from .base import LEVELS, check_capture, check_feeds
 from .numerics import QRANGE, ROUNDING, calib_scale, calib_zero_point
 
-__all__ = ["OrtRuntime", "lower_fake_quant"]
+__all__ = ["OrtRuntime", "lower_fake_quant", "new_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +150,6 @@ class OrtRuntime:
         return {v: float(got[v]) for v in names}
 
     def _session(self, ir: QIR, captured: tuple[str, ...], reduce_abs_max: bool = False):
-        import onnxruntime as ort
-
         lower = self.lower_calibration or (lambda ir_, rec: lower_fake_quant(ir_, rec, self.rounding))
         if self.level == "float":
             def lower(_ir, rec):  # noqa: E306 - float level: pass through (restoring removed activations)
@@ -170,18 +168,7 @@ class OrtRuntime:
                 nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
             outputs.append(helper.make_empty_tensor_value_info(out))
         model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs)
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[self.optimization])
-        opts.log_severity_level = 3
-        opts.add_session_config_entry("session.disable_quant_qdq", "1")
-        if self.threads:
-            opts.intra_op_num_threads = self.threads
-            opts.inter_op_num_threads = 1
-        try:
-            session = ort.InferenceSession(model.SerializeToString(), opts,
-                                           providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise ExecutionError(f"onnxruntime could not load model {ir.name!r}: {_first_line(exc)}") from exc
+        session = new_session(model, self.threads, self.optimization, what=f"model {ir.name!r}")
         names = [o.name for o in session.get_outputs()]
         keys = list(ir.outputs) + list(captured)  # session output i is value keys[i]
         if reduce_abs_max:  # only the reductions are fetched
@@ -202,6 +189,32 @@ class OrtRuntime:
         except Exception as exc:
             raise ExecutionError(f"onnxruntime failed on model {ir.name!r}: {_first_line(exc)}") from exc
         return {name: values[name] for name in (*ir.outputs, *captured)}
+
+
+def new_session(model: onnx.ModelProto, threads: int | None = None, optimization: str = "all", *,
+                shared: bool = False, what: str = "the model"):
+    """An onnxruntime CPU session for ``model`` with qir's settings: quiet logging, QDQ pairs
+    left unfused (``session.disable_quant_qdq``), ``threads`` intra-op threads. ``shared``: one
+    of many sessions living in one process, so idle thread pools do not busy-wait and no
+    per-session memory arena keeps its peak allocation after a run."""
+    import onnxruntime as ort
+
+    if optimization not in _LEVELS:
+        raise InputError(f"unknown optimization {optimization!r}; choose {sorted(_LEVELS)}")
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[optimization])
+    opts.log_severity_level = 3
+    opts.add_session_config_entry("session.disable_quant_qdq", "1")
+    if shared:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.enable_cpu_mem_arena = False
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ExecutionError(f"onnxruntime could not load {what}: {_first_line(exc)}") from exc
 
 
 def _first_line(exc: Exception) -> str:

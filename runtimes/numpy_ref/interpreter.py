@@ -31,13 +31,13 @@ from ..base import LEVELS, check_capture, check_feeds
 from ..numerics import ROUNDING, apply_calibration, apply_implied_clip, fold_batchnorm
 from .registry import lookup
 
-__all__ = ["NumpyRuntime", "missing_kernels"]
+__all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "ExecutionPlan", "PlanStep"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Step:
+class PlanStep:
     rec: OpRecord | CalibRecord
     fn: Callable[..., Any] | None  # None for calibration nodes
     kwargs: dict[str, Any]
@@ -47,8 +47,8 @@ class _Step:
 
 
 @dataclass
-class _Plan:
-    steps: list[_Step]
+class ExecutionPlan:
+    steps: list[PlanStep]
     weights: dict[str, np.ndarray]  # the initial environment: weight arrays by name
 
 
@@ -92,7 +92,9 @@ def _fold_batchnorm(ir: QIR, conv: OpRecord, bn: OpRecord) -> tuple[np.ndarray, 
                           epsilon=bn.attrs.get("epsilon", 1e-5), axis=0)
 
 
-def _plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> _Plan:
+def execution_plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> ExecutionPlan:
+    """Kernel calls in topological order (BatchNorms folded where unobservable, ``keep`` values
+    observable), with the step after which each value is dead."""
     missing = missing_kernels(ir)
     if missing:
         desc = "; ".join(f"{op} (nodes {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
@@ -102,10 +104,10 @@ def _plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> _Plan:
     weights = {w.name: w.data for w in ir.weights()}
     folds = _foldable_batchnorms(ir, keep) if fold_batchnorm else {}
     folded_away = {bn.name for bn in folds.values()}
-    steps: list[_Step] = []
+    steps: list[PlanStep] = []
     for rec in ir.runnables():
         if isinstance(rec, CalibRecord):
-            steps.append(_Step(rec, None, {}, rec.inputs, rec.outputs))
+            steps.append(PlanStep(rec, None, {}, rec.inputs, rec.outputs))
             continue
         if rec.name in folded_away:
             continue
@@ -119,11 +121,11 @@ def _plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> _Plan:
         if rec.name in folds:
             bn = folds[rec.name]
             if rec.outputs[0] in keep:  # the captured pre-BatchNorm value, computed as written
-                steps.append(_Step(rec, spec.fn, dict(kwargs), tuple(rec.inputs), tuple(rec.outputs)))
+                steps.append(PlanStep(rec, spec.fn, dict(kwargs), tuple(rec.inputs), tuple(rec.outputs)))
             w_name, b_name = f"{rec.name}.bn_folded.weight", f"{rec.name}.bn_folded.bias"
             weights[w_name], weights[b_name] = _fold_batchnorm(ir, rec, bn)
             inputs, outputs = (rec.inputs[0], w_name, b_name), bn.outputs[:1]
-        steps.append(_Step(rec, spec.fn, kwargs, tuple(inputs), tuple(outputs)))
+        steps.append(PlanStep(rec, spec.fn, kwargs, tuple(inputs), tuple(outputs)))
     # drop each value after its last reader; outputs nobody reads are dropped at once
     last_use: dict[str, int] = {}
     for i, step in enumerate(steps):
@@ -137,7 +139,7 @@ def _plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> _Plan:
     for i, step in enumerate(steps):
         dead = [o for o in step.outputs if o and o not in last_use and o not in keep]
         step.free = tuple(frees.get(i, ())) + tuple(dead)
-    return _Plan(steps, weights)
+    return ExecutionPlan(steps, weights)
 
 
 class NumpyRuntime:
@@ -170,7 +172,7 @@ class NumpyRuntime:
         captured = check_capture(ir, capture)
         keep = frozenset(ir.outputs) | frozenset(captured)
         plan = ir.cached(("numpy-plan", keep, self.fold_batchnorm),
-                         lambda: _plan(ir, keep, self.fold_batchnorm))
+                         lambda: execution_plan(ir, keep, self.fold_batchnorm))
         env: dict[str, Any] = dict(plan.weights)
         env.update(feeds)
         quantize = self.level == "fakequant"

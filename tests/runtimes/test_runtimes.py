@@ -9,7 +9,7 @@ import qir
 from qir.errors import ExecutionError, InputError, NotFoundError, UnsupportedOpError
 from qir.kinds import NodeKind
 from qir.runtimes.base import get_runtime
-from qir.runtimes.numpy_ref.interpreter import _plan
+from qir.runtimes.numpy_ref.interpreter import execution_plan
 
 from ..conftest import REPO, model_from_text
 
@@ -48,7 +48,7 @@ def test_captures_are_keyed_by_value_name_even_for_inputs_weights_outputs(digits
 
 def test_dead_values_are_freed_unless_kept(digits):
     keep = frozenset({"logits", "relu2_out"})
-    steps = _plan(digits, keep, fold_batchnorm=False).steps
+    steps = execution_plan(digits, keep, fold_batchnorm=False).steps
     freed = [v for s in steps for v in s.free]
     activations = {v.name for v in digits.values(NodeKind.ACTIVATION)}
     assert len(freed) == len(set(freed))
@@ -57,10 +57,10 @@ def test_dead_values_are_freed_unless_kept(digits):
 
 def test_batchnorm_folds_only_where_nothing_observes_the_conv_output(digits):
     x = np.load(DIGITS / "eval_images.npy")[5]
-    folded = _plan(digits, frozenset({"logits"}), fold_batchnorm=True)
+    folded = execution_plan(digits, frozenset({"logits"}), fold_batchnorm=True)
     assert not any(s.rec.op_type == "BatchNormalization" for s in folded.steps)
     # capturing conv1's output adds an unfolded conv1 that computes it; bn1 stays folded
-    kept = _plan(digits, frozenset({"logits", "conv1_out"}), fold_batchnorm=True)
+    kept = execution_plan(digits, frozenset({"logits", "conv1_out"}), fold_batchnorm=True)
     assert not any(s.rec.op_type == "BatchNormalization" for s in kept.steps)
     assert [s.rec.name for s in kept.steps].count("conv1") == 2
     plain = get_runtime("numpy", fold_batchnorm=False).run(digits, {"input": x}, capture=["relu5_out", "conv1_out"])

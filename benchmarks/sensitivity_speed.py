@@ -1,0 +1,112 @@
+"""Per-node sensitivity: the naive way vs qir's analysis engine, on real models.
+
+    python benchmarks/sensitivity_speed.py [--models yolov8n_320 ppocrv4_det ppocr_cls]
+                                           [--repeats 3] [--naive-nodes 24] [--threads 2]
+
+For each model (calibrated with ``max`` on 4 real images, the nash-e default pipeline) and one
+real sample, over its N activation calibration nodes:
+
+- (b) "only this node quantized" (float reference, one node int8) and
+- (c) "only this node back to float" (int8 reference, one node float; compared with float),
+
+each computed two ways:
+
+- naive: per node, clone the IR, set the modes, export it, open a new onnxruntime session and
+  run the whole model (what hmct-debugger and plain onnxruntime scripts do). Timed on
+  ``--naive-nodes`` nodes spread over the graph and scaled to N (every node costs about the
+  same: one session build plus one forward);
+- qir: ``qir.engine.Engine`` over all N nodes, from scratch (plan, sessions, reference run
+  included), median of ``--repeats`` runs.
+
+Also printed: F, one float forward of the whole model (onnxruntime, same threads, median of 20);
+N×F; the cone floor Σ_i (FLOPs downstream of node i / all FLOPs)·F (FLOPs as in
+``qir.engine.cost``); qir's ratio to each; the process's peak RSS after the qir runs.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+CASES = {  # model: (preprocessing, input shape, the sample: a text page for the text models)
+    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320], "motorcycle_right.png"),
+    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640], "page.png"),
+    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192], "page.png"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=list(CASES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--naive-nodes", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    import qir
+    from qir.engine import Engine, Variant, configured_clone, evaluate_plainly
+    from qir.engine.cost import cone_fraction, step_flops
+    from qir.engine.plan import build_plan
+    from qir.passes import PassManager, get_pass
+    from qir.runtimes.base import get_runtime
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
+    import realmodels as rm
+
+    head = (f"{'model':<12}{'job':<13}{'N':>4}{'naive s':>9}{'qir s':>8}{'speedup':>8}{'F ms':>7}"
+            f"{'N*F s':>7}{'floor s':>8}{'qir/NF':>7}{'qir/floor':>10}{'RSS MB':>8}")
+    print(head)
+    for name in args.models:
+        prep, shape, image = CASES[name]
+        input_name = rm.MODELS[name][1]
+        images = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB)]
+        sample = {input_name: getattr(rm, prep)(rm.images([image])[0])}
+        ir = qir.load(rm.model(name), input_shapes={input_name: shape})
+        PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+        get_pass("calibrate", data=images[:4], method="max", progress=False)(ir)
+        nodes = [c.name for c in ir.calibrations("activation")]
+        n = len(nodes)
+
+        float_ir = configured_clone(ir, "float", {})
+        rt = get_runtime("ort", threads=args.threads)
+        for _ in range(3):
+            rt.run(float_ir, sample)
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            rt.run(float_ir, sample)
+            times.append(time.perf_counter() - t0)
+        forward = statistics.median(times)
+        plan = build_plan(ir)
+        flops = step_flops(ir, plan)
+        floor = sum(cone_fraction(plan, flops, [c]) for c in nodes) * forward
+
+        picked = nodes[:: max(1, n // args.naive_nodes)][: args.naive_nodes]
+        for job, reference, mode in (("(b) quantize", "float", "int8"), ("(c) to float", "quantized", "float")):
+            variants = [Variant(c, {c: mode}) for c in nodes]
+            runs = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                engine = Engine(ir, [sample], reference=reference, threads=args.threads, progress=False)
+                result = engine.evaluate(variants)
+                runs.append(time.perf_counter() - t0)
+                engine.close()
+            took = statistics.median(runs)
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            t0 = time.perf_counter()
+            for c in picked:
+                evaluate_plainly(ir, sample, {c: mode}, reference=reference, runtime="ort", threads=args.threads)
+            naive = (time.perf_counter() - t0) / len(picked) * n
+            print(f"{name:<12}{job:<13}{n:>4}{naive:>9.2f}{took:>8.2f}{naive / took:>7.1f}x"
+                  f"{forward * 1e3:>7.1f}{n * forward:>7.2f}{floor:>8.2f}{took / (n * forward):>7.2f}"
+                  f"{took / floor:>10.2f}{rss:>8.0f}", flush=True)
+            del result
+        print(f"{'':<12}cone floor / N*F = {floor / (n * forward):.2f}; naive timed on {len(picked)} "
+              f"of {n} nodes; qir median of {args.repeats}; F median of 20", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""The analysis engine: many variants of one calibrated IR, evaluated fast (see :mod:`.engine`)."""
+from __future__ import annotations
+
+from .engine import RESULTS_FILE, Engine, EngineResult, Variant, configured_clone, evaluate_plainly
+
+__all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "RESULTS_FILE"]

@@ -1,0 +1,464 @@
+"""The analysis engine: evaluate many variants of one calibrated IR on some samples.
+
+A *variant* changes the mode of a few calibration nodes relative to a *reference
+configuration*: ``float`` (every calibration node passes through; "only this node quantized"
+analyses) or ``quantized`` (the IR's own modes; "only this node back to float"). For every
+sample and variant the engine compares chosen values (the model outputs by default) with a
+*baseline* (the float model by default) under chosen metrics (:mod:`qir.metrics`).
+
+How it is fast (``../shared/DESIGN.md`` §5):
+
+1. **Reference cache.** The reference configuration runs once per sample, step by step
+   (:mod:`.plan`); every value crossing a step boundary is kept in a :class:`.cache.ValueCache`
+   (``memory_budget`` bytes, spilled to disk past it). Samples are processed one at a time, so
+   the cache holds one sample.
+2. **Cone re-execution.** A variant re-executes only its cone, reading everything else from
+   the cache. Values leave memory after their last reader in the cone.
+3. **Segments (onnxruntime).** Consecutive steps form segments of about equal cost, each one
+   cached session in the reference configuration. Inside the cone, a segment that holds no
+   changed node runs as one call when that is cheaper than its cone steps one by one (costs
+   are measured on the first sample). Segments are checked against the step-by-step reference
+   once; one that disagrees is not used.
+4. **Resume.** With ``out_dir``, results are appended to ``engine_results.jsonl`` as they are
+   produced, one line per (variant, sample); ``resume=True`` keeps the lines of the same analysis
+   and computes only what is missing.
+
+Results equal a plain evaluation (clone the IR, set the modes, run the whole model:
+:func:`evaluate_plainly`) on the same runtime; the tests check it on real models.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import resource
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from qir.data import model_samples
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.kinds import CalibMode
+from qir.records import CalibRecord, copy_record
+
+from .. import metrics as qmetrics
+from ..runtimes.base import check_feeds, get_runtime
+from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, set_mode
+from .cache import ValueCache
+from .plan import Plan, build_plan, split_segments, weight_calibrations
+from .runners import NumpySteps, OrtSteps
+
+__all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "RESULTS_FILE"]
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "engine_results.jsonl"
+REFERENCES = ("float", "quantized")
+BASELINES = ("float", "reference")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named set of calibration-node mode changes, e.g. ``Variant("conv1", {"x_calib": "int8"})``."""
+
+    name: str
+    changes: Mapping[str, str]
+
+    def items(self) -> list[tuple[str, str]]:
+        return sorted((n, CalibMode(m).value) for n, m in self.changes.items())
+
+
+def effective(rec: CalibRecord, mode: CalibMode | str) -> CalibRecord:
+    """A copy of ``rec`` in ``mode`` (imported int8/int16 scales converted, see ``set_mode``)."""
+    out = copy_record(rec)
+    set_mode(out, mode)
+    return out
+
+
+def configured(ir: QIR, reference: str, changes: Mapping[str, str]) -> dict[str, CalibRecord]:
+    """Every calibration node as it runs in ``reference`` with ``changes`` applied."""
+    out = {}
+    for c in ir.calibrations():
+        mode = changes.get(c.name, CalibMode.FLOAT if reference == "float" else None)
+        out[c.name] = c if mode is None or CalibMode(mode) is c.mode else effective(c, mode)
+    return out
+
+
+def configured_clone(ir: QIR, reference: str, changes: Mapping[str, str]) -> QIR:
+    """A clone of ``ir`` whose calibration nodes run as in ``reference`` with ``changes``."""
+    clone = ir.clone()
+    for name, rec in configured(ir, reference, changes).items():
+        target = clone.calibration(name)
+        for f in ("mode", "scale", "zero_point"):
+            setattr(target, f, getattr(rec, f))
+    clone.touch()
+    return clone
+
+
+def evaluate_plainly(ir: QIR, feeds: Mapping[str, np.ndarray], changes: Mapping[str, str], *,
+                     reference: str = "float", compare: Sequence[str] | None = None,
+                     runtime: str = "ort", **runtime_options: Any) -> dict[str, np.ndarray]:
+    """The slow, obvious way: clone ``ir``, set every calibration node's mode, run the whole
+    model (a new session on onnxruntime). What every engine result must equal, and what the
+    peers do per node."""
+    clone = configured_clone(ir, reference, changes)
+    compare = list(compare or ir.outputs)
+    got = get_runtime(runtime, level="fakequant", **runtime_options).run(
+        clone, feeds, capture=[v for v in compare if v not in ir.outputs])
+    return {v: got[v] for v in compare}
+
+
+def _scale_of(rec: CalibRecord, ir: QIR) -> np.ndarray:
+    """The scale of an integer-mode calibration node, shaped to broadcast over its value."""
+    shape = ir.value(rec.input).shape
+    return along_axis(calib_scale(rec), rec.axis, len(shape) if shape is not None else 0)
+
+
+def _encode(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+def _decode(x: float | str) -> float:
+    return float(x)
+
+
+@dataclass
+class EngineResult:
+    """Metrics per (variant, sample, compared value), and how the work went.
+
+    ``rows``: ``{"variant": name, "sample": i, "values": {value: {metric: number}}}``.
+    ``stats``: seconds, steps and segments executed, sessions built, peak bytes held by the
+    reference cache, bytes spilled to disk and the process's peak RSS.
+    """
+
+    rows: list[dict]
+    metrics: tuple[str, ...]
+    compare: tuple[str, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def per_variant(self) -> dict[str, dict[str, float]]:
+        """Each variant's metrics: mean over compared values per sample, then over samples
+        (NaN entries skipped), in the order variants were given."""
+        acc: dict[str, dict[str, list[float]]] = {}
+        for row in self.rows:
+            slot = acc.setdefault(row["variant"], {m: [] for m in self.metrics})
+            for m in self.metrics:
+                vals = [v[m] for v in row["values"].values() if v[m] == v[m]]
+                if vals:
+                    slot[m].append(float(np.mean(vals)))
+        return {name: {m: (float(np.mean(v)) if v else math.nan) for m, v in ms.items()}
+                for name, ms in acc.items()}
+
+    def ranked(self, metric: str | None = None) -> list[tuple[str, dict[str, float]]]:
+        """``per_variant`` sorted worst first by ``metric`` (default: the first metric)."""
+        metric = metric or self.metrics[0]
+        table = self.per_variant()
+        return sorted(table.items(), key=lambda kv: qmetrics.worst_first(metric, kv[1][metric]))
+
+
+class Engine:
+    """Evaluate variants of ``ir`` on ``data`` (see the module docstring).
+
+    Args:
+        ir: a calibrated IR (not modified).
+        data: samples (folder, .npz, .npy, or an iterable of ``{input: array}``).
+        runtime: ``ort`` (default) or ``numpy``.
+        reference: ``float`` or ``quantized`` (the configuration variants change).
+        baseline: what results are compared with: ``float`` (default) or ``reference``.
+        compare: values to compare (default: the graph outputs); any activation may be named.
+        metrics: metric names from :mod:`qir.metrics` (the first one ranks).
+        memory_budget: bytes of reference values kept in memory (default 2 GiB).
+        segments: number of onnxruntime segments (default: about the square root of the steps).
+        data_num: use at most this many samples.
+        threads: cores to use (default: all). Variants run ``threads`` at a time, each on one
+            core (onnxruntime sessions get one intra-op thread): many small calls parallelize
+            better across variants than inside one operator.
+        optimization: onnxruntime graph optimization level, default ``extended``: ``all`` adds
+            layout (NCHWc) fusions that join a Conv and an Add across a pass-through calibration
+            node, so a whole-model run fuses differently than the engine's parts and results
+            drift by ~1e-5; ``extended`` keeps them equal to a plain run at the same level
+            (a few percent slower).
+        rounding: fake-quant rounding.
+    """
+
+    def __init__(self, ir: QIR, data: Any, *, runtime: str = "ort", reference: str = "float",
+                 baseline: str = "float", compare: Sequence[str] | None = None,
+                 metrics: Sequence[str] | str = ("cosine-similarity",), memory_budget: int = 2 << 30,
+                 segments: int | None = None, data_num: int | None = None, threads: int | None = None,
+                 optimization: str = "extended", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
+                 progress: bool = True) -> None:
+        if runtime not in ("ort", "numpy"):
+            raise InputError(f"unknown runtime {runtime!r}; the engine runs 'ort' or 'numpy'")
+        if reference not in REFERENCES:
+            raise InputError(f"unknown reference {reference!r}; choose one of {', '.join(REFERENCES)}")
+        if baseline not in BASELINES:
+            raise InputError(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}")
+        if memory_budget < 0:
+            raise InputError(f"memory_budget must be >= 0 bytes, got {memory_budget}")
+        self.ir, self.runtime, self.reference, self.baseline = ir, runtime, reference, baseline
+        self.compare = tuple(dict.fromkeys(compare or ir.outputs))
+        for v in self.compare:
+            ir.value(v)  # NotFoundError with suggestions
+        self.metrics = qmetrics.check_metrics(metrics)
+        self.samples = model_samples(ir, data, data_num)
+        self.rounding, self.threads, self.optimization = rounding, threads, optimization
+        self.workers = max(1, int(threads or os.cpu_count() or 1))
+        self.progress = progress
+        self.plan: Plan = build_plan(ir, self.compare)
+        self.records = configured(ir, reference, {})
+        self.constants = {c.output: apply_calibration(self.records[c.name], ir.weight_array(c.input), rounding)
+                          for c in weight_calibrations(ir)}
+        self._variant_records: dict[tuple[str, str], CalibRecord] = {}
+        if runtime == "numpy":
+            self.runner = NumpySteps(ir, self.plan)
+        else:
+            self.runner = OrtSteps(ir, self.plan, self.records, self.constants, 1, optimization, rounding)
+        self._segment_count = segments
+        self.step_cost: np.ndarray | None = None
+        self.segment_cost: dict[int, float] = {}
+        self.cache = ValueCache(memory_budget, spill_dir)
+        self._float_ir: QIR | None = None
+        self._code_scale = {s.index: _scale_of(self.records[s.calib.name], ir) for s in self.plan.steps
+                            if s.calib is not None and self.records[s.calib.name].mode in QRANGE}
+        self._lock = threading.Lock()
+        self.stats = {"steps_run": 0, "segments_run": 0, "reference_seconds": 0.0}
+
+    # ------------------------------------------------------------------ public
+    def evaluate(self, variants: Iterable[Variant], out_dir: str | Path | None = None, *,
+                 resume: bool = False, force: bool = False) -> EngineResult:
+        """Metrics of every variant on every sample (see :class:`EngineResult`)."""
+        from tqdm import tqdm
+
+        variants = list(variants)
+        self._check_variants(variants)
+        start = time.perf_counter()
+        rows, path = self._open_results(variants, out_dir, resume, force)
+        done = {(r["variant"], r["sample"]) for r in rows}
+        total = len(variants) * len(self.samples)
+        bar = tqdm(total=total, initial=len(done), desc="variants", unit="run", leave=False,
+                   disable=None if self.progress else True)
+        pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+        try:
+            for s, sample in enumerate(self.samples):
+                todo = [v for v in variants if (v.name, s) not in done]
+                if not todo:
+                    continue
+                base = self._reference(s, sample, pool)
+
+                def measure(variant: Variant, s=s, base=base) -> dict:
+                    got = self.run_variant(variant)
+                    return {"variant": variant.name, "sample": s,
+                            "values": {v: {m: _encode(x) for m, x in qmetrics.compute(self.metrics, base[v], got[v]).items()}
+                                       for v in self.compare}}
+
+                for row in (pool.map(measure, todo) if pool else map(measure, todo)):
+                    rows.append(row)
+                    if path is not None:
+                        with open(path, "a") as f:
+                            f.write(json.dumps(row) + "\n")
+                    bar.update(1)
+        finally:
+            if pool:
+                pool.shutdown(cancel_futures=True)
+            bar.close()
+            self.cache.clear()
+        for row in rows:
+            for v in row["values"].values():
+                for m in v:
+                    v[m] = _decode(v[m])
+        order = {v.name: i for i, v in enumerate(variants)}
+        rows.sort(key=lambda r: (order.get(r["variant"], len(order)), r["sample"]))
+        stats = dict(self.stats, seconds=round(time.perf_counter() - start, 3),
+                     sessions=getattr(self.runner, "sessions", 0), steps=len(self.plan.steps),
+                     segments=len(self.plan.segments), peak_cache_bytes=self.cache.peak,
+                     spilled_bytes=self.cache.spilled,
+                     peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        return EngineResult(rows, self.metrics, self.compare, stats)
+
+    def run_variant(self, variant: Variant) -> dict[str, np.ndarray]:
+        """The compared values of ``variant`` on the current sample (after ``_reference``)."""
+        changes = {n: self._variant_record(n, m) for n, m in variant.items()}
+        changes = {n: r for n, r in changes.items() if r is not self.records[n]}
+        plan, cache = self.plan, self.cache
+        start = plan.start_steps(changes)
+        cone = plan.cone(start)
+        constants = dict(self.constants)
+        for name, rec in changes.items():
+            if rec.output in constants:
+                constants[rec.output] = apply_calibration(rec, self.ir.weight_array(rec.input), self.rounding)
+        overlay: dict[str, np.ndarray] = {}
+        steps_run = segments_run = 0
+
+        def read(v: str) -> np.ndarray:
+            return overlay[v] if v in overlay else cache.get(v)
+
+        for k, (lo, hi) in enumerate(plan.segments):
+            idx = np.flatnonzero(cone[lo:hi]) + lo
+            if not idx.size:
+                continue
+            whole = self.segment_cost.get(k)
+            if (whole is not None and not any(lo <= i < hi for i in start)
+                    and whole < float(self.step_cost[idx].sum())):
+                overlay.update(self.runner.run_segment(k, read))
+                segments_run += 1
+            else:
+                for i in idx:
+                    overlay.update(self._step(int(i), read, changes, constants))
+                steps_run += int(idx.size)
+            for v in [v for v in overlay if plan.last_reader.get(v, -1) < hi and v not in self.compare]:
+                del overlay[v]
+        with self._lock:
+            self.stats["steps_run"] += steps_run
+            self.stats["segments_run"] += segments_run
+        return {v: overlay[v] if v in overlay else cache.get(v) for v in self.compare}
+
+    def close(self) -> None:
+        self.cache.close()
+
+    # ------------------------------------------------------------------ pieces
+    def _variant_record(self, name: str, mode: str) -> CalibRecord:
+        key = (name, mode)
+        if key not in self._variant_records:
+            rec = self.ir.calibration(name)
+            ref = self.records[name]
+            self._variant_records[key] = ref if CalibMode(mode) is ref.mode else effective(rec, mode)
+        return self._variant_records[key]
+
+    def _check_variants(self, variants: list[Variant]) -> None:
+        names: set[str] = set()
+        for v in variants:
+            if not isinstance(v, Variant):
+                raise InputError(f"variants must be qir.engine.Variant objects, got {type(v).__name__}")
+            if v.name in names:
+                raise InputError(f"two variants are named {v.name!r}; variant names must be unique")
+            names.add(v.name)
+            for node, mode in v.changes.items():
+                self.ir.calibration(node)  # NotFoundError with suggestions
+                try:
+                    CalibMode(mode)
+                except ValueError:
+                    raise InputError(f"variant {v.name!r}: unknown mode {mode!r} for {node!r}; choose one of "
+                                     f"{', '.join(m.value for m in CalibMode)}") from None
+
+    def _step(self, i: int, read, changes: Mapping[str, CalibRecord], constants) -> dict[str, np.ndarray]:
+        step = self.plan.steps[i]
+        calib = step.calib
+        if calib is not None:
+            rec = changes.get(calib.name) or self.records[calib.name]
+            return {calib.output: apply_calibration(rec, read(calib.input), self.rounding)}
+        key = tuple((w, changes[w].mode.value) for w in step.weight_calibs if w in changes)
+        return self.runner.run_step(i, read, constants, key)
+
+    def _reference(self, s: int, sample: Mapping[str, np.ndarray], pool=None) -> dict[str, np.ndarray]:
+        """Run the reference on sample ``s`` into the cache; returns the baseline values."""
+        start = time.perf_counter()
+        cache, plan = self.cache, self.plan
+        cache.clear()
+        feeds = check_feeds(self.ir, sample)
+        for name, array in feeds.items():
+            cache.put(name, array)
+        timing = self.step_cost is None
+        if timing and pool is not None and hasattr(self.runner, "prepare"):  # build sessions in parallel
+            list(pool.map(self.runner.prepare, range(len(plan.steps))))
+        for step in plan.steps:
+            outs = self._step(step.index, cache.get, {}, self.constants)
+            scale = self._code_scale.get(step.index)
+            for name, array in outs.items():
+                cache.put(name, array, scale)
+        if timing:
+            self._calibrate_costs(pool)
+        if self.baseline == "float" and self.reference != "float":
+            if self._float_ir is None:
+                self._float_ir = configured_clone(self.ir, "float", {})
+            options = {"threads": self.threads, "optimization": self.optimization} if self.runtime == "ort" else {}
+            got = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options).run(
+                self._float_ir, feeds, capture=[v for v in self.compare if v not in self.ir.outputs])
+            base = {v: got[v] for v in self.compare}
+        else:
+            base = {v: cache.get(v) for v in self.compare}
+        self.stats["reference_seconds"] += time.perf_counter() - start
+        return base
+
+    def _calibrate_costs(self, pool=None) -> None:
+        """Step costs: the fastest of two more timed passes (the first run of a session is
+        slow); segments cut from them; each segment timed the same way and checked against the
+        cached step outputs."""
+        plan, cache = self.plan, self.cache
+        costs = np.full(len(plan.steps), np.inf)
+        for _ in range(2):
+            for step in plan.steps:
+                t0 = time.perf_counter()
+                self._step(step.index, cache.get, {}, self.constants)
+                costs[step.index] = min(costs[step.index], time.perf_counter() - t0)
+        self.step_cost = costs
+        n = len(plan.steps)
+        count = self._segment_count or max(1, int(round(math.sqrt(n))))
+        plan.segments = split_segments(list(costs), count)
+        if not getattr(self.runner, "segments", False):
+            return
+        if pool is not None:
+            list(pool.map(lambda k: self.runner.run_segment(k, cache.get), range(len(plan.segments))))
+        for k in range(len(plan.segments)):
+            took = np.inf
+            for _ in range(3):
+                t0 = time.perf_counter()
+                outs = self.runner.run_segment(k, cache.get)
+                took = min(took, time.perf_counter() - t0)
+            bad = [v for v, a in outs.items() if not np.array_equal(a, cache.get(v), equal_nan=True)]
+            if bad:
+                logger.info("segment %d differs from its steps at %s; running its steps one by one", k, bad[0])
+                continue
+            self.segment_cost[k] = took
+
+    def _open_results(self, variants: list[Variant], out_dir, resume: bool, force: bool):
+        if out_dir is None:
+            if resume:
+                raise InputError("resume needs the output directory of the interrupted analysis")
+            return [], None
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / RESULTS_FILE
+        header = {"qir_engine_results": 1, "fingerprint": self._fingerprint(variants)}
+        rows: list[dict] = []
+        if path.exists() and resume:
+            lines = path.read_text().splitlines()
+            try:
+                head = json.loads(lines[0]) if lines else {}
+            except json.JSONDecodeError:
+                head = {}
+            if head.get("fingerprint") != header["fingerprint"]:
+                raise InputError(f"{path} holds results of a different analysis (other model, data, "
+                                 "variants or options); use another output directory, or --force to start over")
+            for line in lines[1:]:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    logger.info("ignoring an incomplete line in %s (the run was interrupted)", path)
+            known = {v.name for v in variants}
+            rows = [r for r in rows if r.get("variant") in known and 0 <= r.get("sample", -1) < len(self.samples)]
+        elif path.exists() and not force:
+            raise InputError(f"{path} already exists; pass --resume to continue that analysis or --force "
+                             "to overwrite it")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in [header, *rows]))
+        tmp.replace(path)
+        return rows, path
+
+    def _fingerprint(self, variants: list[Variant]) -> str:
+        h = hashlib.sha1()
+        calib = [(c.name, c.mode.value, np.asarray(c.threshold if c.threshold is not None else c.scale,
+                                                    np.float64).round(9).tolist())
+                 for c in self.ir.calibrations()]
+        parts = [self.ir.name, repr(self.ir.counts()), calib, [(v.name, v.items()) for v in variants],
+                 len(self.samples), list(self.compare), list(self.metrics), self.reference,
+                 self.baseline, self.runtime, self.rounding]
+        h.update(json.dumps(parts, default=str).encode())
+        return h.hexdigest()

@@ -1,0 +1,139 @@
+"""Error metrics between a reference tensor ``a`` (float, or whatever the analysis compares
+against) and a tensor ``d`` under test, both flattened to float64.
+
+hmct names and definitions (``../shared/reference/horizon-semantics.md`` §1.5):
+
+==================== ============================================== ====== ========================
+name                 formula                                        better edge cases
+==================== ============================================== ====== ========================
+cosine-similarity    dot(a, d) / (‖a‖·‖d‖)                          max    both zero-norm → 1; one → 0
+mse                  mean((a − d)²)                                 min    empty → 0
+mre                  mean(|a − d|)  (hmct: a mean *absolute* error) min    empty → 0
+sqnr                 10·log10(‖a‖ / ‖a − d‖)  (hmct: half the dB)   max    both 0 → 0; a = 0 → −inf;
+                                                                           noise 0 → +inf
+chebyshev            max |a − d|                                    min    empty → 0
+==================== ============================================== ====== ========================
+
+Standard names: ``sqnr-db`` = 20·log10(‖a‖ / ‖a − d‖) (same edge cases), ``l1`` = mean |a − d|,
+``atol`` = max |a − d|.
+
+Non-finite elements: positions where ``a`` or ``d`` is NaN or ±Inf are left out (and counted by
+:func:`nonfinite_count`), so one overflow does not turn a whole table into NaN.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from qir.errors import InputError, did_you_mean
+
+__all__ = ["METRICS", "BETTER", "compute", "check_metrics", "worst_first", "nonfinite_count"]
+
+
+def _pair(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(a, np.float64).ravel()
+    d = np.asarray(d, np.float64).ravel()
+    if a.shape != d.shape:
+        raise InputError(f"cannot compare tensors of {a.size} and {d.size} elements")
+    keep = np.isfinite(a) & np.isfinite(d)
+    return (a, d) if keep.all() else (a[keep], d[keep])
+
+
+def _norm(x: np.ndarray) -> float:
+    # sums, not BLAS dot/norm: a BLAS thread pool would fight the runtime's threads
+    return math.sqrt(float(np.sum(x * x)))
+
+
+def cosine_similarity(a, d) -> float:
+    a, d = _pair(a, d)
+    na, nd = _norm(a), _norm(d)
+    if na == 0.0 and nd == 0.0:
+        return 1.0
+    if na == 0.0 or nd == 0.0:
+        return 0.0
+    return float(np.sum(a * d)) / (na * nd)
+
+
+def mse(a, d) -> float:
+    a, d = _pair(a, d)
+    return float(np.mean((a - d) ** 2)) if a.size else 0.0
+
+
+def mean_abs(a, d) -> float:
+    a, d = _pair(a, d)
+    return float(np.mean(np.abs(a - d))) if a.size else 0.0
+
+
+def max_abs(a, d) -> float:
+    a, d = _pair(a, d)
+    return float(np.max(np.abs(a - d))) if a.size else 0.0
+
+
+def _log_ratio(a, d, factor: float) -> float:
+    a, d = _pair(a, d)
+    if not a.size:
+        return math.inf
+    signal, noise = _norm(a), _norm(a - d)
+    if signal == 0.0 and noise == 0.0:
+        return 0.0
+    if signal == 0.0:
+        return -math.inf
+    if noise == 0.0:
+        return math.inf
+    return factor * math.log10(signal / noise)
+
+
+def sqnr_hmct(a, d) -> float:
+    return _log_ratio(a, d, 10.0)
+
+
+def sqnr_db(a, d) -> float:
+    return _log_ratio(a, d, 20.0)
+
+
+METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+    "cosine-similarity": cosine_similarity,
+    "mse": mse,
+    "mre": mean_abs,
+    "sqnr": sqnr_hmct,
+    "chebyshev": max_abs,
+    "sqnr-db": sqnr_db,
+    "l1": mean_abs,
+    "atol": max_abs,
+}
+
+BETTER = {"cosine-similarity": "max", "mse": "min", "mre": "min", "sqnr": "max", "chebyshev": "min",
+          "sqnr-db": "max", "l1": "min", "atol": "min"}
+
+
+def check_metrics(names) -> tuple[str, ...]:
+    """``names`` (one name or several) validated; an unknown name is an InputError with a suggestion."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    if not names:
+        raise InputError(f"no metric given; choose from {', '.join(METRICS)}")
+    for n in names:
+        if n not in METRICS:
+            raise InputError(did_you_mean(n, METRICS, "metric") + f" (metrics: {', '.join(METRICS)})")
+    return names
+
+
+def compute(names, a: np.ndarray, d: np.ndarray) -> dict[str, float]:
+    """``{metric: value}`` for every name in ``names``."""
+    return {n: METRICS[n](a, d) for n in check_metrics(names)}
+
+
+def worst_first(metric: str, value: float) -> float:
+    """A sort key putting the worst value of ``metric`` first (NaN last)."""
+    if value != value:
+        return math.inf
+    return value if BETTER[metric] == "max" else -value
+
+
+def nonfinite_count(*arrays: np.ndarray) -> int:
+    """Positions where any of the arrays is NaN or ±Inf."""
+    bad = np.zeros(np.asarray(arrays[0]).size, bool)
+    for x in arrays:
+        bad |= ~np.isfinite(np.asarray(x, np.float64).ravel())
+    return int(bad.sum())

@@ -1,0 +1,154 @@
+"""The analysis engine on the bundled digits model: results equal the plain "clone, set the
+modes, run the whole model" evaluation, on both runtimes, for every kind of variant; resume,
+the memory budget and bad input."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import qir
+from qir.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
+from qir.errors import InputError, NotFoundError
+from qir.passes import PassManager, get_pass
+
+from ..conftest import REPO
+
+DIGITS = REPO / "qir" / "examples" / "digits"
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    ir = qir.load(DIGITS / "model.onnx")
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=DIGITS / "calibration_data", method="max", progress=False, limit=8)(ir)
+    return ir
+
+
+@pytest.fixture(scope="module")
+def samples():
+    images = np.load(DIGITS / "eval_images.npy")[:3].astype(np.float32)
+    return [{"input": images[i]} for i in range(3)]
+
+
+def variants_of(ir, mode):
+    """One variant per calibration node, plus a two-node one and a weight+activation one."""
+    cals = ir.calibrations()
+    out = [Variant(c.name, {c.name: mode}) for c in cals]
+    acts = [c.name for c in ir.calibrations("activation")]
+    weights = [c.name for c in ir.calibrations("weight")]
+    out.append(Variant("pair", {acts[1]: mode, acts[-2]: mode}))
+    out.append(Variant("w+a", {weights[2]: mode, acts[3]: "int16"}))
+    return out
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "ort"])
+@pytest.mark.parametrize("reference,mode", [("float", "int8"), ("quantized", "float"), ("quantized", "int16"),
+                                            ("quantized", "fp16")])
+def test_engine_equals_plain_evaluation(calibrated, samples, runtime, reference, mode):
+    ir = calibrated
+    before = str(ir)
+    variants = variants_of(ir, mode)
+    engine = Engine(ir, samples, runtime=runtime, reference=reference, baseline="reference",
+                    compare=[ir.outputs[0], "relu1_out"], metrics=["mse", "cosine-similarity"],
+                    progress=False, segments=3)
+    result = engine.evaluate(variants)
+    assert str(ir) == before  # the engine never changes the IR it analyses
+    options = {"threads": 1, "optimization": engine.optimization} if runtime == "ort" else {}
+    for s, sample in enumerate(samples):
+        engine._reference(s, sample)
+        base = evaluate_plainly(ir, sample, {}, reference=reference, compare=engine.compare,
+                                runtime=runtime, **options)
+        for v in variants:
+            plain = evaluate_plainly(ir, sample, v.changes, reference=reference, compare=engine.compare,
+                                     runtime=runtime, **options)
+            got = engine.run_variant(v)
+            for name in engine.compare:
+                scale = max(float(np.abs(plain[name]).max()), 1e-12)
+                assert float(np.abs(got[name] - plain[name]).max()) / scale <= 1e-6, (v.name, name)
+            row = next(r for r in result.rows if r["variant"] == v.name and r["sample"] == s)
+            expected = float(np.mean((plain[ir.outputs[0]].astype(np.float64) - base[ir.outputs[0]]) ** 2))
+            assert row["values"][ir.outputs[0]]["mse"] == pytest.approx(expected, rel=1e-3, abs=1e-12)
+    # a change confined to one node leaves the values upstream of it untouched
+    assert result.stats["steps_run"] + result.stats["segments_run"] > 0
+
+
+def test_cone_reexecution_runs_less_than_the_whole_model(calibrated, samples):
+    ir = calibrated
+    engine = Engine(ir, samples[:1], runtime="numpy", progress=False)
+    last = ir.calibrations("activation")[-1].name
+    engine.evaluate([Variant("last", {last: "int8"})])
+    assert 0 < engine.stats["steps_run"] <= 3  # the last calibration node and the ops after it
+    engine.stats["steps_run"] = 0
+    first = ir.calibrations("activation")[0].name
+    engine.evaluate([Variant("first", {first: "int8"})])
+    assert engine.stats["steps_run"] == len(engine.plan.steps)  # the input's quantizer feeds everything
+
+
+def test_float_baseline_of_a_quantized_reference(calibrated, samples):
+    ir = calibrated
+    acts = [c.name for c in ir.calibrations("activation")]
+    engine = Engine(ir, samples[:1], runtime="numpy", reference="quantized", metrics="mse", progress=False)
+    table = engine.evaluate([Variant("all-float", {a: "float" for a in acts} | {
+        c.name: "float" for c in ir.calibrations("weight")})]).per_variant()
+    assert table["all-float"]["mse"] == 0.0  # every node back to float is the float model
+    one = engine.evaluate([Variant("one", {acts[0]: "float"})]).per_variant()
+    assert one["one"]["mse"] > 0.0
+
+
+def test_memory_budget_spills_and_gives_the_same_results(calibrated, samples, tmp_path):
+    ir = calibrated
+    variants = variants_of(ir, "int8")
+    full = Engine(ir, samples, runtime="numpy", progress=False).evaluate(variants)
+    engine = Engine(ir, samples, runtime="numpy", memory_budget=0, spill_dir=tmp_path, progress=False)
+    spilled = engine.evaluate(variants)
+    assert spilled.stats["spilled_bytes"] > 0 and spilled.stats["peak_cache_bytes"] == 0
+    assert spilled.rows == full.rows
+    engine.close()
+    assert not any(tmp_path.rglob("*.npy"))  # spill files are removed
+
+
+def test_results_file_and_resume(calibrated, samples, tmp_path):
+    ir = calibrated
+    variants = variants_of(ir, "int8")
+    out = tmp_path / "run"
+    first = Engine(ir, samples, runtime="numpy", progress=False).evaluate(variants, out)
+    lines = (out / RESULTS_FILE).read_text().splitlines()
+    assert len(lines) == 1 + len(variants) * len(samples)
+    # interrupt: keep the header and 5 rows, plus half a line written when the process died
+    (out / RESULTS_FILE).write_text("\n".join(lines[:6]) + "\n" + lines[6][: len(lines[6]) // 2])
+    engine = Engine(ir, samples, runtime="numpy", progress=False)
+    resumed = engine.evaluate(variants, out, resume=True)
+    assert resumed.rows == first.rows
+    assert [json.loads(x) for x in (out / RESULTS_FILE).read_text().splitlines()[1:]] == [
+        json.loads(x) for x in lines[1:]]
+    # the 5 saved rows were not recomputed: sample 0's first variants are skipped
+    fresh = Engine(ir, samples, runtime="numpy", progress=False)
+    fresh.evaluate(variants)
+    assert engine.stats["steps_run"] < fresh.stats["steps_run"]
+    with pytest.raises(InputError, match="already exists"):
+        Engine(ir, samples, runtime="numpy", progress=False).evaluate(variants, out)
+    with pytest.raises(InputError, match="different analysis"):
+        Engine(ir, samples[:2], runtime="numpy", progress=False).evaluate(variants, out, resume=True)
+    again = Engine(ir, samples, runtime="numpy", progress=False).evaluate(variants, out, force=True)
+    assert again.rows == first.rows
+
+
+def test_bad_input_is_one_clear_error(calibrated, samples):
+    ir = calibrated
+    engine = Engine(ir, samples, runtime="numpy", progress=False)
+    with pytest.raises(NotFoundError, match="did you mean"):
+        engine.evaluate([Variant("x", {"relu1_out_calb": "int8"})])
+    with pytest.raises(InputError, match="unknown mode"):
+        engine.evaluate([Variant("x", {"relu1_out_calib": "int4"})])
+    with pytest.raises(InputError, match="unique"):
+        engine.evaluate([Variant("x", {}), Variant("x", {})])
+    with pytest.raises(InputError, match="metric"):
+        Engine(ir, samples, metrics=["cosine"])
+    with pytest.raises(NotFoundError):
+        Engine(ir, samples, compare=["nope"])
+    with pytest.raises(InputError, match="reference"):
+        Engine(ir, samples, reference="int8")
+    with pytest.raises(InputError, match="input"):
+        Engine(ir, [{"x": samples[0]["input"]}], progress=False).evaluate([Variant("v", {})])
