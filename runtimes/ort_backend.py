@@ -30,6 +30,7 @@ __all__ = ["OrtRuntime", "lower_fake_quant", "new_session"]
 
 logger = logging.getLogger(__name__)
 
+_QDQ_OPSET = {CalibMode.INT8: 10, CalibMode.INT16: 21}  # first opset with QuantizeLinear of the type
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
            "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
@@ -50,10 +51,13 @@ def _implied_clip_nodes(rec: CalibRecord, x: str, y: str, name: str) -> list[onn
 
 def lower_fake_quant(ir: QIR, rec: CalibRecord, rounding: str = "half_to_even") -> list[onnx.NodeProto]:
     """A calibration node as standard ONNX ops computing exactly what
-    :func:`qir.runtimes.numerics.fake_quant` computes, op for op in float32:
-    ``Mul(Clip(Round(Div(x, s)) [+ zp], qmin, qmax) [- zp], s)``; fp16 is a Cast pair, float
-    an Identity; in those two modes an ``implied_clip`` comes first as a Relu or Clip.
-    (QuantizeLinear would round only half-to-even and needs opset 21 for int16.)"""
+    :func:`qir.runtimes.numerics.fake_quant` computes: with half-to-even rounding, where the
+    model's opset has them (int8 ≥ 10, per-channel ≥ 13, int16 ≥ 21), a
+    QuantizeLinear/DequantizeLinear pair (onnxruntime divides, rounds half to even and
+    saturates exactly like the numpy core, at a fraction of the memory traffic); otherwise op
+    for op in float32: ``Mul(Clip(Round(Div(x, s)) [+ zp], qmin, qmax) [- zp], s)``. fp16 is a
+    Cast pair, float an Identity; in those two modes an ``implied_clip`` comes first as a Relu
+    or Clip."""
     x, y, p = rec.input, rec.output, rec.name + "::"
     if rec.mode is CalibMode.FLOAT:
         if rec.implied_clip is not None:
@@ -69,6 +73,17 @@ def lower_fake_quant(ir: QIR, rec: CalibRecord, rounding: str = "half_to_even") 
     if rounding not in ROUNDING:
         raise InputError(f"unknown rounding {rounding!r}; choose {sorted(ROUNDING)}")
     scale, zp = calib_scale(rec), calib_zero_point(rec)
+    opset = ir.opset_imports.get("", ir.opset)
+    per_channel = scale.size > 1
+    if (rounding == "half_to_even" and opset >= _QDQ_OPSET[rec.mode]
+            and (not per_channel or (opset >= 13 and rec.axis is not None))):
+        itype = np.int8 if rec.mode is CalibMode.INT8 else np.int16
+        shape = scale.shape if per_channel else ()
+        z = np.zeros(shape, itype) if zp is None else zp.reshape(shape).astype(itype)
+        axis = {"axis": rec.axis} if per_channel else {}
+        return [_const(p + "scale", scale.reshape(shape)), _const(p + "zp", z),
+                helper.make_node("QuantizeLinear", [x, p + "scale", p + "zp"], [p + "q"], name=p + "quantize", **axis),
+                helper.make_node("DequantizeLinear", [p + "q", p + "scale", p + "zp"], [y], name=rec.name, **axis)]
     if scale.ndim and rec.axis is not None:
         shape = ir.value(x).shape
         if shape is None:

@@ -56,7 +56,8 @@ from .cache import ValueCache
 from .plan import Plan, build_plan, split_segments, weight_calibrations
 from .runners import NumpySteps, OrtSteps
 
-__all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "RESULTS_FILE"]
+__all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "one_at_a_time",
+           "load_variants", "RESULTS_FILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,34 @@ class Variant:
 
     def items(self) -> list[tuple[str, str]]:
         return sorted((n, CalibMode(m).value) for n, m in self.changes.items())
+
+
+def one_at_a_time(ir: QIR, mode: str, role: str = "activation") -> list[Variant]:
+    """One variant per calibration node of ``role`` (``activation``, ``weight`` or ``all``),
+    named after the node, setting just that node to ``mode``."""
+    if role not in ("activation", "weight", "all"):
+        raise InputError(f"unknown role {role!r}; choose activation, weight or all")
+    return [Variant(c.name, {c.name: mode}) for c in ir.calibrations(None if role == "all" else role)]
+
+
+def load_variants(path: str | Path) -> list[Variant]:
+    """Variants from a JSON file: ``{"name": {"calibration node": "mode", ...}, ...}`` or a list
+    of ``{"name": ..., "changes": {...}}`` objects."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"variants file not found: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON: {exc}") from None
+    if isinstance(data, dict):
+        data = [{"name": k, "changes": v} for k, v in data.items()]
+    if not isinstance(data, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("changes"), dict)
+            for d in data):
+        raise InputError(f"{path}: expected {{name: {{node: mode}}}} or a list of "
+                         "{\"name\": ..., \"changes\": {node: mode}} objects")
+    return [Variant(d["name"], dict(d["changes"])) for d in data]
 
 
 def effective(rec: CalibRecord, mode: CalibMode | str) -> CalibRecord:

@@ -114,3 +114,30 @@ def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):
     assert "int16: 2" in capsys.readouterr().out
     assert main(["set-mode", cal, "-o", str(tmp_path / "x.onnx"), "--nodes", "conv22", "--mode", "int16"]) == 2
     assert "did you mean 'conv2'" in capsys.readouterr().err
+
+
+def test_evaluate_ranks_variants_writes_files_and_resumes(tmp_path, capsys):
+    data = str(DIGITS / "calibration_data")
+    calibrated = tmp_path / "cal.onnx"
+    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    out = tmp_path / "eval"
+    args = ["evaluate", str(calibrated), data, "-o", str(out), "--data-num", "3", "--metrics", "mse,cosine-similarity",
+            "--quiet", "--runtime", "numpy"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    rows = (out / "variants.csv").read_text().splitlines()
+    assert rows[0] == "rank,variant,mse,cosine-similarity" and len(rows) == 1 + 8
+    mses = [float(r.split(",")[2]) for r in rows[1:]]
+    assert mses == sorted(mses, reverse=True) and mses[0] > 0  # worst (largest error) first
+    assert rows[1].split(",")[1] in printed
+    assert json.loads((out / "engine_stats.json").read_text())["steps_run"] > 0
+    assert main(args) == 2 and "--resume" in capsys.readouterr().err  # never silently overwritten
+    assert main(args + ["--resume"]) == 0
+    assert (out / "variants.csv").read_text().splitlines() == rows
+    variants = tmp_path / "v.json"
+    variants.write_text(json.dumps({"both": {"relu1_out_calib": "int16", "relu2_out_calib": "int8"}}))
+    assert main(args + ["--variants", str(variants), "--force"]) == 0
+    assert (out / "variants.csv").read_text().splitlines()[1].startswith("1,both,")
+    variants.write_text("[1, 2]")
+    assert main(args + ["--variants", str(variants), "--force"]) == 2
+    assert "expected" in capsys.readouterr().err
