@@ -52,7 +52,7 @@ from qir.records import CalibRecord, copy_record
 from .. import metrics as qmetrics
 from ..runtimes.base import check_feeds, get_runtime
 from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, set_mode
-from .cache import ValueCache
+from .cache import ValueCache, release_free_memory
 from .plan import Plan, build_plan, split_segments, weight_calibrations
 from .runners import NumpySteps, OrtSteps
 
@@ -62,6 +62,7 @@ __all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "engine_results.jsonl"
+_TRIM_EVERY = 8  # variants between returning freed C memory to the system
 REFERENCES = ("float", "quantized")
 BASELINES = ("float", "reference")
 
@@ -145,6 +146,23 @@ def evaluate_plainly(ir: QIR, feeds: Mapping[str, np.ndarray], changes: Mapping[
     return {v: got[v] for v in compare}
 
 
+# ops onnxruntime's NCHWc layout pass folds into a preceding Conv (a sum input or an activation)
+_NCHWC_FUSED = frozenset({"Add", "Sum", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "Clip"})
+
+
+def fusable_across_calibration(ir: QIR) -> list[str]:
+    """Calibration nodes sitting between a Conv and the only op reading the Conv's output
+    through them, when that op is one the ``all`` level fuses into the Conv once the node is a
+    pass-through."""
+    out = []
+    for c in ir.calibrations("activation"):
+        producer, readers = ir.producer(c.input), ir.consumers(c.output)
+        if (getattr(producer, "op_type", None) == "Conv" and len(ir.consumers(c.input)) == 1
+                and len(readers) == 1 and getattr(readers[0], "op_type", None) in _NCHWC_FUSED):
+            out.append(c.name)
+    return out
+
+
 def _scale_of(rec: CalibRecord, ir: QIR) -> np.ndarray:
     """The scale of an integer-mode calibration node, shaped to broadcast over its value."""
     shape = ir.value(rec.input).shape
@@ -210,11 +228,11 @@ class Engine:
         threads: cores to use (default: all). Variants run ``threads`` at a time, each on one
             core (onnxruntime sessions get one intra-op thread): many small calls parallelize
             better across variants than inside one operator.
-        optimization: onnxruntime graph optimization level, default ``extended``: ``all`` adds
-            layout (NCHWc) fusions that join a Conv and an Add across a pass-through calibration
-            node, so a whole-model run fuses differently than the engine's parts and results
-            drift by ~1e-5; ``extended`` keeps them equal to a plain run at the same level
-            (a few percent slower).
+        optimization: onnxruntime graph optimization level. ``auto`` (default) picks ``all``
+            (layout/NCHWc kernels, the fastest) unless the model has a calibration node between
+            a Conv and an Add or activation: onnxruntime fuses such pairs across a pass-through
+            node in a whole-model run, which the engine's parts cannot, and results would drift
+            by ~1e-5; then ``extended``, where they stay equal to a plain run at that level.
         rounding: fake-quant rounding.
     """
 
@@ -222,7 +240,7 @@ class Engine:
                  baseline: str = "float", compare: Sequence[str] | None = None,
                  metrics: Sequence[str] | str = ("cosine-similarity",), memory_budget: int = 2 << 30,
                  segments: int | None = None, data_num: int | None = None, threads: int | None = None,
-                 optimization: str = "extended", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
+                 optimization: str = "auto", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
                  progress: bool = True) -> None:
         if runtime not in ("ort", "numpy"):
             raise InputError(f"unknown runtime {runtime!r}; the engine runs 'ort' or 'numpy'")
@@ -238,6 +256,8 @@ class Engine:
             ir.value(v)  # NotFoundError with suggestions
         self.metrics = qmetrics.check_metrics(metrics)
         self.samples = model_samples(ir, data, data_num)
+        if optimization == "auto":
+            optimization = "extended" if fusable_across_calibration(ir) else "all"
         self.rounding, self.threads, self.optimization = rounding, threads, optimization
         self.workers = max(1, int(threads or os.cpu_count() or 1))
         self.progress = progress
@@ -254,9 +274,10 @@ class Engine:
         self.step_cost: np.ndarray | None = None
         self.segment_cost: dict[int, float] = {}
         self.cache = ValueCache(memory_budget, spill_dir)
-        self._float_ir: QIR | None = None
         self._code_scale = {s.index: _scale_of(self.records[s.calib.name], ir) for s in self.plan.steps
                             if s.calib is not None and self.records[s.calib.name].mode in QRANGE}
+        self._recomputable = self._values_to_recompute()
+        self._baselines: dict[int, dict[str, np.ndarray]] = {}
         self._lock = threading.Lock()
         self.stats = {"steps_run": 0, "segments_run": 0, "reference_seconds": 0.0}
 
@@ -276,6 +297,8 @@ class Engine:
                    disable=None if self.progress else True)
         pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
         try:
+            self._float_baselines({s: sample for s, sample in enumerate(self.samples)
+                                   if any((v.name, s) not in done for v in variants)})
             for s, sample in enumerate(self.samples):
                 todo = [v for v in variants if (v.name, s) not in done]
                 if not todo:
@@ -288,7 +311,10 @@ class Engine:
                             "values": {v: {m: _encode(x) for m, x in qmetrics.compute(self.metrics, base[v], got[v]).items()}
                                        for v in self.compare}}
 
-                for row in (pool.map(measure, todo) if pool else map(measure, todo)):
+                release_free_memory()
+                for n, row in enumerate(pool.map(measure, todo) if pool else map(measure, todo), 1):
+                    if n % _TRIM_EVERY == 0:
+                        release_free_memory()
                     rows.append(row)
                     if path is not None:
                         with open(path, "a") as f:
@@ -325,9 +351,7 @@ class Engine:
                 constants[rec.output] = apply_calibration(rec, self.ir.weight_array(rec.input), self.rounding)
         overlay: dict[str, np.ndarray] = {}
         steps_run = segments_run = 0
-
-        def read(v: str) -> np.ndarray:
-            return overlay[v] if v in overlay else cache.get(v)
+        read = self._reader(overlay, changes, constants)
 
         for k, (lo, hi) in enumerate(plan.segments):
             idx = np.flatnonzero(cone[lo:hi]) + lo
@@ -347,7 +371,7 @@ class Engine:
         with self._lock:
             self.stats["steps_run"] += steps_run
             self.stats["segments_run"] += segments_run
-        return {v: overlay[v] if v in overlay else cache.get(v) for v in self.compare}
+        return {v: read(v) for v in self.compare}
 
     def close(self) -> None:
         self.cache.close()
@@ -377,6 +401,39 @@ class Engine:
                     raise InputError(f"variant {v.name!r}: unknown mode {mode!r} for {node!r}; choose one of "
                                      f"{', '.join(m.value for m in CalibMode)}") from None
 
+    def _values_to_recompute(self) -> dict[str, int]:
+        """``{value: producing step}`` for values that only integer-mode calibration nodes read
+        (in the reference): the cache keeps their quantized codes instead, and a variant that
+        needs the float value (it changes that node) recomputes it from its producer."""
+        readers: dict[str, list[int]] = {}
+        for step in self.plan.steps:
+            for v in step.inputs:
+                readers.setdefault(v, []).append(step.index)
+        out = {}
+        for step in self.plan.steps:
+            if step.calib is not None:
+                continue
+            for v in step.outputs:
+                rs = readers.get(v, [])
+                if rs and v not in self.plan.kept and all(i in self._code_scale for i in rs):
+                    out[v] = step.index
+        return out
+
+    def _reader(self, overlay: dict[str, np.ndarray], changes: Mapping[str, CalibRecord], constants):
+        """``read(value)``: the variant's value, else the cached reference, else (a value the
+        cache does not keep) recomputed from its producer step."""
+        cache = self.cache
+
+        def read(v: str) -> np.ndarray:
+            if v in overlay:
+                return overlay[v]
+            producer = self._recomputable.get(v)
+            if producer is None:
+                return cache.get(v)
+            return self._step(producer, read, changes, constants)[v]
+
+        return read
+
     def _step(self, i: int, read, changes: Mapping[str, CalibRecord], constants) -> dict[str, np.ndarray]:
         step = self.plan.steps[i]
         calib = step.calib
@@ -397,51 +454,65 @@ class Engine:
         timing = self.step_cost is None
         if timing and pool is not None and hasattr(self.runner, "prepare"):  # build sessions in parallel
             list(pool.map(self.runner.prepare, range(len(plan.steps))))
+        transient: dict[str, np.ndarray] = {}  # recomputable values, until their last reader ran
+        read = self._reader(transient, {}, self.constants)
         for step in plan.steps:
-            outs = self._step(step.index, cache.get, {}, self.constants)
+            outs = self._step(step.index, read, {}, self.constants)
             scale = self._code_scale.get(step.index)
             for name, array in outs.items():
-                cache.put(name, array, scale)
+                if name in self._recomputable:
+                    transient[name] = array
+                else:
+                    cache.put(name, array, scale)
+            for name in step.inputs:
+                if name in transient and plan.last_reader.get(name) == step.index:
+                    del transient[name]
         if timing:
             self._calibrate_costs(pool)
-        if self.baseline == "float" and self.reference != "float":
-            if self._float_ir is None:
-                self._float_ir = configured_clone(self.ir, "float", {})
-            options = {"threads": self.threads, "optimization": self.optimization} if self.runtime == "ort" else {}
-            got = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options).run(
-                self._float_ir, feeds, capture=[v for v in self.compare if v not in self.ir.outputs])
-            base = {v: got[v] for v in self.compare}
-        else:
-            base = {v: cache.get(v) for v in self.compare}
+        base = self._baselines.pop(s, None) or {v: cache.get(v) for v in self.compare}
         self.stats["reference_seconds"] += time.perf_counter() - start
         return base
 
+    def _float_baselines(self, samples: dict[int, Mapping[str, np.ndarray]]) -> None:
+        """Compared values of the float model for ``samples`` (when the reference is not float),
+        computed up front with one plain whole-model run each; the session is released before
+        the reference cache fills."""
+        if self.baseline != "float" or self.reference == "float" or not samples:
+            return
+        float_ir = configured_clone(self.ir, "float", {})
+        options = {"threads": self.threads, "optimization": self.optimization} if self.runtime == "ort" else {}
+        rt = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options)
+        for s, sample in samples.items():
+            got = rt.run(float_ir, check_feeds(self.ir, sample),
+                         capture=[v for v in self.compare if v not in self.ir.outputs])
+            self._baselines[s] = {v: got[v] for v in self.compare}
+
     def _calibrate_costs(self, pool=None) -> None:
-        """Step costs: the fastest of two more timed passes (the first run of a session is
-        slow); segments cut from them; each segment timed the same way and checked against the
+        """Step costs from one more timed pass (the first run of a session is slow); segments
+        cut from them; each segment timed (the faster of two runs) and checked against the
         cached step outputs."""
-        plan, cache = self.plan, self.cache
-        costs = np.full(len(plan.steps), np.inf)
-        for _ in range(2):
-            for step in plan.steps:
-                t0 = time.perf_counter()
-                self._step(step.index, cache.get, {}, self.constants)
-                costs[step.index] = min(costs[step.index], time.perf_counter() - t0)
+        plan = self.plan
+        read = self._reader({}, {}, self.constants)
+        costs = np.zeros(len(plan.steps))
+        for step in plan.steps:
+            t0 = time.perf_counter()
+            self._step(step.index, read, {}, self.constants)
+            costs[step.index] = time.perf_counter() - t0
         self.step_cost = costs
         n = len(plan.steps)
-        count = self._segment_count or max(1, int(round(math.sqrt(n))))
+        count = self._segment_count or max(1, int(round(math.sqrt(n) / 2)))
         plan.segments = split_segments(list(costs), count)
         if not getattr(self.runner, "segments", False):
             return
         if pool is not None:
-            list(pool.map(lambda k: self.runner.run_segment(k, cache.get), range(len(plan.segments))))
+            list(pool.map(lambda k: self.runner.run_segment(k, read), range(len(plan.segments))))
         for k in range(len(plan.segments)):
             took = np.inf
-            for _ in range(3):
+            for _ in range(2):
                 t0 = time.perf_counter()
-                outs = self.runner.run_segment(k, cache.get)
+                outs = self.runner.run_segment(k, read)
                 took = min(took, time.perf_counter() - t0)
-            bad = [v for v, a in outs.items() if not np.array_equal(a, cache.get(v), equal_nan=True)]
+            bad = [v for v, a in outs.items() if not np.array_equal(a, read(v), equal_nan=True)]
             if bad:
                 logger.info("segment %d differs from its steps at %s; running its steps one by one", k, bad[0])
                 continue

@@ -20,6 +20,7 @@ CASES = {
     "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320], "ort", "motorcycle_right.png"),
     "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640], "ort", "page.png"),
     "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192], "numpy", "page.png"),
+    "ppocr_cls/ort": ("ppocr_cls_input", [1, 3, 48, 192], "ort", "page.png"),
 }
 
 
@@ -28,6 +29,7 @@ def case(request):
     rm = real_models()
     name = request.param
     prep, shape, runtime, image = CASES[name]
+    name = name.split("/")[0]
     input_name = rm.MODELS[name][1]
     images = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB)]
     ir = qir.load(rm.model(name), input_shapes={input_name: shape})
