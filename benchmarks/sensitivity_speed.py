@@ -113,6 +113,7 @@ def main() -> None:
                 engine = Engine(ir, [sample], reference=reference, threads=args.threads, progress=False)
                 result = engine.evaluate(variants)
                 runs.append(time.perf_counter() - t0)
+                level = engine.optimization
                 engine.close()
             took = statistics.median(runs)
             rss = _peak_rss_mb()
@@ -125,7 +126,8 @@ def main() -> None:
                   f"{took / floor:>10.2f}{rss:>8.0f}", flush=True)
             del result
         print(f"{'':<12}cone floor / N*F = {floor / (n * forward):.2f}; naive timed on {len(picked)} "
-              f"of {n} nodes; qir median of {args.repeats}; F median of 20", flush=True)
+              f"of {n} nodes; qir median of {args.repeats} (onnxruntime level {level}); F median of 20",
+              flush=True)
 
 
 if __name__ == "__main__":
