@@ -14,7 +14,7 @@ from .manager import PassManager, build_pipeline, parse_pipeline
 __all__ = ["Pass", "AnalysisPass", "PassResult", "PassError", "PassManager", "PASSES", "get_pass",
            "register_pass", "parse_pipeline", "build_pipeline"]
 
-_PASS_MODULES = ("fold_bn", "fuse", "insert_calibration", "calibrate", "set_mode", "emit")
+_PASS_MODULES = ("fold_bn", "fuse", "insert_calibration", "calibrate", "set_mode", "emit", "node_sensitivity")
 
 
 def _load_passes() -> None:

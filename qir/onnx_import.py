@@ -151,6 +151,7 @@ def _normalize(proto: onnx.ModelProto, keep_ops: tuple[str, ...] = ()) -> onnx.M
     import onnxruntime as ort
 
     proto = _infer_shapes(proto)
+    _typed_constants(proto)
     ir_version = proto.ir_version
     # graphsurgeon folds with onnxruntime, which reads IR versions up to 10 only
     proto.ir_version = min(proto.ir_version, 10)
@@ -292,6 +293,17 @@ def _name_unnamed_nodes(proto: onnx.ModelProto) -> None:
                 break
         node.name = candidate
         used.add(candidate)
+
+
+def _typed_constants(proto: onnx.ModelProto) -> None:
+    """Rewrite ``Constant`` nodes written with ``value_float(s)``/``value_int(s)`` to a typed
+    ``value`` tensor (graphsurgeon would read ``value_float`` as a float64 array)."""
+    for node in proto.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and any(
+                a.name in ("value_float", "value_int", "value_floats", "value_ints") for a in node.attribute):
+            value = _constant_value(node, "model")
+            del node.attribute[:]
+            node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
 
 
 def _constant_value(node: onnx.NodeProto, where: str) -> np.ndarray:

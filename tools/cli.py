@@ -291,6 +291,49 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_list(text: str | None) -> list | None:
+    """A list option as the hmct CLI writes it: ``"['a','b']"`` (read with ``ast.literal_eval``,
+    never evaluated), or ``a,b``."""
+    import ast
+
+    if text is None:
+        return None
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise InputError(f"cannot read the list {text!r}; write ['a','b'] or a,b") from None
+        if not isinstance(value, list):
+            raise InputError(f"{text!r} is not a list")
+        return value
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parse_bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
+
+
+def cmd_sensitivity(args: argparse.Namespace) -> int:
+    from qir.passes.node_sensitivity import get_sensitivity_of_nodes
+
+    table = get_sensitivity_of_nodes(
+        args.model, args.data, metrics=parse_list(args.metrics), output_node=args.output_node,
+        node_type=args.node_type, data_num=args.data_num, verbose=args.table,
+        interested_nodes=parse_list(args.interested_nodes), start=getattr(args, "from"),
+        runtime=args.runtime, save_dir=args.save_dir, progress=True)
+    if not args.table:
+        first = parse_list(args.metrics)[0]
+        for node, values in list(table.items())[:10]:
+            print(f"{node}  {first}={values[first]:.6g}")
+    print(f"{len(table)} node(s); results in {args.save_dir}")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -390,6 +433,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite the results of an earlier run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_evaluate)
+
+    for command, aliases in (("sensitivity", ["get-sensitivity-of-nodes"]),):
+        p = sub.add_parser(command, aliases=aliases,
+                           help="per-node quantization sensitivity (hmct get_sensitivity_of_nodes)")
+        p.add_argument("model", help="a calibrated .onnx model")
+        p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+        p.add_argument("-m", "--metrics", default="cosine-similarity",
+                       help="metric or list, e.g. \"['cosine-similarity','mse']\" or cosine-similarity,mse (the first ranks)")
+        p.add_argument("-o", "--output-node", help="compare this node's output instead of the model outputs")
+        p.add_argument("-n", "--node-type", choices=["node", "weight", "activation"], default="node")
+        p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
+        p.add_argument("-v", "--verbose", dest="table", nargs="?", const=True, default=False, type=parse_bool,
+                       help="print the table (-v or -v True)")
+        p.add_argument("-i", "--interested-nodes", help="only these nodes, e.g. \"['Conv_2','Conv_90']\"")
+        p.add_argument("-s", "--save-dir", default="./debug_result/node_sensitivity",
+                       help="folder for node_sensitivity.txt/.csv/.json")
+        p.add_argument("--from", choices=["float", "quantized"], default="float",
+                       help="float: only this node quantized (hmct); quantized: only this node back to float")
+        p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+        p.set_defaults(func=cmd_sensitivity)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

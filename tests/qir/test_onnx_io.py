@@ -176,3 +176,19 @@ def test_export_of_values_with_unknown_types_runs():
     ir.set_outputs(["z"])
     (z,) = ort_run(export_onnx(ir), {"x": np.ones((1, 4, 2, 2), np.float32)})
     np.testing.assert_array_equal(z, -np.ones((1, 16), np.float32))
+
+
+def test_constant_value_float_and_ints_keep_their_types():
+    import onnx.parser
+
+    model = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,3] x) => (float[1,3] y) {
+    k = Constant <value_float = 2.5> ()
+    j = Constant <value_ints = [1, 3]> ()
+    m = Mul (x, k)
+    y = Reshape (m, j)
+}''')
+    ir = qir.import_onnx(model)
+    assert ir.weight_array("k").dtype == np.float32 and ir.weight_array("j").dtype == np.int64
+    x = np.ones((1, 3), np.float32)
+    assert qir.run(ir, {"x": x}, runtime="ort")["y"].tolist() == [[2.5, 2.5, 2.5]]

@@ -141,3 +141,21 @@ def test_evaluate_ranks_variants_writes_files_and_resumes(tmp_path, capsys):
     variants.write_text("[1, 2]")
     assert main(args + ["--variants", str(variants), "--force"]) == 2
     assert "expected" in capsys.readouterr().err
+
+
+def test_sensitivity_hmct_flags_and_list_syntax(tmp_path, capsys):
+    data = str(DIGITS / "calibration_data")
+    calibrated = tmp_path / "cal.onnx"
+    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    capsys.readouterr()
+    save = tmp_path / "ns"
+    assert main(["get-sensitivity-of-nodes", str(calibrated), data, "-m", "['cosine-similarity','mse']",
+                 "-n", "activation", "-d", "2", "-v", "True", "-s", str(save)]) == 0
+    out = capsys.readouterr().out
+    assert "threshold" in out and "bit" in out and "mse" in out
+    assert sorted(p.name for p in save.iterdir()) == ["node_sensitivity.csv", "node_sensitivity.json",
+                                                      "node_sensitivity.txt"]
+    assert main(["sensitivity", str(calibrated), data, "-i", "['conv2','fc']", "-s", str(save), "--runtime", "numpy"]) == 0
+    assert json.loads((save / "node_sensitivity.json").read_text())["rows"][0]["node"] in ("conv2", "fc")
+    assert main(["sensitivity", str(calibrated), data, "-i", "['conv2'", "-s", str(save)]) == 2
+    assert "cannot read the list" in capsys.readouterr().err

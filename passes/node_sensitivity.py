@@ -1,0 +1,253 @@
+"""``node-sensitivity``: how much quantizing each node alone costs (hmct ``get_sensitivity_of_nodes``).
+
+Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analysis engine:
+
+1. Candidates by ``node_type``: ``node``, every general node fed by calibration nodes (the
+   variant switches all of them: its input activations and its weights); ``weight`` or
+   ``activation``, every calibration node of that role on its own. ``interested_nodes`` (general
+   or calibration node names) replaces the candidates.
+2. ``start="float"`` (hmct's semantics): the float model with only the candidate's calibration
+   nodes in their calibrated modes. ``start="quantized"``: the calibrated model with only those
+   nodes back to float.
+3. Each variant's outputs (or ``output_node``'s output) are compared with the float model on the
+   first ``data_num`` samples; per metric, the mean over outputs per sample, then over samples.
+4. Rows come most to blame first, by the first metric: from float, the worst model first; from
+   quantized, the best recovered model first (the node whose de-quantization helps most).
+5. Saturated outputs: when every candidate scores the same within 1e-6 (a saturated softmax or
+   sigmoid hides all differences; peers then print 100 dB for every node) and no
+   ``output_node`` was given, the analysis is redone on the value entering the model's final
+   Softmax/LogSoftmax/Sigmoid (the logits), and the report says so under ``saturated``. Without
+   such an activation the report only warns, naming the outputs to replace with ``output_node``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.graph import QIR
+from qir.kinds import CalibMode
+from qir.records import CalibRecord, OpRecord
+
+from .. import metrics as qmetrics
+from ..engine import Engine, Variant
+from .base import AnalysisPass, PassResult, register_pass
+
+__all__ = ["NodeSensitivityPass", "get_sensitivity_of_nodes", "NODE_TYPES"]
+
+logger = logging.getLogger(__name__)
+
+NODE_TYPES = ("node", "weight", "activation")
+FILE_STEM = "node_sensitivity"
+
+
+def _feeding(ir: QIR, op: OpRecord) -> list[CalibRecord]:
+    """Calibration nodes whose outputs ``op`` reads."""
+    out = []
+    for v in op.inputs:
+        producer = ir.producer(v) if v else None
+        if isinstance(producer, CalibRecord) and producer not in out:
+            out.append(producer)
+    return out
+
+
+def _readers(ir: QIR, cal: CalibRecord) -> str:
+    return ";".join(r.name for r in ir.consumers(cal.output))
+
+
+@register_pass
+class NodeSensitivityPass(AnalysisPass):
+    """Per-node quantization sensitivity (see the module docstring). The report holds ``rows``:
+    ``{"node", "type", ["consumers", "threshold", "bit"], <metric>: value}``, most to blame first."""
+
+    name = "node-sensitivity"
+
+    def __init__(self, data: Any = None, metrics: str | list[str] = "cosine-similarity",
+                 output_node: str | None = None, node_type: str = "node", data_num: int | None = 1,
+                 interested_nodes: list[str] | None = None, start: str = "float", runtime: str = "ort",
+                 threads: int | None = None, progress: bool = True) -> None:
+        if data is None:
+            raise InputError("node sensitivity needs calibration data (a folder, .npz, .npy or samples)")
+        if node_type not in NODE_TYPES:
+            raise InputError(f"unknown node_type {node_type!r}; choose one of {', '.join(NODE_TYPES)}")
+        if start not in ("float", "quantized"):
+            raise InputError(f"unknown start {start!r}; choose float or quantized")
+        self.data, self.metrics = data, qmetrics.check_metrics(metrics)
+        self.output_node, self.node_type, self.data_num = output_node, node_type, data_num
+        self.interested = list(interested_nodes or [])
+        self.start, self.runtime, self.threads, self.progress = start, runtime, threads, progress
+        self.options = {"metrics": list(self.metrics), "node_type": node_type, "data_num": data_num,
+                        "start": start, "runtime": runtime}
+
+    def run(self, ir: QIR) -> PassResult:
+        candidates = self._candidates(ir)
+        if not candidates:
+            raise InputError(f"the model has no {self.node_type} candidates with calibration nodes")
+        variants = [Variant(name, {c.name: self._mode(c) for c in cals}) for name, (_, cals) in candidates.items()]
+        result, samples = self._evaluate(ir, variants, self._compare(ir))
+        saturated = None
+        if self.output_node is None and len(variants) > 1 and _all_equal(result, self.metrics[0]):
+            logits = _pre_activations(ir)
+            saturated = {"outputs": list(ir.outputs), "ranked_on": logits}
+            if logits:
+                logger.warning("every node scores the same on the saturated outputs %s; ranking on the "
+                               "values entering their final activation instead: %s", list(ir.outputs), logits)
+                result, samples = self._evaluate(ir, variants, logits)
+            else:
+                logger.warning("every node scores the same on the outputs %s (saturated?); choose an "
+                               "output_node before the saturating op", list(ir.outputs))
+        rows = []
+        ranked = result.ranked()
+        if self.start == "quantized":
+            ranked.reverse()
+        for name, values in ranked:
+            kind, cals = candidates[name]
+            row: dict[str, Any] = {"node": name, "type": kind}
+            if kind != "node":
+                row["consumers"] = _readers(ir, cals[0])
+            if kind == "activation":
+                cal = cals[0]
+                th = cal.threshold if cal.threshold is not None else cal.scale
+                row["threshold"] = None if th is None else round(float(max(_flat(th))), 5)
+                row["bit"] = {CalibMode.INT8: 8, CalibMode.INT16: 16}.get(cal.mode, cal.mode.value)
+            row.update(values)
+            rows.append(row)
+        report = {"node_type": "node" if self.interested else self.node_type, "start": self.start,
+                  "metrics": list(self.metrics), "compare": list(result.compare),
+                  "samples": samples, "rows": rows, "engine": result.stats}
+        if saturated is not None:
+            report["saturated"] = saturated
+        return PassResult(ir, False, report)
+
+    def _evaluate(self, ir: QIR, variants: list[Variant], compare):
+        engine = Engine(ir, self.data, runtime=self.runtime, reference=self.start, compare=compare,
+                        metrics=self.metrics, data_num=self.data_num, threads=self.threads,
+                        progress=self.progress)
+        try:
+            return engine.evaluate(variants), len(engine.samples)
+        finally:
+            engine.close()
+
+    # ------------------------------------------------------------------ pieces
+    def _mode(self, cal: CalibRecord) -> str:
+        return cal.mode.value if self.start == "float" else CalibMode.FLOAT.value
+
+    def _candidates(self, ir: QIR) -> dict[str, tuple[str, list[CalibRecord]]]:
+        if self.interested:
+            out = {}
+            for name in self.interested:
+                if not ir.has_node(name):
+                    raise NotFoundError(did_you_mean(name, [r.name for r in ir.runnables()], "node"))
+                rec = ir.node(name)
+                if isinstance(rec, CalibRecord):
+                    out[name] = (rec.role.value, [rec])
+                else:
+                    cals = _feeding(ir, rec)
+                    if not cals:
+                        raise InputError(f"node {name!r} has no calibration nodes on its inputs")
+                    out[name] = ("node", cals)
+            return out
+        if self.node_type == "node":
+            return {op.name: ("node", cals) for op in ir.ops() if (cals := _feeding(ir, op))}
+        return {c.name: (self.node_type, [c]) for c in ir.calibrations(self.node_type)}
+
+    def _compare(self, ir: QIR) -> list[str] | None:
+        if self.output_node is None:
+            return None
+        if ir.has_value(self.output_node):
+            return [self.output_node]
+        if ir.has_node(self.output_node):
+            return [ir.node(self.output_node).outputs[0]]
+        raise NotFoundError(did_you_mean(self.output_node, [r.name for r in ir.runnables()], "output node"))
+
+
+_SATURATING = ("Softmax", "LogSoftmax", "Sigmoid", "HardSigmoid")
+_PASS_THROUGH = ("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
+
+
+def _all_equal(result, metric: str) -> bool:
+    values = [v[metric] for v in result.per_variant().values()]
+    finite = [v for v in values if math.isfinite(v)]
+    if len(finite) < len(values):  # e.g. sqnr = +inf for every node
+        return len(set(values)) == 1
+    return max(finite) - min(finite) <= 1e-6 * max(1.0, abs(float(np.median(finite))))
+
+
+def _pre_activations(ir: QIR) -> list[str]:
+    """For each graph output produced (through shape-only ops and calibration nodes) by a
+    saturating activation, the value entering that activation."""
+    out = []
+    for value in ir.outputs:
+        rec = ir.producer(value)
+        while rec is not None and (isinstance(rec, CalibRecord) or rec.op_type in _PASS_THROUGH):
+            rec = ir.producer(rec.inputs[0])
+        if isinstance(rec, OpRecord) and rec.op_type in _SATURATING and rec.inputs[0] not in out:
+            out.append(rec.inputs[0])
+    return out
+
+
+def _flat(th) -> list[float]:
+    return [float(x) for x in np.ravel(np.asarray(th, np.float64))]
+
+
+def format_table(report: dict) -> str:
+    """The seed's verbose table: node [consumers threshold bit] metrics, worst first."""
+    rows, metrics = report["rows"], report["metrics"]
+    extra = [k for k in ("consumers", "threshold", "bit") if rows and k in rows[0]]
+    head = ["weight" if report["node_type"] == "weight" else "activation" if report["node_type"] == "activation"
+            else "node"] + (["node"] if "consumers" in extra else []) + [k for k in extra if k != "consumers"] + metrics
+    body = [[r["node"]] + ([r["consumers"]] if "consumers" in extra else [])
+            + [str(r[k]) for k in extra if k != "consumers"] + [f"{r[m]:.5f}" for m in metrics] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    title = " node sensitivity ".center(len(line(head)), "=")
+    return "\n".join([title, line(head), "-" * len(line(head))] + [line(b) for b in body]) + "\n"
+
+
+def write_report(report: dict, save_dir: str | Path) -> list[Path]:
+    """``node_sensitivity.txt`` (the table), ``.csv`` and ``.json`` (schema ``qir.node_sensitivity``
+    v1: ``{"schema", "version", "node_type", "start", "metrics", "compare", "samples", "rows"}``)."""
+    import csv
+
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    txt, csv_path, js = (out / f"{FILE_STEM}.{ext}" for ext in ("txt", "csv", "json"))
+    txt.write_text(format_table(report))
+    keys = list(dict.fromkeys(k for r in report["rows"] for k in r)) or ["node"]
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(report["rows"])
+    rows = [{k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in report["rows"]]  # strict JSON: "inf", "nan" as strings
+    doc = {"schema": "qir.node_sensitivity", "version": 1,
+           **{k: v for k, v in report.items() if k not in ("engine", "rows")}, "rows": rows}
+    js.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    return [txt, csv_path, js]
+
+
+def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-similarity", output_node=None,
+                             node_type="node", data_num=1, verbose=False, interested_nodes=None, *,
+                             start="float", runtime="ort", save_dir=None, threads=None, progress=True) -> dict:
+    """hmct's ``get_sensitivity_of_nodes``: ``{node: {metric: value}}`` worst first; prints the
+    table when ``verbose``; writes ``node_sensitivity.{txt,csv,json}`` to ``save_dir``."""
+    import qir
+
+    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
+    if not ir.calibrations():
+        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+    result = NodeSensitivityPass(calibrated_data, metrics, output_node, node_type, data_num, interested_nodes,
+                                 start, runtime, threads, progress)(ir)
+    report = result.report
+    if verbose:
+        print(format_table(report), end="")
+    if save_dir is not None:
+        write_report(report, save_dir)
+    metric_names = report["metrics"]
+    return {r["node"]: {m: r[m] for m in metric_names} for r in report["rows"]}
+
