@@ -14,7 +14,8 @@ from .manager import PassManager, build_pipeline, parse_pipeline
 __all__ = ["Pass", "AnalysisPass", "PassResult", "PassError", "PassManager", "PASSES", "get_pass",
            "register_pass", "parse_pipeline", "build_pipeline"]
 
-_PASS_MODULES = ("fold_bn", "fuse", "insert_calibration", "calibrate", "set_mode", "emit", "node_sensitivity")
+_PASS_MODULES = ("fold_bn", "fuse", "insert_calibration", "calibrate", "set_mode", "emit", "node_sensitivity",
+                 "acc_error")
 
 
 def _load_passes() -> None:

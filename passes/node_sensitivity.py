@@ -36,6 +36,7 @@ from qir.records import CalibRecord, OpRecord
 
 from .. import metrics as qmetrics
 from ..engine import Engine, Variant
+from .acc_error import calibrations_of
 from .base import AnalysisPass, PassResult, register_pass
 
 __all__ = ["NodeSensitivityPass", "get_sensitivity_of_nodes", "NODE_TYPES"]
@@ -44,16 +45,6 @@ logger = logging.getLogger(__name__)
 
 NODE_TYPES = ("node", "weight", "activation")
 FILE_STEM = "node_sensitivity"
-
-
-def _feeding(ir: QIR, op: OpRecord) -> list[CalibRecord]:
-    """Calibration nodes whose outputs ``op`` reads."""
-    out = []
-    for v in op.inputs:
-        producer = ir.producer(v) if v else None
-        if isinstance(producer, CalibRecord) and producer not in out:
-            out.append(producer)
-    return out
 
 
 def _readers(ir: QIR, cal: CalibRecord) -> str:
@@ -144,16 +135,15 @@ class NodeSensitivityPass(AnalysisPass):
                 if not ir.has_node(name):
                     raise NotFoundError(did_you_mean(name, [r.name for r in ir.runnables()], "node"))
                 rec = ir.node(name)
-                if isinstance(rec, CalibRecord):
-                    out[name] = (rec.role.value, [rec])
-                else:
-                    cals = _feeding(ir, rec)
-                    if not cals:
-                        raise InputError(f"node {name!r} has no calibration nodes on its inputs")
-                    out[name] = ("node", cals)
+                kind = rec.role.value if isinstance(rec, CalibRecord) else "node"
+                out[name] = (kind, calibrations_of(ir, name))
             return out
         if self.node_type == "node":
-            return {op.name: ("node", cals) for op in ir.ops() if (cals := _feeding(ir, op))}
+            serving: dict[str, list[CalibRecord]] = {}
+            for c in ir.calibrations():
+                for op in c.feeds:
+                    serving.setdefault(op, []).append(c)
+            return {op.name: ("node", serving[op.name]) for op in ir.ops() if op.name in serving}
         return {c.name: (self.node_type, [c]) for c in ir.calibrations(self.node_type)}
 
     def _compare(self, ir: QIR) -> list[str] | None:

@@ -334,6 +334,21 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_acc_error(args: argparse.Namespace) -> int:
+    from qir.passes.acc_error import plot_acc_error
+
+    curves = plot_acc_error(args.data, args.model, quantize_node=parse_list(args.quantize_node),
+                            non_quantize_node=parse_list(args.non_quantize_node), metric=args.metric,
+                            average_mode=args.average_mode, save_dir=args.save_dir, data_num=args.data_num,
+                            runtime=args.runtime)
+    for name, curve in curves.items():
+        points = [y for y in curve if y is not None]
+        last = f"{points[-1]:.6g}" if points else "-"
+        print(f"{name}: {args.metric} at the last node {last}")
+    print(f"wrote acc_error_{args.metric}.png, acc_error.csv and acc_error.json to {args.save_dir}")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -453,6 +468,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="float: only this node quantized (hmct); quantized: only this node back to float")
         p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
         p.set_defaults(func=cmd_sensitivity)
+
+    p = sub.add_parser("acc-error", aliases=["plot-acc-error"],
+                       help="accumulated-error curves along the graph (hmct plot_acc_error)")
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-q", "--quantize-node", help="only these quantized, one curve each: \"['Conv_2','Conv_90']\", "
+                   "nested lists for groups, or 'weight'/'activation'")
+    p.add_argument("-nq", "--non-quantize-node", help="these back to float in the quantized model, one curve each")
+    p.add_argument("-m", "--metric", default="cosine-similarity")
+    p.add_argument("-a", "--average-mode", nargs="?", const=True, default=False, type=parse_bool,
+                   help="plot the running mean (-a or -a True)")
+    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
+    p.add_argument("-s", "--save-dir", default="./debug_result/accumulate_error")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_acc_error)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

@@ -159,3 +159,16 @@ def test_sensitivity_hmct_flags_and_list_syntax(tmp_path, capsys):
     assert json.loads((save / "node_sensitivity.json").read_text())["rows"][0]["node"] in ("conv2", "fc")
     assert main(["sensitivity", str(calibrated), data, "-i", "['conv2'", "-s", str(save)]) == 2
     assert "cannot read the list" in capsys.readouterr().err
+
+
+def test_acc_error_from_the_command_line(tmp_path, capsys):
+    data = str(DIGITS / "calibration_data")
+    calibrated = tmp_path / "cal.onnx"
+    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    save = tmp_path / "acc"
+    assert main(["plot-acc-error", str(calibrated), data, "-q", "[['conv1'],['conv1','conv2']]", "-a", "True",
+                 "-s", str(save)]) == 0
+    out = capsys.readouterr().out
+    assert "conv1+conv2" in out and (save / "acc_error_cosine-similarity.png").stat().st_size > 10_000
+    assert main(["acc-error", str(calibrated), data, "-nq", "['conv2']", "-m", "mse", "-s", str(save)]) == 0
+    assert main(["acc-error", str(calibrated), data, "-s", str(save)]) == 2

@@ -1,0 +1,203 @@
+"""``acc-error``: how quantization error accumulates along the graph (hmct ``plot_acc_error``).
+
+Rule (``../shared/reference/horizon-semantics.md`` §1.6), computed by the analysis engine:
+
+1. Variants. ``quantize_node`` (a whitelist, from the float model): every entry is one variant
+   in which only its nodes are quantized. An entry is a name (a general node: the calibration
+   nodes feeding it; a calibration node: itself) or a list of names quantized together; the
+   special entries ``"weight"`` and ``"activation"`` quantize every weight or activation
+   calibration node (both given: also the two together). ``non_quantize_node`` (a blacklist,
+   from the calibrated model): every entry is one variant with those nodes back to float; the
+   special entries are an error there. At least one of the two is needed.
+2. For each variant and each general node's output, in topological order, ``metric(float
+   output, variant output)`` on the first ``data_num`` samples (mean over samples).
+3. ``average_mode``: the running mean of that curve instead. ±inf points are left out.
+4. One PNG with a curve per variant, and the numbers as CSV and JSON.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.kinds import CalibMode
+from qir.records import CalibRecord
+
+from .. import metrics as qmetrics
+from ..engine import Engine, Variant
+from .base import AnalysisPass, PassResult, register_pass
+from .set_mode import select_calibrations
+
+__all__ = ["AccErrorPass", "plot_acc_error", "write_report"]
+
+logger = logging.getLogger(__name__)
+
+SPECIAL = ("weight", "activation")
+
+
+def calibrations_of(ir: QIR, name: str) -> list[CalibRecord]:
+    """A calibration node itself, or the calibration nodes serving a general node (by name or
+    module path)."""
+    cals = select_calibrations(ir, [name])
+    if not cals:
+        raise InputError(f"node {name!r} has no calibration nodes")
+    return cals
+
+
+def _entries(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return list(value)
+
+
+@register_pass
+class AccErrorPass(AnalysisPass):
+    """Accumulated-error curves (see the module docstring). The report holds ``nodes`` (general
+    nodes in topological order), ``values`` (their outputs) and ``curves``:
+    ``{variant: [metric per node]}`` (null where a point was left out)."""
+
+    name = "acc-error"
+
+    def __init__(self, data: Any = None, quantize_node=None, non_quantize_node=None,
+                 metric: str = "cosine-similarity", average_mode: bool = False, data_num: int | None = 1,
+                 runtime: str = "ort", threads: int | None = None, progress: bool = True) -> None:
+        if data is None:
+            raise InputError("acc-error needs calibration data (a folder, .npz, .npy or samples)")
+        self.quantize, self.non_quantize = _entries(quantize_node), _entries(non_quantize_node)
+        if not self.quantize and not self.non_quantize:
+            raise InputError("give quantize_node or non_quantize_node (they cannot both be empty)")
+        if any(e in SPECIAL for e in self.non_quantize):
+            raise InputError("non_quantize_node cannot hold 'weight' or 'activation'; "
+                             "use quantize_node=['weight'] or ['activation']")
+        self.metric = qmetrics.check_metrics(metric)[0]
+        self.data, self.average_mode, self.data_num = data, bool(average_mode), data_num
+        self.runtime, self.threads, self.progress = runtime, threads, progress
+        self.options = {"metric": self.metric, "average_mode": self.average_mode, "data_num": data_num}
+
+    def run(self, ir: QIR) -> PassResult:
+        nodes = [op for op in ir.ops() if op.outputs and op.outputs[0]]
+        values = [op.outputs[0] for op in nodes]
+        curves: dict[str, list[float | None]] = {}
+        stats = {}
+        for reference, variants in (("float", self._whitelist(ir)), ("quantized", self._blacklist(ir))):
+            if not variants:
+                continue
+            engine = Engine(ir, self.data, runtime=self.runtime, reference=reference, compare=values,
+                            metrics=[self.metric], data_num=self.data_num, threads=self.threads,
+                            progress=self.progress)
+            try:
+                result = engine.evaluate(variants)
+            finally:
+                engine.close()
+            stats[reference] = result.stats
+            for v in variants:
+                rows = [r for r in result.rows if r["variant"] == v.name]
+                curve = [float(np.mean([r["values"][val][self.metric] for r in rows])) for val in values]
+                curves[v.name] = self._finish(curve)
+        report = {"metric": self.metric, "average_mode": self.average_mode,
+                  "nodes": [op.name for op in nodes], "values": values, "curves": curves, "engine": stats}
+        return PassResult(ir, False, report)
+
+    # ------------------------------------------------------------------ pieces
+    def _finish(self, curve: list[float]) -> list[float | None]:
+        finite = [x if math.isfinite(x) else None for x in curve]
+        if not self.average_mode:
+            return finite
+        out, total, count = [], 0.0, 0
+        for x in finite:
+            if x is not None:
+                total, count = total + x, count + 1
+            out.append(total / count if count else None)
+        return out
+
+    def _whitelist(self, ir: QIR) -> list[Variant]:
+        variants = []
+        for entry in self.quantize:
+            if entry in SPECIAL:
+                variants.append(Variant(f"only_{entry}_calibrated", _on(ir.calibrations(entry))))
+            else:
+                names = [entry] if isinstance(entry, str) else list(entry)
+                cals = [c for n in names for c in calibrations_of(ir, n)]
+                variants.append(Variant(_label(names), _on(cals)))
+        if all(s in self.quantize for s in SPECIAL):
+            variants.append(Variant("weight_activation_calibrated", _on(ir.calibrations())))
+        return variants
+
+    def _blacklist(self, ir: QIR) -> list[Variant]:
+        variants = []
+        for entry in self.non_quantize:
+            names = [entry] if isinstance(entry, str) else list(entry)
+            cals = [c for n in names for c in calibrations_of(ir, n)]
+            variants.append(Variant(f"without {_label(names)}", {c.name: CalibMode.FLOAT.value for c in cals}))
+        return variants
+
+
+def _on(cals) -> dict[str, str]:
+    return {c.name: c.mode.value for c in cals}
+
+
+def _label(names: list[str]) -> str:
+    return "+".join(names)
+
+
+def write_report(report: dict, save_dir: str | Path) -> list[Path]:
+    """``acc_error_<metric>.png`` (a curve per variant), ``acc_error.csv`` (index, node, value,
+    one column per variant) and ``acc_error.json`` (schema ``qir.acc_error`` v1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    metric, curves, nodes = report["metric"], report["curves"], report["nodes"]
+    png = out / f"acc_error_{metric}.png"
+    fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, len(nodes) / 8)), 5))
+    for name, curve in curves.items():
+        xs = [i for i, y in enumerate(curve) if y is not None]
+        ax.plot(xs, [curve[i] for i in xs], marker=".", markersize=3, linewidth=1, label=name)
+    ax.set_xlabel("general node (topological order)")
+    ax.set_ylabel(f"{'running mean of ' if report['average_mode'] else ''}{metric} vs float")
+    ax.set_title(f"accumulated quantization error ({len(curves)} variant(s), {len(nodes)} nodes)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    csv_path = out / "acc_error.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["index", "node", "value", *curves])
+        for i, (node, value) in enumerate(zip(nodes, report["values"])):
+            writer.writerow([i, node, value, *("" if c[i] is None else f"{c[i]:.9g}" for c in curves.values())])
+    js = out / "acc_error.json"
+    doc = {"schema": "qir.acc_error", "version": 1, **{k: v for k, v in report.items() if k != "engine"}}
+    js.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    return [png, csv_path, js]
+
+
+def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quantize_node=None,
+                   metric: str = "cosine-similarity", average_mode: bool = False,
+                   save_dir: str | Path = "./debug_result/", *, data_num: int | None = 1, runtime: str = "ort",
+                   threads: int | None = None, progress: bool = True) -> dict[str, list[float | None]]:
+    """hmct's ``plot_acc_error``: writes the plot and numbers to ``save_dir`` and returns
+    ``{variant: curve}``."""
+    import qir
+
+    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
+    if not ir.calibrations():
+        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+    report = AccErrorPass(calibrated_data, quantize_node, non_quantize_node, metric, average_mode, data_num,
+                          runtime, threads, progress)(ir).report
+    write_report(report, save_dir)
+    return report["curves"]
+
