@@ -349,6 +349,28 @@ def cmd_acc_error(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_distribution(args: argparse.Namespace) -> int:
+    from qir.passes.distribution import plot_distribution
+
+    nodes = plot_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
+                              data_num=args.data_num, runtime=args.runtime)
+    for name, entry in nodes.items():
+        print(f"{name} ({entry['type']}): {entry['png']}")
+    return 0
+
+
+def cmd_channelwise(args: argparse.Namespace) -> int:
+    from qir.passes.channelwise import get_channelwise_data_distribution
+
+    nodes = get_channelwise_data_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
+                                              args.axis, data_num=args.data_num, runtime=args.runtime)
+    for name, entry in nodes.items():
+        bad = entry["outlier_channels"]
+        print(f"{name}: {entry['channels']} channels on axis {entry['axis']}, outlier channels: "
+              f"{bad[:10] if bad else 'none'} ({entry['png']})")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -483,6 +505,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "--save-dir", default="./debug_result/accumulate_error")
     p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_acc_error)
+
+    p = sub.add_parser("distribution", aliases=["plot-distribution"],
+                       help="data distributions at nodes (hmct plot_distribution)")
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-n", "--nodes-list", required=True,
+                   help="calibration and/or general nodes: \"['relu1_out_calib','conv2']\" or a,b")
+    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
+    p.add_argument("-s", "--save-dir", default="./debug_result/data_distribution")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_distribution)
+
+    p = sub.add_parser("channelwise", aliases=["get-channelwise-data-distribution"],
+                       help="per-channel box plots of calibration node inputs (hmct get_channelwise_data_distribution)")
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-n", "--nodes-list", required=True, help="calibration nodes: \"['relu1_out_calib']\" or a,b")
+    p.add_argument("-a", "--axis", type=int, help="channel axis (default: 1 for activations, the node's axis for weights)")
+    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
+    p.add_argument("-s", "--save-dir", default="./debug_result/channelwise_distribution")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_channelwise)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

@@ -172,3 +172,15 @@ def test_acc_error_from_the_command_line(tmp_path, capsys):
     assert "conv1+conv2" in out and (save / "acc_error_cosine-similarity.png").stat().st_size > 10_000
     assert main(["acc-error", str(calibrated), data, "-nq", "['conv2']", "-m", "mse", "-s", str(save)]) == 0
     assert main(["acc-error", str(calibrated), data, "-s", str(save)]) == 2
+
+
+def test_distribution_and_channelwise_from_the_command_line(tmp_path, capsys):
+    data = str(DIGITS / "calibration_data")
+    calibrated = tmp_path / "cal.onnx"
+    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    assert main(["plot-distribution", str(calibrated), data, "-n", "['relu1_out_calib','conv2']", "-s",
+                 str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "conv2.png").exists()
+    assert main(["get-channelwise-data-distribution", str(calibrated), data, "-n", "conv2.weight_calib", "-s",
+                 str(tmp_path / "c")]) == 0
+    assert "32 channels on axis 0" in capsys.readouterr().out
