@@ -25,7 +25,7 @@ from qir.kinds import NodeKind
 from qir.records import CalibRecord
 
 from .base import AnalysisPass, PassResult, register_pass
-from .distribution import collect, safe_filename
+from .distribution import safe_filename
 
 __all__ = ["ChannelwisePass", "get_channelwise_data_distribution"]
 

@@ -371,6 +371,21 @@ def cmd_channelwise(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sensitivity_analysis(args: argparse.Namespace) -> int:
+    from qir.passes.sensitivity_analysis import sensitivity_analysis
+
+    result = sensitivity_analysis(args.model, args.data, metric=args.metric, pick_threshold=args.pick_threshold,
+                                  data_num=args.data_num, sensitive_nodes=parse_list(args.sensitive_nodes),
+                                  qtype=args.qtype, save_dir=args.save_dir, runtime=args.runtime)
+    if not result:
+        print(f"no node is below pick_threshold {args.pick_threshold}; nothing to analyse")
+    for node, values in result.items():
+        print(f"{node}: only it quantized {values['single']:.6g}; raised together with those above "
+              f"{values['cumulative']:.6g}")
+    print(f"wrote partial_quantization.png, sensitivity_analysis.csv and .json to {args.save_dir}")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -527,6 +542,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "--save-dir", default="./debug_result/channelwise_distribution")
     p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_channelwise)
+
+    p = sub.add_parser("sensitivity-analysis",
+                       help="recovery as the most sensitive nodes are raised (hmct sensitivity_analysis)")
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-m", "--metric", default="cosine-similarity")
+    p.add_argument("-p", "--pick-threshold", type=float, default=0.999,
+                   help="nodes whose sensitivity is no better than this are analysed (default 0.999)")
+    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
+    p.add_argument("-sn", "--sensitive-nodes", help="analyse these nodes, in this order: \"['Conv_2','Conv_9']\"")
+    p.add_argument("-q", "--qtype", choices=["float", "float32", "int16", "fp16"], default="float",
+                   help="what the sensitive nodes are raised to (default float: not quantized)")
+    p.add_argument("-s", "-sd", "--save-dir", default="./debug_result/sensitivity_analysis")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_sensitivity_analysis)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

@@ -184,3 +184,15 @@ def test_distribution_and_channelwise_from_the_command_line(tmp_path, capsys):
     assert main(["get-channelwise-data-distribution", str(calibrated), data, "-n", "conv2.weight_calib", "-s",
                  str(tmp_path / "c")]) == 0
     assert "32 channels on axis 0" in capsys.readouterr().out
+
+
+def test_sensitivity_analysis_from_the_command_line(tmp_path, capsys):
+    data = str(DIGITS / "calibration_data")
+    calibrated = tmp_path / "cal.onnx"
+    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    capsys.readouterr()
+    assert main(["sensitivity-analysis", str(calibrated), data, "-sn", "['conv2','fc']", "-s", str(tmp_path / "sa")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("conv2: only it quantized") and (tmp_path / "sa" / "partial_quantization.png").exists()
+    assert main(["sensitivity-analysis", str(calibrated), data, "-p", "0.5", "-s", str(tmp_path / "sb")]) == 0
+    assert "nothing to analyse" in capsys.readouterr().out
