@@ -13,7 +13,7 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analy
    first ``data_num`` samples; per metric, the mean over outputs per sample, then over samples.
 4. Rows come most to blame first, by the first metric: from float, the worst model first; from
    quantized, the best recovered model first (the node whose de-quantization helps most).
-5. Saturated outputs: when every candidate scores the same within 1e-6 (a saturated softmax or
+5. Saturated outputs: when every candidate scores the same (within 1e-9) (a saturated softmax or
    sigmoid hides all differences; peers then print 100 dB for every node) and no
    ``output_node`` was given, the analysis is redone on the value entering the model's final
    Softmax/LogSoftmax/Sigmoid (the logits), and the report says so under ``saturated``. Without
@@ -165,7 +165,7 @@ def _all_equal(result, metric: str) -> bool:
     finite = [v for v in values if math.isfinite(v)]
     if len(finite) < len(values):  # e.g. sqnr = +inf for every node
         return len(set(values)) == 1
-    return max(finite) - min(finite) <= 1e-6 * max(1.0, abs(float(np.median(finite))))
+    return max(finite) - min(finite) <= 1e-9 * max(1.0, abs(float(np.median(finite))))
 
 
 def _pre_activations(ir: QIR) -> list[str]:
