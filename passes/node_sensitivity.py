@@ -199,14 +199,15 @@ def format_table(report: dict) -> str:
     return "\n".join([title, line(head), "-" * len(line(head))] + [line(b) for b in body]) + "\n"
 
 
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
-    """``node_sensitivity.txt`` (the table), ``.csv`` and ``.json`` (schema ``qir.node_sensitivity``
-    v1: ``{"schema", "version", "node_type", "start", "metrics", "compare", "samples", "rows"}``)."""
+def write_report(report: dict, save_dir: str | Path, stem: str = FILE_STEM) -> list[Path]:
+    """``<stem>.txt`` (the table), ``.csv`` and ``.json`` (schema ``qir.node_sensitivity`` v1:
+    ``{"schema", "version", "node_type", "start", "metrics", "compare", "samples", "rows"}``);
+    the stem defaults to ``node_sensitivity``."""
     import csv
 
     out = Path(save_dir)
     out.mkdir(parents=True, exist_ok=True)
-    txt, csv_path, js = (out / f"{FILE_STEM}.{ext}" for ext in ("txt", "csv", "json"))
+    txt, csv_path, js = (out / f"{stem}.{ext}" for ext in ("txt", "csv", "json"))
     txt.write_text(format_table(report))
     keys = list(dict.fromkeys(k for r in report["rows"] for k in r)) or ["node"]
     with open(csv_path, "w", newline="") as f:

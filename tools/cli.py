@@ -386,6 +386,20 @@ def cmd_sensitivity_analysis(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runall(args: argparse.Namespace) -> int:
+    from .runall import runall
+
+    runall(args.model, args.data, save_dir=args.save_dir, ns_metrics=parse_list(args.ns_metrics),
+           output_node=args.output_node, node_type=parse_list(args.node_type), data_num=args.data_num,
+           verbose=args.table, interested_nodes=parse_list(args.interested_nodes),
+           dis_nodes_list=parse_list(args.dis_nodes_list), cw_nodes_list=parse_list(args.cw_nodes_list),
+           axis=args.axis, quantize_node=parse_list(args.quantize_node),
+           non_quantize_node=parse_list(args.non_quantize_node), ae_metric=args.ae_metric,
+           average_mode=args.average_mode, pick_threshold=args.pick_threshold,
+           sensitive_nodes=parse_list(args.sensitive_nodes), runtime=args.runtime)
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -557,6 +571,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "-sd", "--save-dir", default="./debug_result/sensitivity_analysis")
     p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_sensitivity_analysis)
+
+    p = sub.add_parser("runall", help="every debugger analysis and one index.html (hmct runall)")
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-s", "--save-dir", default="./debug_result/")
+    p.add_argument("-nm", "--ns-metrics", default="cosine-similarity", help="node sensitivity metric(s)")
+    p.add_argument("-o", "--output-node", help="compare this node's output instead of the model outputs")
+    p.add_argument("-nt", "--node-type", help="node sensitivity types (default: ['weight','activation'])")
+    p.add_argument("-dn", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
+    p.add_argument("-v", "--verbose", dest="table", nargs="?", const=True, default=False, type=parse_bool)
+    p.add_argument("-i", "--interested-nodes")
+    p.add_argument("-dnl", "--dis-nodes-list", help="nodes for data distributions (default: top 5 per type)")
+    p.add_argument("-cn", "--cw-nodes-list", help="calibration nodes for box plots (default: the same)")
+    p.add_argument("-a", "--axis", type=int)
+    p.add_argument("-qn", "--quantize-node", help="accumulated error whitelist (default ['weight','activation'])")
+    p.add_argument("-nqn", "--non-quantize-node")
+    p.add_argument("-am", "--ae-metric", default="cosine-similarity")
+    p.add_argument("-avm", "--average-mode", nargs="?", const=True, default=False, type=parse_bool)
+    p.add_argument("-pt", "--pick-threshold", type=float, default=0.999)
+    p.add_argument("-sn", "--sensitive-nodes")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_runall)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

@@ -1,14 +1,20 @@
 """``qir demo``: the main job on the bundled digits example, end to end, offline.
 
-Today: load the model, verify and print the IR, run the 200 evaluation images on each runtime,
-report accuracy, time per sample and the agreement between runtimes; then calibrate it for
-nash-e with every method on its 32 calibration images and report each int8 model's accuracy
-and output cosine against float. With an output folder, write the dumps, outputs and the
-calibrated models there.
+1. Load the model, verify and print the IR, run the 200 evaluation images on each runtime and
+   report accuracy, time per sample and the agreement between runtimes.
+2. Calibrate it for nash-e with every method on its 32 calibration images; report each int8
+   model's accuracy and output cosine against float.
+3. Debug the least accurate one: ``runall`` (every analysis and ``debug_result/index.html``).
+4. Repair it: the sensitivity analysis's most sensitive nodes, just enough of them to reach the
+   pick threshold, go back to float in an emitted ONNX model (``repaired.onnx``), whose
+   accuracy is measured on the same images.
+
+Files go to the output folder (``-o``), else to a new temporary folder whose path is printed.
 """
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +64,10 @@ def run_demo(out: Path | None, runtimes: list[str]) -> int:
         a, b = logits.values()
         rel = float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
         print(f"agree   numpy vs ort: max |diff| / max |ort| = {rel:.2e}")
-    calibrate_all(ir, root, samples, labels, out)
+    work = out if out is not None else Path(tempfile.mkdtemp(prefix="qir-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    calibrated = calibrate_all(ir, root, samples, labels, work)
+    debug_and_repair(calibrated, root, samples, labels, work)
     if out is not None:
         (out / "model.qir.txt").write_text(str(ir))
         (out / "model.qir.json").write_text(json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n")
@@ -68,8 +77,39 @@ def run_demo(out: Path | None, runtimes: list[str]) -> int:
     return 0
 
 
-def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path | None) -> None:
-    """Calibrate a copy of ``ir`` with each method; print int8 accuracy and cosine vs float."""
+def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.ndarray, work: Path) -> None:
+    """Steps 3 and 4 of the module docstring on the least accurate calibrated model."""
+    import qir
+    from qir.passes.emit import emit_model
+
+    from .cli import run_samples
+    from .runall import runall
+
+    method, (model, acc) = min(calibrated.items(), key=lambda kv: kv[1][1])
+    print(f"debug   the {method} model ({acc:.4f}): runall")
+    start = time.perf_counter()
+    report = runall(model, root / "calibration_data", save_dir=work / "debug_result", progress=False,
+                    log=lambda line: print("        " + line))
+    print(f"        {time.perf_counter() - start:.1f} s")
+    for tip in report["advice"]:
+        print(f"        - {tip}")
+    sa = report["sensitivity_analysis"]
+    nodes, cumulative = sa["nodes"], sa["cumulative"]
+    if not nodes:
+        print("repair  nothing to repair: no node is below the pick threshold")
+        return
+    k = next((i for i, v in enumerate(cumulative[1:], 1) if v >= sa["pick_threshold"]), len(nodes))
+    path = work / "repaired.onnx"
+    emit_model(model, path, float=nodes[:k], overwrite=True)
+    repaired = qir.load(path)
+    logits = np.concatenate([r["logits"] for r in run_samples(repaired, samples, "ort", desc="repaired")])
+    fixed = float((logits.argmax(1) == labels).mean())
+    print(f"repair  {', '.join(nodes[:k])} back to float -> {path.name}: accuracy {acc:.4f} -> {fixed:.4f}")
+
+
+def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path | None) -> dict:
+    """Calibrate a copy of ``ir`` with each method; print int8 accuracy and cosine vs float.
+    Returns ``{method: (calibrated IR, accuracy)}``."""
     import qir
     from qir.passes import PassManager
 
@@ -79,6 +119,7 @@ def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path |
     PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(base)
     reference = np.concatenate([r["logits"] for r in run_samples(base, samples, "ort", desc="float",
                                                                   level="float")])
+    results = {}
     print(f"calib   nash-e int8, {len(base.calibrations())} calibration nodes, "
           f"data {root / 'calibration_data'}")
     for method in ("max", "percentile", "kl", "mse", "mix"):
@@ -92,3 +133,5 @@ def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path |
         print(f"  {method:<11} int8 accuracy {acc:.4f}  logits cosine vs float {cos:.6f}")
         if out is not None:
             qir.save(model, out / f"calibrated_{method}.onnx")
+        results[method] = (model, acc)
+    return results

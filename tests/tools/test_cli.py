@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -95,10 +96,15 @@ def test_json_dump_is_strict_json_with_infinite_weights(tmp_path, capsys):
     assert mask["data"] == [0.0, "-inf"] and mask["stats"]["min"] == "-inf"
 
 
-def test_demo_prints_the_ir(capsys):
-    assert main(["demo", "--runtime", "ort"]) == 0
+def test_demo_runs_the_whole_workflow(capsys, tmp_path):
+    assert main(["demo", "--runtime", "ort", "-o", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
     assert "fc: %logits : f32[1,10] = Gemm(" in out and "accuracy 1.0000" in out
+    repair = next(line for line in out.splitlines() if line.startswith("repair"))
+    before, after = (float(x) for x in re.findall(r"accuracy ([0-9.]+) -> ([0-9.]+)", repair)[0])
+    assert after > before  # the repaired model recovers accuracy the debugger located
+    assert (tmp_path / "demo" / "debug_result" / "index.html").exists()
+    assert (tmp_path / "demo" / "repaired.onnx").exists()
 
 
 def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):
