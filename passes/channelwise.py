@@ -6,10 +6,11 @@ calibrated model over the first ``data_num`` samples) is split along ``axis`` (d
 node's own axis for weights, else 0; 1 for activations) and drawn as one box per channel: box =
 quartiles, whiskers = 1.5 IQR, red solid line = median, blue dashed line = mean, dots = outliers.
 
-A channel is an *outlier channel* when its max |x| is more than ``outlier_ratio`` (default 4)
+Activation nodes also get their threshold (red dashed lines) and the share of values beyond it
+(``clipped_fraction``). A channel is an *outlier channel* when its max |x| is more than ``outlier_ratio`` (default 4)
 times the median of all channels' max |x|: one such channel sets a per-tensor scale that wastes
-the integer range of all the others. The report lists them per node and ``channelwise.txt``
-summarizes them.
+the integer range of all the others. The report lists them per node, ``channelwise.txt``
+summarizes them and ``channelwise.json`` (schema ``qir.channelwise`` v1) holds the report.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from qir.kinds import NodeKind
 from qir.records import CalibRecord
 
 from .base import AnalysisPass, PassResult, register_pass
-from .distribution import safe_filename
+from .distribution import _threshold, _write_json, clipped_fraction, safe_filename
 
 __all__ = ["ChannelwisePass", "get_channelwise_data_distribution"]
 
@@ -61,9 +62,11 @@ class ChannelwisePass(AnalysisPass):
         self.save_dir.mkdir(parents=True, exist_ok=True)
         report, lines = {"nodes": {}}, []
         for cal in cals:
+            threshold = None
             if cal in acts:
                 x = self._activation(ir, cal)
                 axis = 1 if self.axis is None else self.axis
+                threshold = _threshold(cal)
             else:
                 x = np.asarray(ir.weight_array(cal.input), np.float64)
                 axis = (cal.axis if cal.axis is not None else 0) if self.axis is None else self.axis
@@ -74,14 +77,17 @@ class ChannelwisePass(AnalysisPass):
             ref = float(np.median(peaks))
             outliers = [int(i) for i in np.flatnonzero(peaks > self.ratio * ref)] if ref > 0 else []
             path = self.save_dir / f"{safe_filename(cal.name)}_channelwise.png"
-            _boxplot(path, cal.name, channels, axis, outliers)
+            _boxplot(path, cal.name, channels, axis, outliers, threshold)
             report["nodes"][cal.name] = {"axis": int(axis), "channels": int(channels.shape[0]),
                                          "channel_abs_max": [float(p) for p in peaks],
-                                         "median_abs_max": ref, "outlier_channels": outliers, "png": str(path)}
+                                         "median_abs_max": ref, "outlier_channels": outliers,
+                                         "threshold": threshold, "clipped_fraction": clipped_fraction(x, threshold),
+                                         "png": str(path)}
             detail = ", ".join(f"{i} (max |x| {peaks[i]:.4g})" for i in outliers[:10]) or "none"
             lines.append(f"{cal.name}: {channels.shape[0]} channels on axis {axis}; median of channel max |x| "
                          f"{ref:.4g}; outlier channels (> {self.ratio:g}x): {detail}")
         (self.save_dir / "channelwise.txt").write_text("\n".join(lines) + "\n")
+        _write_json(self.save_dir / "channelwise.json", "qir.channelwise", report)
         return PassResult(ir, False, report)
 
     def _activation(self, ir: QIR, cal: CalibRecord) -> np.ndarray:
@@ -95,7 +101,8 @@ class ChannelwisePass(AnalysisPass):
         return np.concatenate(arrays, axis=0)  # samples stack along the batch axis
 
 
-def _boxplot(path: Path, name: str, channels: np.ndarray, axis: int, outliers: list[int]) -> None:
+def _boxplot(path: Path, name: str, channels: np.ndarray, axis: int, outliers: list[int],
+             threshold: float | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,6 +117,11 @@ def _boxplot(path: Path, name: str, channels: np.ndarray, axis: int, outliers: l
     ax.set_xticks(range(1, n + 1, step), [str(i) for i in range(0, n, step)], fontsize="small")
     for i in outliers:
         ax.axvspan(i + 0.5, i + 1.5, color="orange", alpha=0.25)
+    if threshold is not None:
+        for t in (-threshold, threshold):
+            ax.axhline(t, color="red", linestyle="--", linewidth=1)
+        ax.plot([], [], color="red", linestyle="--", label=f"threshold ±{threshold:.4g} (beyond: clipped)")
+        ax.legend(fontsize="small", loc="upper right")
     ax.set_xlabel(f"channel (axis {axis}); shaded: outlier channels")
     ax.set_ylabel("value")
     ax.set_title(f"{name}: per-channel distribution of its input ({n} channels)")

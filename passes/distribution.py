@@ -5,13 +5,14 @@ Per node in ``nodes_list``, one PNG:
 - a **weight calibration node**: the original weights and the calibrated (fake-quantized)
   weights, overlaid;
 - an **activation calibration node**: the values entering it in the calibrated model, with the
-  threshold (red dashed line, the largest threshold for per-channel nodes) and max |x| (blue
-  triangle);
+  threshold (red dashed line, the largest threshold for per-channel nodes), max |x| (blue
+  triangle) and the share of values beyond the threshold (clipped) in the title;
 - a **general node**: its first output in the float and in the calibrated model, overlaid, and
   next to it the error (calibrated − float).
 
 Counts are on a log scale (quantization effects live in the tails). Values are gathered over
-the first ``data_num`` samples. The report gives, per node, the statistics drawn.
+the first ``data_num`` samples. The report gives, per node, the statistics drawn; it is also
+written as ``distribution.json`` (schema ``qir.distribution`` v1).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ..runtimes.base import get_runtime
 from ..runtimes.numerics import apply_calibration
 from .base import AnalysisPass, PassResult, register_pass
 
-__all__ = ["DistributionPass", "plot_distribution", "collect", "safe_filename"]
+__all__ = ["DistributionPass", "plot_distribution", "collect", "safe_filename", "clipped_fraction"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +60,36 @@ def collect(ir: QIR, data: Any, values: list[str], *, quantized: bool, data_num:
 
 
 def _threshold(cal: CalibRecord) -> float | None:
+    """The largest threshold of an integer-mode node (None in float/fp16)."""
     from ..runtimes.numerics import QRANGE, calib_scale
 
     if cal.mode not in QRANGE:
         return None
     return float(np.max(calib_scale(cal))) * QRANGE[cal.mode][1]
+
+
+def clipped_fraction(x: np.ndarray, threshold: float | None) -> float | None:
+    """Share of the values beyond ±threshold (what the quantizer clips)."""
+    if threshold is None or not x.size:
+        return None
+    return float(np.mean(np.abs(x) > threshold))
+
+
+def _write_json(path: Path, schema: str, report: dict) -> None:
+    """``report`` as strict JSON with a schema name and version 1 (non-finite numbers as strings)."""
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
+
+    path.write_text(json.dumps({"schema": schema, "version": 1, **clean(report)}, indent=1, allow_nan=False) + "\n")
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:
@@ -115,15 +141,18 @@ class DistributionPass(AnalysisPass):
                               entry["threshold"], "weight value")
             elif isinstance(rec, CalibRecord):
                 x = quant[rec.input]
-                entry = {"type": "activation", "input": _stats(x), "threshold": _threshold(rec)}
-                _plot_overlay(path, rec.name, {f"input of {rec.name} (calibrated model)": x}, entry["threshold"],
-                              "activation value")
+                th = _threshold(rec)
+                entry = {"type": "activation", "input": _stats(x), "threshold": th,
+                         "clipped_fraction": clipped_fraction(x, th)}
+                title = rec.name if th is None else f"{rec.name}: {100 * entry['clipped_fraction']:.3g}% clipped"
+                _plot_overlay(path, title, {f"input of {rec.name} (calibrated model)": x}, th, "activation value")
             else:
                 f, q = flt[rec.outputs[0]], quant[rec.outputs[0]]
                 entry = {"type": "node", "float": _stats(f), "calibrated": _stats(q), "error": _stats(q - f)}
                 _plot_node(path, rec.name, f, q)
             entry["png"] = str(path)
             report["nodes"][rec.name] = entry
+        _write_json(self.save_dir / "distribution.json", "qir.distribution", report)
         return PassResult(ir, False, report)
 
 

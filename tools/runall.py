@@ -123,6 +123,13 @@ def advice(results: dict[str, Any], pick_threshold: float = 0.999) -> list[str]:
         tips.append(f"The activation quantizer {r['node']} (before {r.get('consumers', '?')}) costs the most "
                     f"(cosine {r['cosine-similarity']:.5f}); int16 keeps its range with finer steps: "
                     f"qir emit calibrated_model.onnx -o partial.onnx --int16 {r['node']}")
+    for name, entry in (results.get("distribution") or {}).items():
+        share = entry.get("clipped_fraction")
+        if share is not None and share > 1e-3:
+            tips.append(f"{name} clips {100 * share:.2g}% of its input (threshold {entry['threshold']:.4g}, max |x| "
+                        f"{entry['input']['abs_max']:.4g}): its threshold is too small; recalibrate it (qir calibrate "
+                        f"--method max or percentile) or give it a fixed threshold (qir set-mode --nodes {name} "
+                        f"--threshold {entry['input']['abs_max']:.4g}).")
     for name, entry in (results.get("channelwise") or {}).items():
         if entry.get("outlier_channels"):
             tips.append(f"{name} has outlier channels {entry['outlier_channels'][:8]} (max |x| over 4x the median "

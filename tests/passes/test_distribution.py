@@ -1,6 +1,8 @@
 """distribution and channelwise: the statistics drawn match the data, outlier channels found."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -42,7 +44,12 @@ def test_distribution_statistics_match_the_data(calibrated, tmp_path):
     err = np.concatenate([(qir.run(ir, s, capture=[out])[out] - qir.run(float_ir, s, capture=[out])[out]).ravel()
                           for s in samples])
     assert nodes["conv2"]["error"]["abs_max"] == pytest.approx(float(np.abs(err).max()), rel=1e-6)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv2.png", "conv2.weight_calib.png", "relu1_out_calib.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv2.png", "conv2.weight_calib.png", "distribution.json",
+                                                          "relu1_out_calib.png"]
+    doc = json.loads((tmp_path / "distribution.json").read_text())
+    assert doc["schema"] == "qir.distribution" and doc["nodes"]["conv2"]["type"] == "node"
+    th = nodes["relu1_out_calib"]["threshold"]
+    assert nodes["relu1_out_calib"]["clipped_fraction"] == pytest.approx(float(np.mean(np.abs(act) > th)))
     with pytest.raises(NotFoundError, match="did you mean"):
         plot_distribution(tmp_path, ir, DATA, ["conv22"])
     with pytest.raises(InputError, match="nodes_list"):
@@ -62,6 +69,8 @@ def test_channelwise_finds_a_planted_outlier_channel(calibrated, tmp_path):
     peaks = np.abs(np.moveaxis(w, 0, 0).reshape(w.shape[0], -1)).max(axis=1)
     assert nodes["conv2.weight_calib"]["channel_abs_max"] == pytest.approx(peaks.tolist())
     assert "outlier channels (> 4x): 5" in (tmp_path / "channelwise.txt").read_text()
+    assert json.loads((tmp_path / "channelwise.json").read_text())["schema"] == "qir.channelwise"
+    assert nodes["conv2.weight_calib"]["threshold"] is None and nodes["relu1_out_calib"]["threshold"] > 0
     with pytest.raises(InputError, match="out of range"):
         get_channelwise_data_distribution(tmp_path, ir, DATA, ["relu1_out_calib"], axis=7)
     with pytest.raises(NotFoundError):

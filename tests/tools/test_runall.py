@@ -2,6 +2,7 @@
 that points at a planted fault."""
 from __future__ import annotations
 
+import base64
 import re
 
 import numpy as np
@@ -40,7 +41,9 @@ def test_runall_writes_everything_and_points_at_the_fault(tmp_path, capsys):
             assert (out / folder / name).stat().st_size > 0, (folder, name)
     page = (out / "index.html").read_text()
     assert not re.findall(r'(?:src|href)="(?!data:)', page)  # everything embedded: renders offline
-    assert page.count("data:image/png;base64,") >= 4
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) >= 4 and all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    assert page.count("<table>") >= 3  # weight and activation sensitivity, sensitivity analysis
     advice = page[page.index("What to try next"):page.index("Node sensitivity")]
     assert "relu3_out_calib" in advice and "qir emit" in advice
     activation = page[page.index("Node sensitivity: activation"):]
