@@ -82,3 +82,25 @@ def test_cli_and_api_agree_and_runtimes_agree(tmp_path):
     rows = json.loads((tmp_path / "ns" / "node_sensitivity.json").read_text())["rows"]
     assert [r["node"] for r in rows] == list(by_rt["ort"])
     assert all(r["mse"] == pytest.approx(by_rt["ort"][r["node"]]["mse"], rel=1e-9) for r in rows)
+
+
+def test_runall_from_the_command_line_writes_every_file(tmp_path):
+    rm = real_models()
+    images = [{"x": rm.ppocr_cls_input(i)} for i in rm.images(["page.png", "text.png"])]
+    ir = qir.load(rm.model("ppocr_cls"), input_shapes={"x": [1, 3, 48, 192]})
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=images, method="max", progress=False)(ir)
+    model, data = tmp_path / "cls.onnx", tmp_path / "data.npz"
+    qir.save(ir, model)
+    np.savez(data, x=np.stack([s["x"] for s in images]))
+    out = tmp_path / "debug_result"
+    assert main(["runall", str(model), str(data), "-s", str(out), "-pt", "0.9999"]) == 0
+    expected = ["node_sensitivity/sensitivity_of_weight.txt", "node_sensitivity/sensitivity_of_weight.csv",
+                "node_sensitivity/sensitivity_of_activation.json", "data_distribution/distribution.json",
+                "channelwise_distribution/channelwise.txt", "channelwise_distribution/channelwise.json",
+                "accumulate_error/acc_error_cosine-similarity.png", "accumulate_error/acc_error.json",
+                "sensitivity_analysis/partial_quantization.png", "sensitivity_analysis/sensitivity_analysis.csv",
+                "index.html"]
+    for name in expected:
+        assert (out / name).stat().st_size > 0, name
+    assert len(list((out / "data_distribution").glob("*.png"))) == 10
