@@ -232,7 +232,8 @@ class Engine:
         compare: values to compare (default: the graph outputs); any activation may be named.
         metrics: metric names from :mod:`qir.metrics` (the first one ranks).
         memory_budget: bytes of reference values kept in memory (default 2 GiB).
-        segments: number of onnxruntime segments (default: about the square root of the steps).
+        segments: number of onnxruntime segments (default: about half the square root of the
+            number of steps; each segment boundary costs a layout reorder at level ``all``).
         data_num: use at most this many samples.
         threads: cores to use (default: all). Variants run ``threads`` at a time, each on one
             core (onnxruntime sessions get one intra-op thread): many small calls parallelize
@@ -243,6 +244,8 @@ class Engine:
             node in a whole-model run, which the engine's parts cannot, and results would drift
             by ~1e-5; then ``extended``, where they stay equal to a plain run at that level.
         rounding: fake-quant rounding.
+        spill_dir: where cached values go past ``memory_budget`` (default: the system temp folder).
+        progress: show a progress bar with ETA (on a terminal).
     """
 
     def __init__(self, ir: QIR, data: Any, *, runtime: str = "ort", reference: str = "float",
