@@ -9,7 +9,7 @@ it (:mod:`qir.runtimes`: a numpy reference interpreter and onnxruntime).
 """
 from __future__ import annotations
 
-from .api import load, run, save
+from .api import from_torch, load, run, save
 from .errors import QirError
 from .graph import QIR
 from .kinds import CalibMode, CalibRole, NodeKind
@@ -17,7 +17,7 @@ from .onnx_export import export_onnx
 from .onnx_import import import_onnx
 from .verify import verify
 
-__all__ = ["QIR", "NodeKind", "CalibMode", "CalibRole", "QirError", "load", "run", "save",
+__all__ = ["QIR", "NodeKind", "CalibMode", "CalibRole", "QirError", "load", "run", "save", "from_torch",
            "import_onnx", "export_onnx", "verify", "__version__"]
 
 __version__ = "0.1.0"

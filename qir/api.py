@@ -11,7 +11,7 @@ from .graph import QIR
 from .onnx_export import export_onnx
 from .onnx_import import import_onnx
 
-__all__ = ["load", "run", "save"]
+__all__ = ["load", "run", "save", "from_torch"]
 
 
 def load(model: str | Path | onnx.ModelProto, *,
@@ -24,6 +24,14 @@ def load(model: str | Path | onnx.ModelProto, *,
             shape-computation chains then fold away).
     """
     return import_onnx(model, input_shapes=input_shapes)
+
+
+def from_torch(module, example_inputs, **options) -> QIR:
+    """A PyTorch ``nn.Module`` as a QIR, with module paths on every op (needs the torch extra;
+    see :func:`qir.torch_import.from_torch` for the options)."""
+    from .torch_import import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, **options)
 
 
 def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = "numpy",

@@ -7,13 +7,16 @@ Rules:
 2. Weights become initializers (only those some node or output reads).
 3. General nodes are written in the IR's deterministic topological order with their names,
    domains and attributes re-encoded with their original ONNX types.
-4. Calibration nodes are lowered by ``lower_calibration``. The default writes them as
+4. Source-framework module paths of general nodes (PyTorch ``layer1.0.conv1``) are kept in the
+   metadata entry ``qir.modules`` (``{node: module}``), which the importer reads back.
+5. Calibration nodes are lowered by ``lower_calibration``. The default writes them as
    ``qir::Calibration`` nodes (:mod:`qir.calib_onnx`): the calibrated-model format, which
    ``import_onnx`` reads back exactly. Runtimes pass their own lowering (fake quantization as
    standard ops); the emit pass writes QuantizeLinear/DequantizeLinear.
 """
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Callable
 
@@ -120,6 +123,9 @@ def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
     for key, value in sorted(ir.metadata_props.items()):
         if key != "producer_name":
             model.metadata_props.add(key=key, value=value)
+    modules = {op.name: op.module for op in ir.ops() if op.module}
+    if modules:  # read back by the importer, so reports keep naming what the user wrote
+        model.metadata_props.add(key="qir.modules", value=json.dumps(modules, sort_keys=True))
     return model
 
 

@@ -29,6 +29,7 @@ from . import calib_onnx
 from .errors import ImportError_, InputError, UnsupportedOpError, did_you_mean
 from .graph import QIR
 from .naming import fresh_name
+from .records import OpRecord
 
 __all__ = ["import_onnx", "read_onnx", "decode_attribute", "onnx_dtype", "KNOWN_DOMAINS"]
 
@@ -273,8 +274,26 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     if missing_out:
         raise ImportError_(f"{where}: graph output {missing_out[0]!r} is produced by no node")
     ir.set_outputs([o.name for o in graph.output])
+    _restore_modules(ir)
     logger.info("imported %s: %r", where, ir)
     return ir
+
+
+def _restore_modules(ir: QIR) -> None:
+    """Source-framework module paths saved by ``export_onnx`` (metadata ``qir.modules``)."""
+    import json
+
+    text = ir.metadata_props.pop(MODULES_KEY, None)
+    if not text:
+        return
+    try:
+        modules = json.loads(text)
+    except json.JSONDecodeError:
+        logger.warning("ignoring unreadable %s metadata", MODULES_KEY)
+        return
+    for name, module in modules.items():
+        if ir.has_node(name) and isinstance(ir.node(name), OpRecord):
+            ir.node(name).module = module
 
 
 def _name_unnamed_nodes(proto: onnx.ModelProto) -> None:
@@ -293,6 +312,9 @@ def _name_unnamed_nodes(proto: onnx.ModelProto) -> None:
                 break
         node.name = candidate
         used.add(candidate)
+
+
+MODULES_KEY = "qir.modules"
 
 
 def _typed_constants(proto: onnx.ModelProto) -> None:

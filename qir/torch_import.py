@@ -1,0 +1,301 @@
+"""PyTorch ``nn.Module`` → QIR (``qir.from_torch``), keeping module paths.
+
+Steps:
+
+1. The module runs once in eval mode under ``torch.no_grad`` with forward hooks that count how
+   often every submodule is called (``ir.meta["torch_calls"]``; modules called 0 or more than
+   once are listed in ``ir.meta["torch_call_warnings"]``) and that record the output structure.
+2. It is exported in memory with torch's TorchScript ONNX exporter (opset 17 by default). Graph
+   inputs are named after ``forward()``'s parameters; outputs after the returned structure
+   (dict keys, ``output`` for one tensor, ``output_<i>`` for tuples and lists, nested ones
+   joined with ``_``).
+3. The ONNX importer lowers it. Every general node gets the module path that produced it, read
+   from the exporter's scope names (``/layer1/layer1.0/conv1/Conv`` → ``layer1.0.conv1``).
+4. A model prepared with ``torch.ao.quantization`` (FakeQuantize, per tensor or per channel,
+   qint8/quint8) exports its fake quantizers as QuantizeLinear/DequantizeLinear pairs, which the
+   QDQ importer turns into calibration nodes holding the observers' scales and zero points as
+   stored. Quantizers torch cannot export to ONNX (e.g. 16-bit ranges) raise a clear error.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import re
+import warnings
+from typing import Any, Mapping, Sequence
+
+from .errors import ImportError_, InputError, QirError
+
+__all__ = ["from_torch", "module_path", "torch_outputs", "check_against_torch", "load_factory"]
+
+logger = logging.getLogger(__name__)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError_("from_torch needs PyTorch: pip install 'qir[torch]' (or pip install torch)") from None
+    return torch
+
+
+def module_path(node_name: str, root) -> str | None:
+    """The dotted path of the submodule of ``root`` that an exported node came from.
+
+    The exporter names nodes ``/<scope>/<scope>/.../<Op>``; a scope is a child's name or a
+    qualified name ending with it (``layer1.0``), with ``_<n>`` appended when a module is called
+    again. Scopes are matched to children from the root down; the walk stops at the first scope
+    that matches no child."""
+    module, path = root, []
+    for scope in (s for s in node_name.split("/")[1:-1] if s):
+        children = dict(module.named_children())
+        child = None
+        for candidate in (scope, re.sub(r"_\d+$", "", scope)):
+            parts = candidate.split(".")
+            child = next((".".join(parts[k:]) for k in range(len(parts)) if ".".join(parts[k:]) in children), None)
+            if child is not None:
+                break
+        if child is None:
+            break
+        path.append(child)
+        module = children[child]
+    return ".".join(path) or None
+
+
+def _flatten(value, prefix: str) -> list[tuple[str, Any]]:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return [(prefix, value)]
+    if isinstance(value, Mapping):
+        out = []
+        for k, v in value.items():
+            out += _flatten(v, f"{prefix}_{k}" if prefix != "output" else str(k))
+        return out
+    if isinstance(value, (tuple, list)):
+        out = []
+        for i, v in enumerate(value):
+            out += _flatten(v, f"{prefix}_{i}")
+        return out
+    raise InputError(f"the module returns a {type(value).__name__}; from_torch handles tensors and "
+                     "tuples/lists/dicts of tensors")
+
+
+def torch_outputs(module, example_inputs) -> dict[str, Any]:
+    """Run ``module`` on the example inputs; ``{output name: numpy array}`` named as the IR's."""
+    torch = _torch()
+    args, kwargs = _split(example_inputs)
+    with torch.no_grad():
+        out = module(*args, **kwargs)
+    return {n: v.detach().cpu().numpy() for n, v in _flatten(out, "output")}
+
+
+def _split(example_inputs) -> tuple[tuple, dict]:
+    torch = _torch()
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,), {}
+    if isinstance(example_inputs, Mapping):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    raise InputError("example_inputs must be a tensor, a tuple of tensors or a dict {parameter: tensor}")
+
+
+def from_torch(module, example_inputs, *, opset: int = 17, input_names: Sequence[str] | None = None,
+               dynamic_batch: bool = False):
+    """``module`` (``torch.nn.Module``) as a QIR; see the module docstring.
+
+    Args:
+        example_inputs: a tensor, a tuple of tensors (positional ``forward`` arguments) or a
+            dict ``{parameter name: tensor}``.
+        opset: the ONNX opset to export with.
+        input_names: names for the graph inputs (default: ``forward()``'s parameter names).
+        dynamic_batch: keep the first dimension of inputs and outputs dynamic.
+    """
+    torch = _torch()
+    import onnx
+
+    from .onnx_import import import_onnx
+
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
+    was_training = module.training
+    module.eval()
+    try:
+        args, kwargs = _split(example_inputs)
+        names = list(input_names or _parameter_names(module, len(args), kwargs))
+        calls = _count_calls(module, args, kwargs)
+        with torch.no_grad():
+            out = module(*args, **kwargs)
+        output_names = [n for n, _ in _flatten(out, "output")]
+        tensors = list(args) + [kwargs[k] for k in kwargs]
+        if kwargs:  # keyword inputs: bind them in forward()'s order through a positional wrapper
+            module_to_export = _Positional(module, list(kwargs))
+        else:
+            module_to_export = module
+        dynamic = ({n: {0: "batch"} for n in names + output_names} if dynamic_batch else None)
+        buffer = io.BytesIO()
+        try:
+            with _static_fake_quant(module), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's deprecation and tracer notices are not the user's problem
+                torch.onnx.export(module_to_export, tuple(tensors), buffer, input_names=names, output_names=output_names,
+                                  opset_version=opset, dynamo=False, dynamic_axes=dynamic, do_constant_folding=True)
+        except QirError:
+            raise
+        except Exception as exc:  # torch's own message says which op or qconfig it could not export
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ImportError_(f"torch could not export {type(module).__name__} to ONNX: {first}") from exc
+        proto = onnx.load_from_string(buffer.getvalue())
+    finally:
+        module.train(was_training)
+    scopes = {n.name: module_path(n.name, module_to_export if kwargs else module) for n in proto.graph.node}
+    ir = import_onnx(proto)
+    for op in ir.ops():
+        path = scopes.get(op.name)
+        if path:
+            op.module = path[len("module."):] if kwargs and path.startswith("module.") else path
+    ir.meta["torch_calls"] = calls
+    ir.meta["torch_call_warnings"] = {k: v for k, v in calls.items() if v != 1}
+    if ir.meta["torch_call_warnings"]:
+        logger.info("modules not called exactly once: %s", ir.meta["torch_call_warnings"])
+    ir.touch()
+    return ir
+
+
+_RANGES = {(-128, 127), (0, 255)}
+
+
+@contextlib.contextmanager
+def _static_fake_quant(module):
+    """While exporting, every torch.ao fake quantizer applies its *stored* scale and zero point
+    with ``fake_quantize_per_{tensor,channel}_affine`` (which the exporter writes as
+    QuantizeLinear/DequantizeLinear); observers do not run. Fused observer+fake-quant modules,
+    which torch cannot export, are covered too."""
+    torch = _torch()
+    from torch.ao.quantization import FakeQuantizeBase
+
+    patched = []
+    for name, sub in module.named_modules():
+        if isinstance(sub, FakeQuantizeBase) and hasattr(sub, "scale"):
+            qrange = (int(sub.quant_min), int(sub.quant_max))
+            if qrange not in _RANGES:
+                raise ImportError_(f"fake quantizer {name!r} uses the integer range {list(qrange)}; qir imports "
+                                   "8-bit ranges [-128, 127] and [0, 255] (torch writes other ranges, e.g. "
+                                   "reduce_range's [0, 127], with an integer Clip ONNX cannot pair); use a qconfig "
+                                   "without reduce_range, e.g. get_default_qat_qconfig('qnnpack')")
+            patched.append((sub, sub.forward))
+            sub.forward = _static_forward(torch, sub)
+    try:
+        yield
+    finally:
+        for sub, forward in patched:
+            sub.forward = forward
+
+
+def _static_forward(torch, fq):
+    enabled = bool(fq.fake_quant_enabled[0]) if hasattr(fq, "fake_quant_enabled") else True
+    scale, zp = fq.scale.detach().clone(), fq.zero_point.detach().clone()
+    qmin, qmax = int(fq.quant_min), int(fq.quant_max)
+    per_channel = scale.numel() > 1 or getattr(fq, "is_per_channel", False)
+    axis = int(getattr(fq, "ch_axis", 0))
+
+    def forward(x):
+        if not enabled:
+            return x
+        if per_channel:
+            return torch.fake_quantize_per_channel_affine(x, scale.float(), zp.int(), axis, qmin, qmax)
+        return torch.fake_quantize_per_tensor_affine(x, float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+                                                     qmin, qmax)
+
+    return forward
+
+
+def _parameter_names(module, n_args: int, kwargs: Mapping) -> list[str]:
+    params = [p for p in inspect.signature(module.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params[:n_args]]
+    names += [f"input_{i}" for i in range(len(names), n_args)]
+    return names + list(kwargs)
+
+
+def _count_calls(module, args, kwargs) -> dict[str, int]:
+    """``{module path: calls}`` for every submodule during one forward pass."""
+    torch = _torch()
+    counts = {name: 0 for name, _ in module.named_modules() if name}
+    hooks = []
+    for name, sub in module.named_modules():
+        if name:
+            hooks.append(sub.register_forward_hook(lambda *_, n=name: counts.__setitem__(n, counts[n] + 1)))
+    try:
+        with torch.no_grad():
+            module(*args, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return counts
+
+
+def _positional_class():
+    torch = _torch()
+
+    class Positional(torch.nn.Module):
+        """Calls the wrapped module with keyword arguments given positionally (for the exporter)."""
+
+        def __init__(self, module, keys):
+            super().__init__()
+            self.module, self.keys = module, keys
+
+        def forward(self, *tensors):
+            return self.module(**dict(zip(self.keys, tensors)))
+
+    return Positional
+
+
+def _Positional(module, keys):  # noqa: N802 - a class built on first use (torch is optional)
+    return _positional_class()(module, keys)
+
+
+def check_against_torch(ir, module, example_inputs, runtime: str = "ort") -> dict[str, float]:
+    """Run ``module`` (torch, the reference) and ``ir`` (``runtime``) on the example inputs;
+    ``{output: max |qir - torch| / max |torch|}``. An import is trusted at ≤ 1e-4."""
+    import numpy as np
+
+    from .runtimes.base import get_runtime
+
+    ref = torch_outputs(module, example_inputs)
+    args, kwargs = _split(example_inputs)
+    feeds = dict(zip(ir.inputs, [t.detach().cpu().numpy() for t in list(args) + list(kwargs.values())]))
+    got = get_runtime(runtime, level="float").run(ir, feeds)
+    out = {}
+    for name, want in ref.items():
+        if name not in got:
+            raise InputError(f"torch output {name!r} is not an output of the IR ({list(ir.outputs)})")
+        scale = max(float(np.abs(want).max()), 1e-12)
+        out[name] = float(np.abs(got[name].astype(np.float64) - want).max()) / scale
+    return out
+
+
+def load_factory(spec: str):
+    """``path/to/file.py:name`` → the ``nn.Module`` that ``name()`` returns (or ``name`` itself
+    when it already is a module)."""
+    import importlib.util
+    from pathlib import Path
+
+    path, _, attr = spec.rpartition(":")
+    if not path or not attr:
+        raise InputError(f"write the model as FILE.py:FACTORY, got {spec!r}")
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"no such Python file: {file}")
+    loader = importlib.util.spec_from_file_location(file.stem, file)
+    code = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(code)
+    if not hasattr(code, attr):
+        raise InputError(f"{file} defines no {attr!r}")
+    obj = getattr(code, attr)
+    torch = _torch()
+    model = obj if isinstance(obj, torch.nn.Module) else obj()
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"{spec} gave a {type(model).__name__}, not a torch.nn.Module")
+    return model
