@@ -47,6 +47,15 @@ NODE_TYPES = ("node", "weight", "activation")
 FILE_STEM = "node_sensitivity"
 
 
+def _module_of(ir: QIR, op_name: str | None, cal: CalibRecord) -> str | None:
+    """The source-framework module path(s) of a general node, or of the ops a calibration node
+    feeds (``;``-joined), when the model came from PyTorch."""
+    if op_name is not None:
+        return ir.op(op_name).module
+    paths = [r.module for r in ir.consumers(cal.output) if isinstance(r, OpRecord) and r.module]
+    return ";".join(dict.fromkeys(paths)) or None
+
+
 def _readers(ir: QIR, cal: CalibRecord) -> str:
     return ";".join(r.name for r in ir.consumers(cal.output))
 
@@ -101,6 +110,9 @@ class NodeSensitivityPass(AnalysisPass):
             row: dict[str, Any] = {"node": name, "type": kind}
             if kind != "node":
                 row["consumers"] = _readers(ir, cals[0])
+            module = _module_of(ir, name if kind == "node" else None, cals[0])
+            if module:
+                row["module"] = module
             if kind == "activation":
                 cal = cals[0]
                 th = cal.threshold if cal.threshold is not None else cal.scale
@@ -188,7 +200,7 @@ def _flat(th) -> list[float]:
 def format_table(report: dict) -> str:
     """The seed's verbose table: node [consumers threshold bit] metrics, worst first."""
     rows, metrics = report["rows"], report["metrics"]
-    extra = [k for k in ("consumers", "threshold", "bit") if rows and k in rows[0]]
+    extra = [k for k in ("consumers", "module", "threshold", "bit") if rows and k in rows[0]]
     head = ["weight" if report["node_type"] == "weight" else "activation" if report["node_type"] == "activation"
             else "node"] + (["node"] if "consumers" in extra else []) + [k for k in extra if k != "consumers"] + metrics
     body = [[r["node"]] + ([r["consumers"]] if "consumers" in extra else [])

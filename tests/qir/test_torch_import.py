@@ -186,3 +186,17 @@ def test_real_mtcnn_nets_with_released_weights():
         ir = from_torch(net, example)
         _agree(ir, net, example)
         assert sum(1 for op in ir.ops() if op.module) >= len(ir.ops()) - 3  # nearly every op names its module
+
+
+def test_reports_name_the_torch_modules():
+    from qir.passes import PassManager, get_pass
+    from qir.passes.node_sensitivity import get_sensitivity_of_nodes
+
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    ir = from_torch(model, torch.randn(1, 3, 8, 8))
+    data = [{"image": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)} for i in range(3)]
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=data, progress=False)(ir)
+    rows = get_pass("node-sensitivity", data=data, node_type="activation", progress=False)(ir).report["rows"]
+    assert {"dw", "pw", "fc"} <= {m for r in rows for m in r.get("module", "").split(";")}
