@@ -9,7 +9,7 @@ from qir.records import CalibRecord, OpRecord
 from ..runtimes.profiles import get_profile
 from .base import Pass, PassResult, register_pass
 
-__all__ = ["FusePass", "fusion_groups", "inside_fusion"]
+__all__ = ["FusePass", "fusion_groups", "inside_fusion", "match_pattern"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class FusePass(Pass):
             if META_KEY in op.meta:
                 continue
             for pattern in patterns:
-                members = self._match(ir, op, pattern)
+                members = match_pattern(ir, op, pattern)
                 if members:
                     for m in members:
                         m.meta[META_KEY] = op.name
@@ -78,21 +78,6 @@ class FusePass(Pass):
         return PassResult(ir, modified, {"groups": groups, "removed_calibrations": removed})
 
     @staticmethod
-    def _match(ir: QIR, head: OpRecord, pattern: tuple[str, ...]) -> list[OpRecord] | None:
-        if head.op_type != pattern[0] or head.domain:
-            return None
-        members = [head]
-        for op_type in pattern[1:]:
-            value = _through_calibrations(ir, members[-1].outputs[0])
-            readers = ir.consumers(value)
-            if (len(members[-1].outputs) != 1 or value in ir.outputs or members[-1].outputs[0] in ir.outputs
-                    or len(readers) != 1 or not isinstance(readers[0], OpRecord)
-                    or readers[0].op_type != op_type or META_KEY in readers[0].meta):
-                return None
-            members.append(readers[0])
-        return members
-
-    @staticmethod
     def _drop_inner_calibrations(ir: QIR, members: list[OpRecord]) -> list[str]:
         removed = []
         for op in members[:-1]:
@@ -101,6 +86,22 @@ class FusePass(Pass):
                 ir.remove_node(cal.name)
                 removed.append(cal.name)
         return removed
+
+
+def match_pattern(ir: QIR, head: OpRecord, pattern: tuple[str, ...]) -> list[OpRecord] | None:
+    """The ops of ``pattern`` (a chain of op types) starting at ``head``, or None (rule 1)."""
+    if head.op_type != pattern[0] or head.domain:
+        return None
+    members = [head]
+    for op_type in pattern[1:]:
+        value = _through_calibrations(ir, members[-1].outputs[0])
+        readers = ir.consumers(value)
+        if (len(members[-1].outputs) != 1 or value in ir.outputs or members[-1].outputs[0] in ir.outputs
+                or len(readers) != 1 or not isinstance(readers[0], OpRecord)
+                or readers[0].op_type != op_type or META_KEY in readers[0].meta):
+            return None
+        members.append(readers[0])
+    return members
 
 
 def _through_calibrations(ir: QIR, value: str) -> str:

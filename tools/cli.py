@@ -223,9 +223,30 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from qir.passes.model_check import check_model, write_report
+
     pipeline = (f"fold-bn,fuse{{march={args.march}}},insert-calibration{{march={args.march}}},"
                 f"calibrate{{method={args.method},percentile={args.percentile}}}")
-    return _pipeline_ir(args, pipeline, {"data": args.data})
+    code = _pipeline_ir(args, pipeline, {"data": args.data})
+    folder = Path(args.output).parent
+    if (folder / "model_check_result.txt").exists() and not args.force:
+        print(f"model check skipped: {folder / 'model_check_result.txt'} exists (--force rewrites it)")
+        return code
+    report = check_model(args.output, march=args.march)
+    write_report(report, folder)
+    issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
+    print(f"model check: {issues} finding(s); {folder / 'model_check_result.txt'}")
+    return code
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from qir.passes.model_check import check_model, format_report
+
+    report = check_model(args.model, march=args.march, save_dir=args.save_dir)
+    sys.stdout.write(format_report(report))
+    if args.save_dir:
+        print(f"wrote model_check_result.txt and .json to {args.save_dir}")
+    return 0
 
 
 def cmd_set_mode(args: argparse.Namespace) -> int:
@@ -633,6 +654,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="compare with torch on the example (fails above 1e-4)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.set_defaults(func=cmd_import_torch)
+
+    p = sub.add_parser("check", aliases=["check-model"],
+                       help="unfused patterns, shared weights/modules, per-op calibration config, unusual configs")
+    p.add_argument("model", help="an .onnx model (float, calibrated or QDQ)")
+    p.add_argument("--march", default="nash-e", help="march profile (see `qir profiles`)")
+    p.add_argument("-s", "--save-dir", help="write model_check_result.txt and .json here")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

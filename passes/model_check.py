@@ -1,0 +1,205 @@
+"""``model-check``: what in a model will not deploy as the user expects (horizon ``check_qat_model``).
+
+Sections of the report, each a list of findings (``{"kind", "node", "detail"}``) or rows:
+
+1. **unfused**: a chain of the march's fusion patterns (Conv→Add→Relu, Conv→Relu, ...) with a
+   calibration node on a value inside it (quantized although the fused NPU kernel never writes
+   it: run ``fuse`` before ``insert-calibration``), and Conv/Gemm→BatchNormalization pairs
+   that ``fold-bn`` did not fold.
+2. **shared**: weights read by more than one op, and (for models from PyTorch) modules called
+   0 or more than once in one forward pass.
+3. **config**: per general node, the mode of every calibration node feeding it (``data`` inputs
+   and ``weight`` inputs, with axis), its output's mode (the calibration nodes reading it, or
+   ``float``) and the calibration method.
+4. **unusual**: fixed thresholds; (input, weight) dtype pairs the march's GEMMs do not take;
+   activation dtypes the op does not take on the march; fp16 where the march has no native fp16
+   form; model outputs left in a quantized (not high-precision) mode.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from qir.graph import QIR
+from qir.kinds import CalibMode, NodeKind
+from qir.records import CalibRecord, OpRecord
+
+from ..runtimes.profiles import OpClass, get_profile, op_class
+from .base import AnalysisPass, PassResult, register_pass
+from .fuse import META_KEY, match_pattern
+
+__all__ = ["ModelCheckPass", "check_model", "format_report", "write_report"]
+
+logger = logging.getLogger(__name__)
+
+_DTYPE = {CalibMode.INT8: "int8", CalibMode.INT16: "int16", CalibMode.FP16: "fp16", CalibMode.FLOAT: "float"}
+
+
+def _feeding(ir: QIR, op: OpRecord) -> list[tuple[int, CalibRecord | None]]:
+    """``(input index, calibration node or None)`` for each used input of ``op``."""
+    out = []
+    for i, v in enumerate(op.inputs):
+        if v:
+            p = ir.producer(v)
+            out.append((i, p if isinstance(p, CalibRecord) else None))
+    return out
+
+
+@register_pass
+class ModelCheckPass(AnalysisPass):
+    """Static checks of a (calibrated) model against a march (see the module docstring)."""
+
+    name = "model-check"
+
+    def __init__(self, march: str = "nash-e") -> None:
+        self.profile = get_profile(march)
+        self.options = {"march": self.profile.name}
+
+    def run(self, ir: QIR) -> PassResult:
+        report = {"march": self.profile.name, "unfused": self._unfused(ir), "shared": self._shared(ir),
+                  "config": self._config(ir), "unusual": self._unusual(ir)}
+        return PassResult(ir, False, report)
+
+    # ------------------------------------------------------------------ sections
+    def _unfused(self, ir: QIR) -> list[dict]:
+        found = []
+        patterns = sorted((tuple(p) for p in self.profile.fusions), key=len, reverse=True)
+        for op in ir.ops():
+            if META_KEY in op.meta:
+                continue
+            for pattern in patterns:
+                members = match_pattern(ir, op, pattern)
+                quantized_inside = members and any(
+                    isinstance(r, CalibRecord) for m in members[:-1] for r in ir.consumers(m.outputs[0]))
+                if quantized_inside:
+                    found.append({"kind": "unfused pattern", "node": op.name,
+                                  "detail": f"{'→'.join(pattern)} ({', '.join(m.name for m in members)}) is one "
+                                            f"kernel on {self.profile.name}; run the fuse pass "
+                                            f"(fuse{{march={self.profile.name}}}) so its inner values are not quantized"})
+                    break
+            if op.op_type in ("Conv", "Gemm", "ConvTranspose", "MatMul"):
+                bn = [r for r in ir.consumers(op.outputs[0]) if isinstance(r, OpRecord)
+                      and r.op_type == "BatchNormalization"]
+                if bn:
+                    found.append({"kind": "unfolded batchnorm", "node": op.name,
+                                  "detail": f"{op.op_type} → BatchNormalization ({bn[0].name}) is not folded; "
+                                            "run fold-bn before calibration"})
+        return found
+
+    @staticmethod
+    def _shared(ir: QIR) -> list[dict]:
+        found = []
+        for w in ir.weights():
+            readers = {r.name for c in ir.consumers(w.name)
+                       for r in ([c] if isinstance(c, OpRecord) else ir.consumers(c.output)) if isinstance(r, OpRecord)}
+            if len(readers) > 1 and w.data is not None and w.data.size > 1:
+                found.append({"kind": "shared weight", "node": w.name,
+                              "detail": f"read by {len(readers)} ops ({', '.join(sorted(readers)[:5])}); they share "
+                                        "one quantization of it"})
+        for module, calls in sorted(ir.meta.get("torch_call_warnings", {}).items()):
+            what = "never called" if calls == 0 else f"called {calls} times in one forward pass"
+            found.append({"kind": "shared module" if calls else "unused module", "node": module,
+                          "detail": f"PyTorch module {what}" + ("; its ops share calibration" if calls > 1 else "")})
+        return found
+
+    @staticmethod
+    def _config(ir: QIR) -> list[dict]:
+        rows = []
+        for op in ir.ops():
+            data, weights = [], []
+            for i, cal in _feeding(ir, op):
+                value = op.inputs[i]
+                if ir.value(value).kind is NodeKind.WEIGHT:
+                    continue  # a raw weight read without calibration (bias, shape constant)
+                entry = {"input": i, "mode": _DTYPE[cal.mode] if cal else "float"}
+                if cal is not None and cal.axis is not None:
+                    entry["axis"] = cal.axis
+                is_weight = cal is not None and ir.value(cal.input).kind is NodeKind.WEIGHT
+                (weights if is_weight else data).append(entry)
+            readers = [r for r in ir.consumers(op.outputs[0]) if isinstance(r, CalibRecord)] if op.outputs else []
+            methods = sorted({c.meta.get("calibration", {}).get("method") for _, c in _feeding(ir, op)
+                              if c is not None and c.meta.get("calibration")} - {None})
+            rows.append({"node": op.name, "op_type": op.op_type, "module": op.module, "inputs": data,
+                         "weights": weights, "output": sorted({_DTYPE[c.mode] for c in readers}) or ["float"],
+                         "method": methods})
+        return rows
+
+    def _unusual(self, ir: QIR) -> list[dict]:
+        prof, found = self.profile, []
+        for cal in ir.calibrations():
+            if cal.fixed:
+                found.append({"kind": "fixed threshold", "node": cal.name,
+                              "detail": f"threshold {cal.threshold} is fixed: calibration will not change it"})
+            if cal.output in ir.outputs and cal.mode in (CalibMode.INT8, CalibMode.INT16):
+                found.append({"kind": "output not high precision", "node": cal.name,
+                              "detail": f"model output {cal.output!r} is quantized to {_DTYPE[cal.mode]}; keep "
+                                        "outputs in float (set-mode --mode float)"})
+        for op in ir.ops():
+            feeding = [(i, c) for i, c in _feeding(ir, op) if c is not None]
+            acts = [(i, c) for i, c in feeding if ir.value(c.input).kind is not NodeKind.WEIGHT]
+            weights = [c for _, c in feeding if ir.value(c.input).kind is NodeKind.WEIGHT]
+            if op_class(op.op_type) is OpClass.GEMM and acts and weights:
+                a, w = _DTYPE[acts[0][1].mode], _DTYPE[weights[0].mode]
+                if "float" not in (a, w) and not prof.allows_gemm(a, w):
+                    found.append({"kind": "gemm dtype pair", "node": op.name,
+                                  "detail": f"{op.op_type} with {a} input and {w} weight is not a {prof.name} GEMM "
+                                            "configuration"})
+            elif op.op_type == "MatMul" and len(acts) == 2:
+                a, b = (_DTYPE[c.mode] for _, c in acts)
+                if "float" not in (a, b) and not prof.allows_matmul(a, b):
+                    found.append({"kind": "matmul dtype pair", "node": op.name,
+                                  "detail": f"MatMul of {a} × {b} activations is not supported on {prof.name}"})
+            for i, cal in acts:
+                mode = _DTYPE[cal.mode]
+                if mode == "fp16" and prof.fp16_support(op.op_type) != "native":
+                    found.append({"kind": "fp16 not native", "node": op.name,
+                                  "detail": f"{cal.name} feeds {op.op_type} in fp16, which {prof.name} "
+                                            f"{'does not have' if prof.fp16_support(op.op_type) == 'none' else 'does not guarantee'}"})
+                elif mode in ("int8", "int16") and op_class(op.op_type) is not OpClass.GEMM \
+                        and mode not in prof.allowed_act_dtypes(op.op_type, i):
+                    found.append({"kind": "activation dtype", "node": op.name,
+                                  "detail": f"{cal.name} gives {op.op_type} input {i} {mode}; {prof.name} takes "
+                                            f"{', '.join(prof.allowed_act_dtypes(op.op_type, i)) or 'no quantized input'}"})
+        return found
+
+
+def format_report(report: dict) -> str:
+    """``model_check_result.txt``: the findings, then the per-op configuration table."""
+    lines = [f"model check for {report['march']}"]
+    for section, title in (("unfused", "unfused patterns"), ("shared", "shared weights and modules"),
+                           ("unusual", "unusual configurations")):
+        items = report[section]
+        lines += ["", f"== {title}: {len(items) or 'none'}"]
+        lines += [f"  [{f['kind']}] {f['node']}: {f['detail']}" for f in items]
+    lines += ["", "== calibration configuration per op",
+              f"  {'node':<36}{'op':<20}{'inputs':<22}{'weights':<20}{'output':<14}method"]
+    for r in report["config"]:
+        ins = ",".join(e["mode"] for e in r["inputs"]) or "-"
+        ws = ",".join(e["mode"] + (f"@{e['axis']}" if "axis" in e else "") for e in r["weights"]) or "-"
+        name = r["node"] + (f" [{r['module']}]" if r.get("module") else "")
+        lines.append(f"  {name:<36}{r['op_type']:<20}{ins:<22}{ws:<20}{','.join(r['output']):<14}"
+                     f"{','.join(r['method']) or '-'}")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict, save_dir: str | Path) -> list[Path]:
+    """``model_check_result.txt`` and ``model_check_result.json`` (schema ``qir.model_check`` v1)."""
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    txt, js = out / "model_check_result.txt", out / "model_check_result.json"
+    txt.write_text(format_report(report))
+    js.write_text(json.dumps({"schema": "qir.model_check", "version": 1, **report}, indent=1, default=str) + "\n")
+    return [txt, js]
+
+
+def check_model(model_or_file, march: str = "nash-e", save_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run the checks on a model file or IR; write the report to ``save_dir`` when given."""
+    import qir
+
+    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
+    report = ModelCheckPass(march)(ir).report
+    if save_dir is not None:
+        write_report(report, save_dir)
+    return report
