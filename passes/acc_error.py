@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from qir.errors import InputError
+from qir.api import as_ir
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
@@ -191,11 +192,7 @@ def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quant
                    threads: int | None = None, progress: bool = True) -> dict[str, list[float | None]]:
     """hmct's ``plot_acc_error``: writes the plot and numbers to ``save_dir`` and returns
     ``{variant: curve}``."""
-    import qir
-
-    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
-    if not ir.calibrations():
-        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+    ir = as_ir(model_or_file, calibrated=True)
     report = AccErrorPass(calibrated_data, quantize_node, non_quantize_node, metric, average_mode, data_num,
                           runtime, threads, progress)(ir).report
     write_report(report, save_dir)

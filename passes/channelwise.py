@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.api import as_ir
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.records import CalibRecord
@@ -135,7 +136,5 @@ def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, 
                                       data_num: int | None = 1, runtime: str = "ort") -> dict:
     """hmct's ``get_channelwise_data_distribution``: box plots in ``save_dir``; returns the
     per-node channel statistics and outlier channels."""
-    import qir
-
-    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
+    ir = as_ir(model_or_file)
     return ChannelwisePass(calibrated_data, nodes_list, save_dir, axis, data_num, 4.0, runtime)(ir).report["nodes"]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.api import as_ir
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.records import CalibRecord
@@ -211,7 +212,5 @@ def _plot_node(path: Path, name: str, f: np.ndarray, q: np.ndarray) -> None:
 def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, data_num: int | None = 1,
                       runtime: str = "ort") -> dict:
     """hmct's ``plot_distribution``: one PNG per node in ``save_dir``; returns the statistics."""
-    import qir
-
-    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
+    ir = as_ir(model_or_file)
     return DistributionPass(calibrated_data, nodes_list, save_dir, data_num, runtime)(ir).report["nodes"]

@@ -22,6 +22,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from qir.api import as_ir
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
 from qir.records import CalibRecord, OpRecord
@@ -196,9 +197,7 @@ def write_report(report: dict, save_dir: str | Path) -> list[Path]:
 
 def check_model(model_or_file, march: str = "nash-e", save_dir: str | Path | None = None) -> dict[str, Any]:
     """Run the checks on a model file or IR; write the report to ``save_dir`` when given."""
-    import qir
-
-    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
+    ir = as_ir(model_or_file)
     report = ModelCheckPass(march)(ir).report
     if save_dir is not None:
         write_report(report, save_dir)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.api import as_ir
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.records import CalibRecord, OpRecord
@@ -239,11 +240,7 @@ def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-sim
                              start="float", runtime="ort", save_dir=None, threads=None, progress=True) -> dict:
     """hmct's ``get_sensitivity_of_nodes``: ``{node: {metric: value}}`` worst first; prints the
     table when ``verbose``; writes ``node_sensitivity.{txt,csv,json}`` to ``save_dir``."""
-    import qir
-
-    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
-    if not ir.calibrations():
-        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+    ir = as_ir(model_or_file, calibrated=True)
     result = NodeSensitivityPass(calibrated_data, metrics, output_node, node_type, data_num, interested_nodes,
                                  start, runtime, threads, progress)(ir)
     report = result.report

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from qir.errors import InputError
+from qir.api import as_ir
 from qir.graph import QIR
 from qir.kinds import CalibMode
 
@@ -147,11 +148,7 @@ def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similari
                          runtime="ort", threads=None, progress=True) -> dict:
     """hmct's ``sensitivity_analysis``: writes the chart and numbers to ``save_dir`` and returns
     ``{node: {"single": value, "cumulative": value}}`` in order."""
-    import qir
-
-    ir = model_or_file if isinstance(model_or_file, QIR) else qir.load(model_or_file)
-    if not ir.calibrations():
-        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+    ir = as_ir(model_or_file, calibrated=True)
     report = SensitivityAnalysisPass(calibrated_data, metric, pick_threshold, data_num, sensitive_nodes, qtype,
                                      runtime, threads, progress)(ir).report
     write_report(report, save_dir)

@@ -11,7 +11,7 @@ from .graph import QIR
 from .onnx_export import export_onnx
 from .onnx_import import import_onnx
 
-__all__ = ["load", "run", "save", "from_torch"]
+__all__ = ["load", "run", "save", "from_torch", "as_ir"]
 
 
 def load(model: str | Path | onnx.ModelProto, *,
@@ -24,6 +24,17 @@ def load(model: str | Path | onnx.ModelProto, *,
             shape-computation chains then fold away).
     """
     return import_onnx(model, input_shapes=input_shapes)
+
+
+def as_ir(model: QIR | str | Path | onnx.ModelProto, *, calibrated: bool = False) -> QIR:
+    """``model`` itself when it is a QIR, else :func:`load` of it; with ``calibrated``, a model
+    without calibration nodes is an InputError (every analysis needs a calibrated model)."""
+    from .errors import InputError
+
+    ir = model if isinstance(model, QIR) else load(model)
+    if calibrated and not ir.calibrations():
+        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+    return ir
 
 
 def from_torch(module, example_inputs, **options) -> QIR:

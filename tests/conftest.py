@@ -42,3 +42,37 @@ def real_models():
     import realmodels
 
     return realmodels
+
+
+DIGITS = REPO / "qir" / "examples" / "digits"
+DIGITS_DATA = DIGITS / "calibration_data"
+
+
+def calibrate_for_nash_e(ir, data, method: str = "max"):
+    """``ir`` through the nash-e default pipeline (fold-bn, fuse, insert-calibration, calibrate)."""
+    from qir.passes import PassManager, get_pass
+
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=data, method=method, progress=False)(ir)
+    return ir
+
+
+@pytest.fixture(scope="session")
+def digits_calibrated():
+    """The bundled digits model calibrated for nash-e with max (shared: clone it to change it)."""
+    import qir
+
+    return calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA)
+
+
+def calibrated_real(name: str, shape: list[int], images: list[str] | None = None, count: int = 2):
+    """A real model from ../shared/models calibrated for nash-e on ``count`` real images (``images``
+    by file name, default the calibration set), and those samples."""
+    import qir
+
+    rm = real_models()
+    input_name = rm.MODELS[name][1]
+    prep = {"yolov8n_320": rm.yolov8n_input, "ppocrv4_det": rm.ppocr_det_input, "ppocr_cls": rm.ppocr_cls_input}[name]
+    samples = [{input_name: prep(img)} for img in rm.images(images or rm.CALIB)][:count]
+    ir = qir.load(rm.model(name), input_shapes={input_name: shape})
+    return calibrate_for_nash_e(ir, samples), samples

@@ -460,6 +460,18 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- main
+def _analysis_parser(sub, name: str, aliases: list[str], help: str, save_dir: str,  # noqa: A002
+                     save_flags: tuple[str, ...] = ("-s",)) -> argparse.ArgumentParser:
+    """A debugger subcommand: MODEL DATA, -d/--data-num, -s/--save-dir and --runtime."""
+    p = sub.add_parser(name, aliases=aliases, help=help)
+    p.add_argument("model", help="a calibrated .onnx model")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
+    p.add_argument(*save_flags, "--save-dir", default=save_dir, help=f"output folder (default {save_dir})")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="qir", description="Find why a quantized network lost accuracy.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -553,75 +565,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     for command, aliases in (("sensitivity", ["get-sensitivity-of-nodes"]),):
-        p = sub.add_parser(command, aliases=aliases,
-                           help="per-node quantization sensitivity (hmct get_sensitivity_of_nodes)")
-        p.add_argument("model", help="a calibrated .onnx model")
-        p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+        p = _analysis_parser(sub, command, aliases, "per-node quantization sensitivity (hmct "
+                             "get_sensitivity_of_nodes)", "./debug_result/node_sensitivity")
         p.add_argument("-m", "--metrics", default="cosine-similarity",
                        help="metric or list, e.g. \"['cosine-similarity','mse']\" or cosine-similarity,mse (the first ranks)")
         p.add_argument("-o", "--output-node", help="compare this node's output instead of the model outputs")
         p.add_argument("-n", "--node-type", choices=["node", "weight", "activation"], default="node")
-        p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
         p.add_argument("-v", "--verbose", dest="table", nargs="?", const=True, default=False, type=parse_bool,
                        help="print the table (-v or -v True)")
         p.add_argument("-i", "--interested-nodes", help="only these nodes, e.g. \"['Conv_2','Conv_90']\"")
-        p.add_argument("-s", "--save-dir", default="./debug_result/node_sensitivity",
-                       help="folder for node_sensitivity.txt/.csv/.json")
         p.add_argument("--from", choices=["float", "quantized"], default="float",
                        help="float: only this node quantized (hmct); quantized: only this node back to float")
-        p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
         p.set_defaults(func=cmd_sensitivity)
 
-    p = sub.add_parser("acc-error", aliases=["plot-acc-error"],
-                       help="accumulated-error curves along the graph (hmct plot_acc_error)")
-    p.add_argument("model", help="a calibrated .onnx model")
-    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p = _analysis_parser(sub, "acc-error", ["plot-acc-error"], "accumulated-error curves along the graph "
+                         "(hmct plot_acc_error)", "./debug_result/accumulate_error")
     p.add_argument("-q", "--quantize-node", help="only these quantized, one curve each: \"['Conv_2','Conv_90']\", "
                    "nested lists for groups, or 'weight'/'activation'")
     p.add_argument("-nq", "--non-quantize-node", help="these back to float in the quantized model, one curve each")
     p.add_argument("-m", "--metric", default="cosine-similarity")
     p.add_argument("-a", "--average-mode", nargs="?", const=True, default=False, type=parse_bool,
                    help="plot the running mean (-a or -a True)")
-    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
-    p.add_argument("-s", "--save-dir", default="./debug_result/accumulate_error")
-    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_acc_error)
 
-    p = sub.add_parser("distribution", aliases=["plot-distribution"],
-                       help="data distributions at nodes (hmct plot_distribution)")
-    p.add_argument("model", help="a calibrated .onnx model")
-    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p = _analysis_parser(sub, "distribution", ["plot-distribution"], "data distributions at nodes "
+                         "(hmct plot_distribution)", "./debug_result/data_distribution")
     p.add_argument("-n", "--nodes-list", required=True,
                    help="calibration and/or general nodes: \"['relu1_out_calib','conv2']\" or a,b")
-    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
-    p.add_argument("-s", "--save-dir", default="./debug_result/data_distribution")
-    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_distribution)
 
-    p = sub.add_parser("channelwise", aliases=["get-channelwise-data-distribution"],
-                       help="per-channel box plots of calibration node inputs (hmct get_channelwise_data_distribution)")
-    p.add_argument("model", help="a calibrated .onnx model")
-    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p = _analysis_parser(sub, "channelwise", ["get-channelwise-data-distribution"], "per-channel box plots of "
+                         "calibration node inputs (hmct get_channelwise_data_distribution)",
+                         "./debug_result/channelwise_distribution")
     p.add_argument("-n", "--nodes-list", required=True, help="calibration nodes: \"['relu1_out_calib']\" or a,b")
     p.add_argument("-a", "--axis", type=int, help="channel axis (default: 1 for activations, the node's axis for weights)")
-    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
-    p.add_argument("-s", "--save-dir", default="./debug_result/channelwise_distribution")
-    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_channelwise)
 
-    p = sub.add_parser("sensitivity-analysis",
-                       help="recovery as the most sensitive nodes are raised (hmct sensitivity_analysis)")
-    p.add_argument("model", help="a calibrated .onnx model")
-    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy")
+    p = _analysis_parser(sub, "sensitivity-analysis", [], "recovery as the most sensitive nodes are raised "
+                         "(hmct sensitivity_analysis)", "./debug_result/sensitivity_analysis", ("-s", "-sd"))
     p.add_argument("-m", "--metric", default="cosine-similarity")
     p.add_argument("-p", "--pick-threshold", type=float, default=0.999,
                    help="nodes whose sensitivity is no better than this are analysed (default 0.999)")
-    p.add_argument("-d", "--data-num", type=_positive_int, default=1, help="samples to use (default 1)")
     p.add_argument("-sn", "--sensitive-nodes", help="analyse these nodes, in this order: \"['Conv_2','Conv_9']\"")
     p.add_argument("-q", "--qtype", choices=["float", "float32", "int16", "fp16"], default="float",
                    help="what the sensitive nodes are raised to (default float: not quantized)")
-    p.add_argument("-s", "-sd", "--save-dir", default="./debug_result/sensitivity_analysis")
-    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_sensitivity_analysis)
 
     p = sub.add_parser("runall", help="every debugger analysis and one index.html (hmct runall)")

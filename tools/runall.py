@@ -37,8 +37,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
            ae_metric="cosine-similarity", average_mode=False, pick_threshold=0.999, sensitive_nodes=None,
            *, runtime: str = "ort", progress: bool = True, log=print) -> dict[str, Any]:
     """Run the five analyses and write ``index.html``; returns every step's results."""
-    import qir
-    from qir.errors import InputError
+    from qir.api import as_ir
     from qir.passes.acc_error import AccErrorPass
     from qir.passes.acc_error import write_report as write_acc
     from qir.passes.channelwise import ChannelwisePass
@@ -48,9 +47,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     from qir.passes.sensitivity_analysis import SensitivityAnalysisPass
     from qir.passes.sensitivity_analysis import write_report as write_sa
 
-    ir = model_or_file if hasattr(model_or_file, "calibrations") else qir.load(model_or_file)
-    if not ir.calibrations():
-        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+    ir = as_ir(model_or_file, calibrated=True)
     out = Path(save_dir)
     out.mkdir(parents=True, exist_ok=True)
     metrics = [ns_metrics] if isinstance(ns_metrics, str) else list(ns_metrics)

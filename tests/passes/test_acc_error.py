@@ -9,7 +9,7 @@ import pytest
 import qir
 from qir import metrics as M
 from qir.errors import InputError, NotFoundError
-from qir.passes import PassManager, get_pass
+from qir.passes import get_pass
 from qir.passes.acc_error import plot_acc_error
 
 from ..conftest import REPO
@@ -19,11 +19,8 @@ DATA = DIGITS / "calibration_data"
 
 
 @pytest.fixture(scope="module")
-def calibrated():
-    ir = qir.load(DIGITS / "model.onnx")
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=DATA, method="max", progress=False)(ir)
-    return ir
+def calibrated(digits_calibrated):
+    return digits_calibrated
 
 
 def _run(ir, quantized, sample, values, others="float"):

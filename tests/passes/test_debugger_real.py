@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import qir
-from qir.passes import PassManager, get_pass
 from qir.passes.acc_error import AccErrorPass
 from qir.passes.channelwise import get_channelwise_data_distribution
 from qir.passes.distribution import plot_distribution
@@ -16,18 +15,14 @@ from qir.passes.node_sensitivity import get_sensitivity_of_nodes
 from qir.tools.cli import main
 from qir.tools.runall import runall
 
-from ..conftest import real_models
+from ..conftest import calibrated_real
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def faulty_yolo():
-    rm = real_models()
-    images = [{"images": rm.yolov8n_input(img)} for img in rm.images(rm.CALIB)][:2]
-    ir = qir.load(rm.model("yolov8n_320"), input_shapes={"images": [1, 3, 320, 320]})
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=images, method="max", progress=False)(ir)
+    ir, images = calibrated_real("yolov8n_320", [1, 3, 320, 320])
     acts = ir.calibrations("activation")
     victim, healthy = acts[len(acts) // 2], acts[len(acts) // 2 + 7]
     victim.threshold = np.float32(float(victim.threshold) / 100)
@@ -55,15 +50,17 @@ def test_every_analysis_finds_the_planted_fault(faulty_yolo, tmp_path):
     assert victim in page[page.index("What to try next"):page.index("Node sensitivity")]
 
 
-def test_cli_and_api_agree_and_runtimes_agree(tmp_path):
-    rm = real_models()
-    images = [{"x": rm.ppocr_cls_input(i)} for i in rm.images(["page.png", "text.png"])]
-    ir = qir.load(rm.model("ppocr_cls"), input_shapes={"x": [1, 3, 48, 192]})
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=images, method="max", progress=False)(ir)
-    model = tmp_path / "cls.onnx"
+def _saved_cls(tmp_path):
+    """The text-direction classifier calibrated on two text images, saved, and those images as .npz."""
+    ir, images = calibrated_real("ppocr_cls", [1, 3, 48, 192], ["page.png", "text.png"])
+    model, data = tmp_path / "cls.onnx", tmp_path / "data.npz"
     qir.save(ir, model)
-    np.savez(tmp_path / "data.npz", x=np.stack([s["x"] for s in images]))  # one sample per entry
+    np.savez(data, x=np.stack([s["x"] for s in images]))  # one sample per entry
+    return model, data
+
+
+def test_cli_and_api_agree_and_runtimes_agree(tmp_path):
+    model, _ = _saved_cls(tmp_path)
     by_rt = {rt: get_sensitivity_of_nodes(model, tmp_path / "data.npz", metrics=["cosine-similarity", "mse"],
                                           node_type="activation", runtime=rt, progress=False)
              for rt in ("numpy", "ort")}
@@ -85,14 +82,7 @@ def test_cli_and_api_agree_and_runtimes_agree(tmp_path):
 
 
 def test_runall_from_the_command_line_writes_every_file(tmp_path):
-    rm = real_models()
-    images = [{"x": rm.ppocr_cls_input(i)} for i in rm.images(["page.png", "text.png"])]
-    ir = qir.load(rm.model("ppocr_cls"), input_shapes={"x": [1, 3, 48, 192]})
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=images, method="max", progress=False)(ir)
-    model, data = tmp_path / "cls.onnx", tmp_path / "data.npz"
-    qir.save(ir, model)
-    np.savez(data, x=np.stack([s["x"] for s in images]))
+    model, data = _saved_cls(tmp_path)
     out = tmp_path / "debug_result"
     assert main(["runall", str(model), str(data), "-s", str(out), "-pt", "0.9999"]) == 0
     expected = ["node_sensitivity/sensitivity_of_weight.txt", "node_sensitivity/sensitivity_of_weight.csv",

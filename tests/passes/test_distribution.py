@@ -8,7 +8,6 @@ import pytest
 
 import qir
 from qir.errors import InputError, NotFoundError
-from qir.passes import PassManager, get_pass
 from qir.passes.channelwise import get_channelwise_data_distribution
 from qir.passes.distribution import plot_distribution
 from qir.runtimes.numerics import apply_calibration
@@ -20,11 +19,8 @@ DATA = DIGITS / "calibration_data"
 
 
 @pytest.fixture(scope="module")
-def calibrated():
-    ir = qir.load(DIGITS / "model.onnx")
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=DATA, method="max", progress=False)(ir)
-    return ir
+def calibrated(digits_calibrated):
+    return digits_calibrated
 
 
 def test_distribution_statistics_match_the_data(calibrated, tmp_path):

@@ -17,7 +17,7 @@ from qir.passes import PassManager, get_pass
 from qir.passes.emit import EmitPass, emit_model, export_qdq, quantize_weight, required_opset
 from qir.qdq_import import EMIT_METADATA_KEY
 from qir.runtimes.base import get_runtime
-from qir.runtimes.numerics import QRANGE, apply_calibration, calib_scale
+from qir.runtimes.numerics import apply_calibration, calib_scale
 
 from ..conftest import REPO, real_models
 from ..qir.test_qdq_import import (REAL, calibration_samples, clip_model, clip_samples, cosine, quantize,

@@ -20,11 +20,8 @@ DATA = DIGITS / "calibration_data"
 
 
 @pytest.fixture(scope="module")
-def calibrated():
-    ir = qir.load(DIGITS / "model.onnx")
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=DATA, method="max", progress=False)(ir)
-    return ir
+def calibrated(digits_calibrated):
+    return digits_calibrated
 
 
 def _only(ir, names, mode_of_others="float"):
@@ -113,13 +110,9 @@ def test_options_files_and_errors(calibrated, tmp_path):
 
 @pytest.mark.slow
 def test_planted_fault_in_a_real_model_is_found_first():
-    from ..conftest import real_models
+    from ..conftest import calibrated_real
 
-    rm = real_models()
-    images = [{"images": rm.yolov8n_input(img)} for img in rm.images(rm.CALIB)][:2]
-    ir = qir.load(rm.model("yolov8n_320"), input_shapes={"images": [1, 3, 320, 320]})
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=images, method="max", progress=False)(ir)
+    ir, images = calibrated_real("yolov8n_320", [1, 3, 320, 320])
     acts = ir.calibrations("activation")
     victim = acts[len(acts) // 2]
     victim.threshold = np.float32(float(victim.threshold) / 100)

@@ -9,7 +9,6 @@ import pytest
 import qir
 from qir import metrics as M
 from qir.errors import InputError
-from qir.passes import PassManager, get_pass
 from qir.passes.node_sensitivity import get_sensitivity_of_nodes
 from qir.passes.sensitivity_analysis import sensitivity_analysis
 
@@ -20,11 +19,9 @@ DATA = DIGITS / "calibration_data"
 
 
 @pytest.fixture(scope="module")
-def faulty():
+def faulty(digits_calibrated):
     """The digits model with two quantizers given far too small thresholds."""
-    ir = qir.load(DIGITS / "model.onnx")
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=DATA, method="max", progress=False)(ir)
+    ir = digits_calibrated.clone()
     for name, factor in (("relu3_out_calib", 40), ("relu1_out_calib", 8)):
         c = ir.calibration(name)
         c.threshold = np.float32(float(c.threshold) / factor)

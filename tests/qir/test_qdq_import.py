@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import qir
 from qir.errors import ImportError_
-from qir.kinds import CalibMode, CalibRole, NodeKind
+from qir.kinds import CalibMode, CalibRole
 from qir.qdq_import import convert_qdq, dequantize, import_qdq
 from qir.runtimes.numerics import apply_calibration, calib_scale
 

@@ -190,7 +190,6 @@ def test_real_mtcnn_nets_with_released_weights():
 
 def test_reports_name_the_torch_modules():
     from qir.passes import PassManager, get_pass
-    from qir.passes.node_sensitivity import get_sensitivity_of_nodes
 
     torch.manual_seed(0)
     model = ConvNet().eval()

@@ -122,10 +122,16 @@ def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):
     assert "did you mean 'conv2'" in capsys.readouterr().err
 
 
-def test_evaluate_ranks_variants_writes_files_and_resumes(tmp_path, capsys):
+def _calibrated(tmp_path):
+    """The digits data folder and the model calibrated by `qir calibrate` into tmp_path."""
     data = str(DIGITS / "calibration_data")
     calibrated = tmp_path / "cal.onnx"
     assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    return data, calibrated
+
+
+def test_evaluate_ranks_variants_writes_files_and_resumes(tmp_path, capsys):
+    data, calibrated = _calibrated(tmp_path)
     out = tmp_path / "eval"
     args = ["evaluate", str(calibrated), data, "-o", str(out), "--data-num", "3", "--metrics", "mse,cosine-similarity",
             "--quiet", "--runtime", "numpy"]
@@ -150,9 +156,7 @@ def test_evaluate_ranks_variants_writes_files_and_resumes(tmp_path, capsys):
 
 
 def test_sensitivity_hmct_flags_and_list_syntax(tmp_path, capsys):
-    data = str(DIGITS / "calibration_data")
-    calibrated = tmp_path / "cal.onnx"
-    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    data, calibrated = _calibrated(tmp_path)
     capsys.readouterr()
     save = tmp_path / "ns"
     assert main(["get-sensitivity-of-nodes", str(calibrated), data, "-m", "['cosine-similarity','mse']",
@@ -168,9 +172,7 @@ def test_sensitivity_hmct_flags_and_list_syntax(tmp_path, capsys):
 
 
 def test_acc_error_from_the_command_line(tmp_path, capsys):
-    data = str(DIGITS / "calibration_data")
-    calibrated = tmp_path / "cal.onnx"
-    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    data, calibrated = _calibrated(tmp_path)
     save = tmp_path / "acc"
     assert main(["plot-acc-error", str(calibrated), data, "-q", "[['conv1'],['conv1','conv2']]", "-a", "True",
                  "-s", str(save)]) == 0
@@ -181,9 +183,7 @@ def test_acc_error_from_the_command_line(tmp_path, capsys):
 
 
 def test_distribution_and_channelwise_from_the_command_line(tmp_path, capsys):
-    data = str(DIGITS / "calibration_data")
-    calibrated = tmp_path / "cal.onnx"
-    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    data, calibrated = _calibrated(tmp_path)
     assert main(["plot-distribution", str(calibrated), data, "-n", "['relu1_out_calib','conv2']", "-s",
                  str(tmp_path / "d")]) == 0
     assert (tmp_path / "d" / "conv2.png").exists()
@@ -193,9 +193,7 @@ def test_distribution_and_channelwise_from_the_command_line(tmp_path, capsys):
 
 
 def test_sensitivity_analysis_from_the_command_line(tmp_path, capsys):
-    data = str(DIGITS / "calibration_data")
-    calibrated = tmp_path / "cal.onnx"
-    assert main(["calibrate", MODEL, data, "-o", str(calibrated)]) == 0
+    data, calibrated = _calibrated(tmp_path)
     capsys.readouterr()
     assert main(["sensitivity-analysis", str(calibrated), data, "-sn", "['conv2','fc']", "-s", str(tmp_path / "sa")]) == 0
     out = capsys.readouterr().out
