@@ -15,7 +15,7 @@ __all__ = ["Pass", "AnalysisPass", "PassResult", "PassError", "PassManager", "PA
            "register_pass", "parse_pipeline", "build_pipeline"]
 
 _PASS_MODULES = ("fold_bn", "fuse", "insert_calibration", "calibrate", "set_mode", "emit", "node_sensitivity",
-                 "acc_error", "distribution", "channelwise", "sensitivity_analysis", "model_check")
+                 "acc_error", "distribution", "channelwise", "sensitivity_analysis", "model_check", "profiler")
 
 
 def _load_passes() -> None:

@@ -452,6 +452,18 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from qir.passes.profiler import profile_model
+
+    rows = profile_model(args.model, args.data, args.save_dir, data_num=args.data_num,
+                         prefixes=parse_list(args.prefixes), types=parse_list(args.types),
+                         histograms=args.histograms, runtime=args.runtime)
+    ops = len({r["op"] for r in rows})
+    print(f"{len(rows)} tensor(s) of {ops} op(s): {Path(args.save_dir) / 'statistic.txt'}"
+          + (f" and histograms/ ({ops} PNG)" if args.histograms else ""))
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -648,6 +660,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--march", default="nash-e", help="march profile (see `qir profiles`)")
     p.add_argument("-s", "--save-dir", help="write model_check_result.txt and .json here")
     p.set_defaults(func=cmd_check)
+
+    p = _analysis_parser(sub, "profile", ["model-profiler"], "per-op statistics of inputs, weights, biases and "
+                         "outputs (horizon ModelProfiler)", "./debug_result/profiler")
+    p.add_argument("-p", "--prefixes", help="only ops whose names start with these: \"['backbone','head']\" or a,b")
+    p.add_argument("-t", "--types", help="only these op types: Conv,Gemm")
+    p.add_argument("--histograms", action="store_true", help="also one PNG of histograms per op")
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

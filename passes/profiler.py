@@ -1,0 +1,182 @@
+"""``profiler``: per-op statistics of inputs, weights, biases and outputs (horizon ``ModelProfiler``).
+
+The model runs (fake-quantized, as calibrated) on the first ``data_num`` samples with every value
+an op reads or writes captured. For each general node kept by the filters (name ``prefixes``,
+op ``types``), one row per tensor it touches:
+
+``op, op_type, module, role (input<i> / weight / bias / output<i>), value, dtype, scale, min,
+max, mean, var, shape``
+
+``dtype`` is the mode of the calibration node the op reads the tensor through (``float`` when
+none); ``scale`` is that node's (largest) scale. Weights and biases are the stored arrays; an
+input read through a weight calibration node is the weight, shown as calibrated. Activations are
+pooled over the samples. Written as ``statistic.txt`` (aligned) and ``statistic.csv``; with
+``histograms``, one PNG per op with the histogram of each tensor (log counts).
+"""
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qir.api import as_ir
+from qir.data import model_samples
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.kinds import CalibMode, NodeKind
+from qir.records import CalibRecord
+
+from ..runtimes.base import get_runtime
+from ..runtimes.numerics import QRANGE, apply_calibration, calib_scale
+from .base import AnalysisPass, PassResult, register_pass
+from .distribution import safe_filename
+
+__all__ = ["ProfilerPass", "profile_model", "COLUMNS"]
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("op", "op_type", "module", "role", "value", "dtype", "scale", "min", "max", "mean", "var", "shape")
+
+
+@register_pass
+class ProfilerPass(AnalysisPass):
+    """Per-op tensor statistics (see the module docstring). The report holds ``rows``."""
+
+    name = "profiler"
+
+    def __init__(self, data: Any = None, data_num: int | None = 1, prefixes: list[str] | None = None,
+                 types: list[str] | None = None, runtime: str = "ort") -> None:
+        if data is None:
+            raise InputError("the profiler needs data (a folder, .npz, .npy or samples)")
+        self.data, self.data_num, self.runtime = data, data_num, runtime
+        self.prefixes, self.types = list(prefixes or []), list(types or [])
+        self.options = {"data_num": data_num, "prefixes": self.prefixes, "types": self.types}
+
+    def run(self, ir: QIR) -> PassResult:
+        ops = [op for op in ir.ops() if (not self.prefixes or any(op.name.startswith(p) for p in self.prefixes))
+               and (not self.types or op.op_type in self.types)]
+        if not ops:
+            raise InputError(f"no op matches prefixes {self.prefixes} and types {self.types}")
+        activations = sorted({v for op in ops for v in (*op.inputs, *op.outputs)
+                              if v and ir.value(v).kind is NodeKind.ACTIVATION and not self._weight_view(ir, v)})
+        pooled: dict[str, list[np.ndarray]] = {v: [] for v in activations}
+        rt = get_runtime(self.runtime, level="fakequant")
+        for sample in model_samples(ir, self.data, self.data_num):
+            got = rt.run(ir, sample, capture=activations)
+            for v in activations:
+                pooled[v].append(np.asarray(got[v]))
+        rows: list[dict] = []
+        tensors: dict[str, dict[str, np.ndarray]] = {}
+        for op in ops:
+            tensors[op.name] = {}
+            for i, v in enumerate(op.inputs):
+                if not v:
+                    continue
+                cal = ir.producer(v) if isinstance(ir.producer(v), CalibRecord) else None
+                weight_cal = self._weight_view(ir, v)
+                if weight_cal is not None:
+                    array = apply_calibration(weight_cal, ir.weight_array(weight_cal.input))
+                    role = "weight" if i == 1 else "bias"
+                elif ir.value(v).kind is NodeKind.WEIGHT:
+                    array, role = ir.weight_array(v), ("weight" if i == 1 else "bias")
+                else:
+                    array, role = np.concatenate(pooled[v], axis=0), f"input{i}"
+                rows.append(_row(op, role, v, weight_cal or cal, np.asarray(array), _shape(pooled, v, array)))
+                tensors[op.name][f"{role} {v}"] = np.asarray(array)
+            for j, v in enumerate(op.outputs):
+                if v and v in pooled:
+                    array = np.concatenate(pooled[v], axis=0)
+                    readers = [r for r in ir.consumers(v) if isinstance(r, CalibRecord)]
+                    rows.append(_row(op, f"output{j}", v, readers[0] if readers else None, array,
+                                     _shape(pooled, v, array)))
+                    tensors[op.name][f"output{j} {v}"] = array
+        return PassResult(ir, False, {"rows": rows, "samples": len(next(iter(pooled.values()), [])),
+                                      "tensors": tensors})
+
+    @staticmethod
+    def _weight_view(ir: QIR, value: str) -> CalibRecord | None:
+        """The weight calibration node producing ``value``, if it is one."""
+        p = ir.producer(value)
+        if isinstance(p, CalibRecord) and ir.value(p.input).kind is NodeKind.WEIGHT:
+            return p
+        return None
+
+
+def _shape(pooled: dict[str, list[np.ndarray]], value: str, array: np.ndarray) -> list[int]:
+    """One sample's shape (activations are pooled over samples along axis 0)."""
+    return list(pooled[value][0].shape if value in pooled else array.shape)
+
+
+def _row(op, role: str, value: str, cal: CalibRecord | None, array: np.ndarray, shape: list[int]) -> dict[str, Any]:
+    x = array.astype(np.float64).ravel()
+    x = x[np.isfinite(x)]
+    scale = float(np.max(calib_scale(cal))) if cal is not None and cal.mode in QRANGE else None
+    return {"op": op.name, "op_type": op.op_type, "module": op.module or "", "role": role, "value": value,
+            "dtype": (cal.mode.value if cal is not None else CalibMode.FLOAT.value),
+            "scale": scale, "min": float(x.min()) if x.size else None, "max": float(x.max()) if x.size else None,
+            "mean": float(x.mean()) if x.size else None, "var": float(x.var()) if x.size else None,
+            "shape": shape}
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def write_report(report: dict, save_dir: str | Path, histograms: bool = False) -> list[Path]:
+    """``statistic.txt``, ``statistic.csv`` and (``histograms``) ``histograms/<op>.png``."""
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = report["rows"]
+    table = [list(COLUMNS)] + [[_cell(r[c]) for c in COLUMNS] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    txt = out / "statistic.txt"
+    txt.write_text("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table) + "\n")
+    csv_path = out / "statistic.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(COLUMNS)
+        writer.writerows([[r[c] if c != "shape" else "x".join(map(str, r[c])) for c in COLUMNS] for r in rows])
+    files = [txt, csv_path]
+    if histograms:
+        files += _histograms(report["tensors"], out / "histograms")
+    return files
+
+
+def _histograms(tensors: dict[str, dict[str, np.ndarray]], folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for op, named in tensors.items():
+        fig, axes = plt.subplots(1, len(named), figsize=(4.2 * max(1, len(named)), 3.4), squeeze=False)
+        for ax, (label, array) in zip(axes[0], named.items()):
+            x = array.ravel()
+            ax.hist(x[np.isfinite(x)], bins=100, log=True)
+            ax.set_title(label if len(label) < 40 else label[:37] + "...", fontsize="small")
+            ax.grid(True, alpha=0.3)
+        fig.suptitle(op)
+        fig.tight_layout()
+        path = folder / f"{safe_filename(op)}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def profile_model(model_or_file, data, save_dir=None, *, data_num: int | None = 1, prefixes=None, types=None,
+                  histograms: bool = False, runtime: str = "ort") -> list[dict]:
+    """Profile a model file or IR; write the report to ``save_dir`` when given; return the rows."""
+    report = ProfilerPass(data, data_num, prefixes, types, runtime)(as_ir(model_or_file)).report
+    if save_dir is not None:
+        write_report(report, save_dir, histograms)
+    return report["rows"]
