@@ -15,7 +15,9 @@ chebyshev            max |a − d|                                    min    emp
 ==================== ============================================== ====== ========================
 
 Standard names: ``sqnr-db`` = 20·log10(‖a‖ / ‖a − d‖) (same edge cases), ``l1`` = mean |a − d|,
-``atol`` = max |a − d|.
+``atol`` = max |a − d|, ``kl`` = mean over elements of softmax(a)·(log softmax(a) − log softmax(d))
+(PyTorch ``KLDivLoss(log_softmax(d), softmax(a))``, float64; softmax over axis 1 of tensors with
+more than two dimensions, else the last axis; needs the unflattened shapes).
 
 Non-finite elements: positions where ``a`` or ``d`` is NaN or ±Inf are left out (and counted by
 :func:`nonfinite_count`), so one overflow does not turn a whole table into NaN.
@@ -93,6 +95,22 @@ def sqnr_db(a, d) -> float:
     return _log_ratio(a, d, 20.0)
 
 
+def kl_divergence(a, d) -> float:
+    a, d = np.asarray(a, np.float64), np.asarray(d, np.float64)
+    if a.shape != d.shape:
+        raise InputError(f"cannot compare tensors of shapes {list(a.shape)} and {list(d.shape)}")
+    if not a.size:
+        return 0.0
+    axis = 1 if a.ndim > 2 else -1
+
+    def log_softmax(x):
+        m = np.max(x, axis=axis, keepdims=True)
+        return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+
+    la, ld = log_softmax(a), log_softmax(d)
+    return float(np.mean(np.exp(la) * (la - ld)))
+
+
 METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
     "cosine-similarity": cosine_similarity,
     "mse": mse,
@@ -102,10 +120,11 @@ METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
     "sqnr-db": sqnr_db,
     "l1": mean_abs,
     "atol": max_abs,
+    "kl": kl_divergence,
 }
 
 BETTER = {"cosine-similarity": "max", "mse": "min", "mre": "min", "sqnr": "max", "chebyshev": "min",
-          "sqnr-db": "max", "l1": "min", "atol": "min"}
+          "sqnr-db": "max", "l1": "min", "atol": "min", "kl": "min"}
 
 
 def check_metrics(names) -> tuple[str, ...]:

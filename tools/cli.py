@@ -464,6 +464,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bad_case(args: argparse.Namespace) -> int:
+    from qir.passes.bad_case import find_bad_cases, write_report
+
+    report = find_bad_cases(args.model, args.analysis, args.data, num_steps=args.num_steps, metric=args.metric,
+                            runtime=args.runtime)
+    write_report(report, args.output)
+    worst = report["worst_output"][args.metric]
+    print(f"{report['samples']} sample(s): by {args.metric}, the bad case is sample {worst['index']} "
+          f"(output {worst['output']}); tables in {Path(args.output) / 'badcase.txt'}")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -667,6 +679,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--types", help="only these op types: Conv,Gemm")
     p.add_argument("--histograms", action="store_true", help="also one PNG of histograms per op")
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("bad-case", help="the input where the quantized model strays furthest (auto_find_bad_case)")
+    p.add_argument("model", help="the baseline model; alone, it is compared float vs calibrated")
+    p.add_argument("data", help="samples: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("--analysis", help="a second model to compare with the baseline (same inputs and outputs)")
+    p.add_argument("-n", "--num-steps", type=_positive_int, help="use at most N samples")
+    p.add_argument("-m", "--metric", default="L1", choices=["Cosine", "MSE", "L1", "KL", "SQNR", "ATOL"],
+                   help="the metric that picks the bad case (default L1)")
+    p.add_argument("-o", "--output", default="./qir_quant_analysis", help="folder for badcase.txt/.json/.npz")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_bad_case)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

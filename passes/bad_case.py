@@ -1,0 +1,132 @@
+"""Bad-case search: the input on which an analysis model strays furthest from a baseline
+(horizon QuantAnalysis ``auto_find_bad_case``).
+
+Both models run on the first ``num_steps`` samples (an optional ``post_process`` maps each
+model's ``{output: array}`` first). For every output and every metric — Cosine, MSE, L1, KL,
+SQNR (dB), ATOL, from :mod:`qir.metrics` — the bad case is the sample with the worst value
+(lowest Cosine/SQNR, highest otherwise). ``badcase.txt`` holds the seed's three tables:
+
+1. the bad-case sample index of each output, per metric;
+2. the metric values of each output on its bad case (for the chosen ``metric``);
+3. per metric, the sample index of the worst output over all outputs.
+
+``badcase.json`` holds every per-sample value; ``badcase.npz`` the chosen bad case's inputs
+(``save_bad_case`` / ``load_bad_case``, no pickle).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from qir.api import as_ir
+from qir.data import model_samples
+from qir.errors import InputError
+from qir.graph import QIR
+
+from .. import metrics as qmetrics
+from ..runtimes.base import get_runtime
+
+__all__ = ["find_bad_cases", "write_report", "save_bad_case", "load_bad_case", "BAD_CASE_METRICS"]
+
+# seed names -> qir.metrics names
+BAD_CASE_METRICS = {"Cosine": "cosine-similarity", "MSE": "mse", "L1": "l1", "KL": "kl", "SQNR": "sqnr-db",
+                    "ATOL": "atol"}
+
+
+def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
+                   num_steps: int | None = None, metric: str = "L1",
+                   post_process: Callable[[dict], dict] | None = None, runtime: str = "ort") -> dict:
+    """The report (see the module docstring). ``analysis=None`` compares ``baseline`` run in
+    float with the same model fake-quantized (the usual float vs calibrated question)."""
+    if metric not in BAD_CASE_METRICS:
+        raise InputError(f"unknown bad-case metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
+    base_ir = as_ir(baseline)
+    pairs = [(base_ir, "float" if analysis is None else "fakequant"),
+             (base_ir if analysis is None else as_ir(analysis), "fakequant")]
+    samples = model_samples(base_ir, data, num_steps)
+    values: dict[str, dict[str, list[float]]] = {}
+    for sample in samples:
+        outs = []
+        for ir, level in pairs:
+            got = get_runtime(runtime, level=level).run(ir, sample)
+            outs.append(post_process(got) if post_process else got)
+        missing = sorted(set(outs[0]) ^ set(outs[1]))
+        if missing:
+            raise InputError(f"the two models' outputs differ ({missing[:3]}); compare models with the same outputs "
+                             "or map them with post_process")
+        for name in outs[0]:
+            slot = values.setdefault(name, {m: [] for m in BAD_CASE_METRICS})
+            for seed_name, qname in BAD_CASE_METRICS.items():
+                slot[seed_name].append(qmetrics.METRICS[qname](outs[0][name], outs[1][name]))
+    worst = {name: {m: _worst(m, vals) for m, vals in per.items()} for name, per in values.items()}
+    overall = {}
+    for m in BAD_CASE_METRICS:
+        name, index = max(((n, worst[n][m]) for n in worst), key=lambda kv: _badness(m, values[kv[0]][m][kv[1]]))
+        overall[m] = {"output": name, "index": index}
+    return {"metric": metric, "samples": len(samples), "values": values, "bad_case": worst,
+            "worst_output": overall, "chosen": overall[metric]["index"], "data": samples}
+
+
+def _badness(metric: str, value: float) -> float:
+    """Larger is worse (NaN counts as the worst)."""
+    if value != value:
+        return math.inf
+    return -value if metric in ("Cosine", "SQNR") else value
+
+
+def _worst(metric: str, values: list[float]) -> int:
+    return int(max(range(len(values)), key=lambda i: _badness(metric, values[i])))
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def write_report(report: dict, out_dir: str | Path) -> list[Path]:
+    """``badcase.txt`` (three tables), ``badcase.json`` and ``badcase.npz`` (the chosen case)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = list(BAD_CASE_METRICS)
+    lines = ["bad case input index of each output", "Name/Index  " + "  ".join(metrics)]
+    for name, per in report["bad_case"].items():
+        lines.append(f"{name}  " + "  ".join(str(per[m]) for m in metrics))
+    lines += ["", f"metric results of each badcase (bad case by {report['metric']})", "Name/Index  " + "  ".join(metrics)]
+    for name, per in report["bad_case"].items():
+        i = per[report["metric"]]
+        lines.append(f"{name}/{i}  " + "  ".join(_fmt(report["values"][name][m][i]) for m in metrics))
+    lines += ["", "bad case input index of the worst output", "metric  output  index"]
+    for m, entry in report["worst_output"].items():
+        lines.append(f"{m}  {entry['output']}  {entry['index']}")
+    txt = out / "badcase.txt"
+    txt.write_text("\n".join(lines) + "\n")
+    js = out / "badcase.json"
+    clean = {k: v for k, v in report.items() if k != "data"}
+    clean["values"] = {n: {m: [_json_number(x) for x in xs] for m, xs in per.items()}
+                       for n, per in report["values"].items()}
+    js.write_text(json.dumps({"schema": "qir.badcase", "version": 1, **clean}, indent=1, allow_nan=False) + "\n")
+    npz = save_bad_case(report["data"][report["chosen"]], out / "badcase.npz")
+    return [txt, js, npz]
+
+
+def _json_number(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+def save_bad_case(sample: Mapping[str, np.ndarray], path: str | Path) -> Path:
+    """One sample's inputs as ``.npz`` (``{input name: array}``)."""
+    path = Path(path)
+    np.savez(path, **{k: np.asarray(v) for k, v in sample.items()})
+    return path
+
+
+def load_bad_case(path: str | Path) -> dict[str, np.ndarray]:
+    """The inputs saved by :func:`save_bad_case` (read without pickle)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no bad case file at {path}")
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
