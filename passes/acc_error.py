@@ -17,7 +17,6 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.6), computed by the analy
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 from qir.errors import InputError
 from qir.api import as_ir
 from qir.graph import QIR
+from qir.json_dump import write_json
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
@@ -180,9 +180,7 @@ def write_report(report: dict, save_dir: str | Path) -> list[Path]:
         writer.writerow(["index", "node", "value", *curves])
         for i, (node, value) in enumerate(zip(nodes, report["values"])):
             writer.writerow([i, node, value, *("" if c[i] is None else f"{c[i]:.9g}" for c in curves.values())])
-    js = out / "acc_error.json"
-    doc = {"schema": "qir.acc_error", "version": 1, **{k: v for k, v in report.items() if k != "engine"}}
-    js.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    js = write_json(out / "acc_error.json", "qir.acc_error", {k: v for k, v in report.items() if k != "engine"})
     return [png, csv_path, js]
 
 

@@ -15,7 +15,6 @@ SQNR (dB), ATOL, from :mod:`qir.metrics` — the bad case is the sample with the
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -26,6 +25,7 @@ from qir.api import as_ir
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
+from qir.json_dump import write_json
 
 from .. import metrics as qmetrics
 from ..runtimes.base import get_runtime
@@ -103,17 +103,9 @@ def write_report(report: dict, out_dir: str | Path) -> list[Path]:
         lines.append(f"{m}  {entry['output']}  {entry['index']}")
     txt = out / "badcase.txt"
     txt.write_text("\n".join(lines) + "\n")
-    js = out / "badcase.json"
-    clean = {k: v for k, v in report.items() if k != "data"}
-    clean["values"] = {n: {m: [_json_number(x) for x in xs] for m, xs in per.items()}
-                       for n, per in report["values"].items()}
-    js.write_text(json.dumps({"schema": "qir.badcase", "version": 1, **clean}, indent=1, allow_nan=False) + "\n")
+    js = write_json(out / "badcase.json", "qir.badcase", {k: v for k, v in report.items() if k != "data"})
     npz = save_bad_case(report["data"][report["chosen"]], out / "badcase.npz")
     return [txt, js, npz]
-
-
-def _json_number(x: float) -> float | str:
-    return x if math.isfinite(x) else str(x)
 
 
 def save_bad_case(sample: Mapping[str, np.ndarray], path: str | Path) -> Path:

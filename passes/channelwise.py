@@ -23,11 +23,13 @@ import numpy as np
 from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.api import as_ir
 from qir.graph import QIR
+from qir.json_dump import write_json
 from qir.kinds import NodeKind
 from qir.records import CalibRecord
 
+from ..runtimes.numerics import max_threshold
 from .base import AnalysisPass, PassResult, register_pass
-from .distribution import _threshold, _write_json, clipped_fraction, safe_filename
+from .distribution import clipped_fraction, collect, safe_filename
 
 __all__ = ["ChannelwisePass", "get_channelwise_data_distribution"]
 
@@ -61,13 +63,15 @@ class ChannelwisePass(AnalysisPass):
             cals.append(ir.node(n))
         acts = [c for c in cals if ir.value(c.input).kind is not NodeKind.WEIGHT]
         self.save_dir.mkdir(parents=True, exist_ok=True)
+        captured = collect(ir, self.data, list(dict.fromkeys(c.input for c in acts)), quantized=True,
+                           data_num=self.data_num, runtime=self.runtime) if acts else {}
         report, lines = {"nodes": {}}, []
         for cal in cals:
             threshold = None
-            if cal in acts:
-                x = self._activation(ir, cal)
+            if cal in acts:  # samples stack along the batch axis
+                x = np.concatenate(captured[cal.input], axis=0).astype(np.float64)
                 axis = 1 if self.axis is None else self.axis
-                threshold = _threshold(cal)
+                threshold = max_threshold(cal)
             else:
                 x = np.asarray(ir.weight_array(cal.input), np.float64)
                 axis = (cal.axis if cal.axis is not None else 0) if self.axis is None else self.axis
@@ -88,18 +92,8 @@ class ChannelwisePass(AnalysisPass):
             lines.append(f"{cal.name}: {channels.shape[0]} channels on axis {axis}; median of channel max |x| "
                          f"{ref:.4g}; outlier channels (> {self.ratio:g}x): {detail}")
         (self.save_dir / "channelwise.txt").write_text("\n".join(lines) + "\n")
-        _write_json(self.save_dir / "channelwise.json", "qir.channelwise", report)
+        write_json(self.save_dir / "channelwise.json", "qir.channelwise", report)
         return PassResult(ir, False, report)
-
-    def _activation(self, ir: QIR, cal: CalibRecord) -> np.ndarray:
-        from qir.data import model_samples
-
-        from ..runtimes.base import get_runtime
-
-        rt = get_runtime(self.runtime, level="fakequant")
-        arrays = [np.asarray(rt.run(ir, s, capture=[cal.input])[cal.input], np.float64)
-                  for s in model_samples(ir, self.data, self.data_num)]
-        return np.concatenate(arrays, axis=0)  # samples stack along the batch axis
 
 
 def _boxplot(path: Path, name: str, channels: np.ndarray, axis: int, outliers: list[int],

@@ -26,12 +26,13 @@ import numpy as np
 from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.api import as_ir
 from qir.graph import QIR
+from qir.json_dump import write_json
 from qir.kinds import NodeKind
 from qir.records import CalibRecord
 
 from ..engine import configured_clone
 from ..runtimes.base import get_runtime
-from ..runtimes.numerics import apply_calibration
+from ..runtimes.numerics import apply_calibration, max_threshold
 from .base import AnalysisPass, PassResult, register_pass
 
 __all__ = ["DistributionPass", "plot_distribution", "collect", "safe_filename", "clipped_fraction"]
@@ -45,9 +46,9 @@ def safe_filename(name: str) -> str:
 
 
 def collect(ir: QIR, data: Any, values: list[str], *, quantized: bool, data_num: int | None,
-            runtime: str = "ort") -> dict[str, np.ndarray]:
-    """``values`` over the first ``data_num`` samples, in the calibrated model (``quantized``) or
-    the float one, each as one flat float64 array."""
+            runtime: str = "ort") -> dict[str, list[np.ndarray]]:
+    """``values`` on each of the first ``data_num`` samples (one model run per sample), in the
+    calibrated model (``quantized``) or the float one."""
     from qir.data import model_samples
 
     model = ir if quantized else configured_clone(ir, "float", {})
@@ -56,17 +57,12 @@ def collect(ir: QIR, data: Any, values: list[str], *, quantized: bool, data_num:
     for sample in model_samples(ir, data, data_num):
         got = rt.run(model, sample, capture=values)
         for v in values:
-            parts[v].append(np.asarray(got[v], np.float64).ravel())
-    return {v: np.concatenate(p) for v, p in parts.items()}
+            parts[v].append(np.asarray(got[v]))
+    return parts
 
 
-def _threshold(cal: CalibRecord) -> float | None:
-    """The largest threshold of an integer-mode node (None in float/fp16)."""
-    from ..runtimes.numerics import QRANGE, calib_scale
-
-    if cal.mode not in QRANGE:
-        return None
-    return float(np.max(calib_scale(cal))) * QRANGE[cal.mode][1]
+def _flat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
 
 
 def clipped_fraction(x: np.ndarray, threshold: float | None) -> float | None:
@@ -74,23 +70,6 @@ def clipped_fraction(x: np.ndarray, threshold: float | None) -> float | None:
     if threshold is None or not x.size:
         return None
     return float(np.mean(np.abs(x) > threshold))
-
-
-def _write_json(path: Path, schema: str, report: dict) -> None:
-    """``report`` as strict JSON with a schema name and version 1 (non-finite numbers as strings)."""
-    import json
-    import math
-
-    def clean(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return str(v)
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [clean(x) for x in v]
-        return v
-
-    path.write_text(json.dumps({"schema": schema, "version": 1, **clean(report)}, indent=1, allow_nan=False) + "\n")
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:
@@ -126,9 +105,10 @@ class DistributionPass(AnalysisPass):
         recs = [ir.node(n) for n in self.nodes]
         acts = [r.input for r in recs if isinstance(r, CalibRecord) and ir.value(r.input).kind is not NodeKind.WEIGHT]
         outs = [r.outputs[0] for r in recs if not isinstance(r, CalibRecord)]
-        quant = collect(ir, self.data, acts + outs, quantized=True, data_num=self.data_num, runtime=self.runtime) \
-            if acts or outs else {}
-        flt = collect(ir, self.data, outs, quantized=False, data_num=self.data_num, runtime=self.runtime) if outs else {}
+        quant = {v: _flat(a) for v, a in collect(ir, self.data, acts + outs, quantized=True, data_num=self.data_num,
+                                                  runtime=self.runtime).items()} if acts or outs else {}
+        flt = {v: _flat(a) for v, a in collect(ir, self.data, outs, quantized=False, data_num=self.data_num,
+                                                runtime=self.runtime).items()} if outs else {}
         self.save_dir.mkdir(parents=True, exist_ok=True)
         report = {"nodes": {}}
         for rec in recs:
@@ -137,12 +117,12 @@ class DistributionPass(AnalysisPass):
                 w = np.asarray(ir.weight_array(rec.input))
                 q = apply_calibration(rec, w)
                 entry = {"type": "weight", "original": _stats(w.ravel()), "calibrated": _stats(np.ravel(q)),
-                         "threshold": _threshold(rec)}
+                         "threshold": max_threshold(rec)}
                 _plot_overlay(path, rec.name, {"original": w.ravel(), "calibrated": np.ravel(q)},
                               entry["threshold"], "weight value")
             elif isinstance(rec, CalibRecord):
                 x = quant[rec.input]
-                th = _threshold(rec)
+                th = max_threshold(rec)
                 entry = {"type": "activation", "input": _stats(x), "threshold": th,
                          "clipped_fraction": clipped_fraction(x, th)}
                 title = rec.name if th is None else f"{rec.name}: {100 * entry['clipped_fraction']:.3g}% clipped"
@@ -153,7 +133,7 @@ class DistributionPass(AnalysisPass):
                 _plot_node(path, rec.name, f, q)
             entry["png"] = str(path)
             report["nodes"][rec.name] = entry
-        _write_json(self.save_dir / "distribution.json", "qir.distribution", report)
+        write_json(self.save_dir / "distribution.json", "qir.distribution", report)
         return PassResult(ir, False, report)
 
 

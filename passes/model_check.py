@@ -17,13 +17,13 @@ Sections of the report, each a list of findings (``{"kind", "node", "detail"}``)
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from qir.api import as_ir
 from qir.graph import QIR
+from qir.json_dump import write_json
 from qir.kinds import CalibMode, NodeKind
 from qir.records import CalibRecord, OpRecord
 
@@ -189,10 +189,9 @@ def write_report(report: dict, save_dir: str | Path) -> list[Path]:
     """``model_check_result.txt`` and ``model_check_result.json`` (schema ``qir.model_check`` v1)."""
     out = Path(save_dir)
     out.mkdir(parents=True, exist_ok=True)
-    txt, js = out / "model_check_result.txt", out / "model_check_result.json"
+    txt = out / "model_check_result.txt"
     txt.write_text(format_report(report))
-    js.write_text(json.dumps({"schema": "qir.model_check", "version": 1, **report}, indent=1, default=str) + "\n")
-    return [txt, js]
+    return [txt, write_json(out / "model_check_result.json", "qir.model_check", report)]
 
 
 def check_model(model_or_file, march: str = "nash-e", save_dir: str | Path | None = None) -> dict[str, Any]:

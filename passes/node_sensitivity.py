@@ -21,7 +21,6 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analy
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -32,12 +31,14 @@ import numpy as np
 from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.api import as_ir
 from qir.graph import QIR
+from qir.json_dump import write_json
 from qir.kinds import CalibMode
 from qir.records import CalibRecord, OpRecord
 
 from .. import metrics as qmetrics
 from ..engine import Engine, Variant
 from .acc_error import calibrations_of
+from ..runtimes.numerics import max_threshold
 from .base import AnalysisPass, PassResult, register_pass
 
 __all__ = ["NodeSensitivityPass", "get_sensitivity_of_nodes", "NODE_TYPES"]
@@ -116,8 +117,8 @@ class NodeSensitivityPass(AnalysisPass):
                 row["module"] = module
             if kind == "activation":
                 cal = cals[0]
-                th = cal.threshold if cal.threshold is not None else cal.scale
-                row["threshold"] = None if th is None else round(float(max(_flat(th))), 5)
+                th = float(np.max(cal.threshold)) if cal.threshold is not None else max_threshold(cal)
+                row["threshold"] = None if th is None else round(th, 5)
                 row["bit"] = {CalibMode.INT8: 8, CalibMode.INT16: 16}.get(cal.mode, cal.mode.value)
             row.update(values)
             rows.append(row)
@@ -194,10 +195,6 @@ def _pre_activations(ir: QIR) -> list[str]:
     return out
 
 
-def _flat(th) -> list[float]:
-    return [float(x) for x in np.ravel(np.asarray(th, np.float64))]
-
-
 def format_table(report: dict) -> str:
     """The seed's verbose table: node [consumers threshold bit] metrics, worst first."""
     rows, metrics = report["rows"], report["metrics"]
@@ -227,11 +224,7 @@ def write_report(report: dict, save_dir: str | Path, stem: str = FILE_STEM) -> l
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(report["rows"])
-    rows = [{k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-            for r in report["rows"]]  # strict JSON: "inf", "nan" as strings
-    doc = {"schema": "qir.node_sensitivity", "version": 1,
-           **{k: v for k, v in report.items() if k not in ("engine", "rows")}, "rows": rows}
-    js.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    write_json(js, "qir.node_sensitivity", {k: v for k, v in report.items() if k != "engine"})
     return [txt, csv_path, js]
 
 

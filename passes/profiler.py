@@ -23,16 +23,14 @@ from typing import Any
 import numpy as np
 
 from qir.api import as_ir
-from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
 from qir.records import CalibRecord
 
-from ..runtimes.base import get_runtime
 from ..runtimes.numerics import QRANGE, apply_calibration, calib_scale
 from .base import AnalysisPass, PassResult, register_pass
-from .distribution import safe_filename
+from .distribution import collect, safe_filename
 
 __all__ = ["ProfilerPass", "profile_model", "COLUMNS"]
 
@@ -62,12 +60,7 @@ class ProfilerPass(AnalysisPass):
             raise InputError(f"no op matches prefixes {self.prefixes} and types {self.types}")
         activations = sorted({v for op in ops for v in (*op.inputs, *op.outputs)
                               if v and ir.value(v).kind is NodeKind.ACTIVATION and not self._weight_view(ir, v)})
-        pooled: dict[str, list[np.ndarray]] = {v: [] for v in activations}
-        rt = get_runtime(self.runtime, level="fakequant")
-        for sample in model_samples(ir, self.data, self.data_num):
-            got = rt.run(ir, sample, capture=activations)
-            for v in activations:
-                pooled[v].append(np.asarray(got[v]))
+        pooled = collect(ir, self.data, activations, quantized=True, data_num=self.data_num, runtime=self.runtime)
         rows: list[dict] = []
         tensors: dict[str, dict[str, np.ndarray]] = {}
         for op in ops:

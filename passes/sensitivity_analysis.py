@@ -17,15 +17,14 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.7), on the analysis engin
 from __future__ import annotations
 
 import csv
-import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
 from qir.errors import InputError
 from qir.api import as_ir
 from qir.graph import QIR
+from qir.json_dump import write_json
 from qir.kinds import CalibMode
 
 from .. import metrics as qmetrics
@@ -134,12 +133,7 @@ def write_report(report: dict, save_dir: str | Path) -> list[Path]:
         for k, label in enumerate(labels):
             single = report["single"].get(label, "") if k else ""
             writer.writerow([k, label, single, report["cumulative"][k]])
-    js = out / "sensitivity_analysis.json"
-    clean = lambda x: x if not isinstance(x, float) or math.isfinite(x) else str(x)  # noqa: E731
-    doc = {"schema": "qir.sensitivity_analysis", "version": 1, **report,
-           "single": {k: clean(v) for k, v in report["single"].items()},
-           "cumulative": [clean(v) for v in report["cumulative"]]}
-    js.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    js = write_json(out / "sensitivity_analysis.json", "qir.sensitivity_analysis", report)
     return [png, csv_path, js]
 
 

@@ -32,6 +32,8 @@ bumps it.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,19 +41,31 @@ import numpy as np
 from .printer import MAX_INLINE
 from .records import CalibRecord
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable", "finite", "write_json"]
 
 SCHEMA = "qir.ir"
 SCHEMA_VERSION = 1
 
 
-def _finite(v: Any) -> Any:
-    """Non-finite floats as the strings "inf", "-inf", "nan" (strict JSON has no such numbers)."""
+def finite(v: Any) -> Any:
+    """Non-finite floats as the strings "inf", "-inf", "nan" (strict JSON has no such numbers),
+    inside lists, tuples and dicts too."""
     if isinstance(v, float) and not np.isfinite(v):
         return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
-    if isinstance(v, list):
-        return [_finite(x) for x in v]
+    if isinstance(v, (list, tuple)):
+        return [finite(x) for x in v]
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
     return v
+
+
+def write_json(path: str | Path, schema: str, doc: dict[str, Any], version: int = 1) -> Path:
+    """``{"schema", "version", **doc}`` as strict JSON (non-finite numbers as strings): the file
+    format of every analysis report."""
+    path = Path(path)
+    path.write_text(json.dumps({"schema": schema, "version": version, **finite(doc)}, indent=1,
+                               allow_nan=False) + "\n")
+    return path
 
 
 def jsonable(value: Any) -> Any:
@@ -59,12 +73,12 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         out: dict[str, Any] = {"dtype": value.dtype.name, "shape": list(value.shape)}
         if value.size <= MAX_INLINE:
-            out["data"] = _finite(value.reshape(-1).tolist())
+            out["data"] = finite(value.reshape(-1).tolist())
         return out
     if isinstance(value, np.generic):
-        return _finite(value.item())
+        return finite(value.item())
     if isinstance(value, float):
-        return _finite(value)
+        return finite(value)
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, bytes):
@@ -76,7 +90,7 @@ def _vector(v: Any) -> Any:
     if v is None:
         return None
     arr = np.asarray(v, dtype=np.float64)
-    return _finite(float(arr)) if arr.ndim == 0 else _finite(arr.reshape(-1).tolist())
+    return finite(float(arr)) if arr.ndim == 0 else finite(arr.reshape(-1).tolist())
 
 
 def to_json(ir: Any) -> dict[str, Any]:
@@ -90,12 +104,12 @@ def to_json(ir: Any) -> dict[str, Any]:
             numeric = data.size and data.dtype.kind in "biuf"
             f = data.astype(np.float64) if numeric else None
             item["stats"] = {"numel": int(data.size),
-                             "min": _finite(float(f.min())) if numeric else None,
-                             "max": _finite(float(f.max())) if numeric else None,
-                             "mean": _finite(float(f.mean())) if numeric else None,
-                             "abs_max": _finite(float(np.abs(f).max())) if numeric else None}
+                             "min": finite(float(f.min())) if numeric else None,
+                             "max": finite(float(f.max())) if numeric else None,
+                             "mean": finite(float(f.mean())) if numeric else None,
+                             "abs_max": finite(float(np.abs(f).max())) if numeric else None}
             if data.size <= MAX_INLINE:
-                item["data"] = _finite(data.reshape(-1).tolist())
+                item["data"] = finite(data.reshape(-1).tolist())
         values.append(item)
     nodes = []
     for i, rec in enumerate(ir.runnables()):

@@ -25,7 +25,8 @@ from qir.errors import QirError
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["set_mode", "along_axis", "QRANGE", "ROUNDING", "calib_scale", "calib_zero_point", "fake_quant", "apply_calibration",
+__all__ = ["set_mode", "along_axis", "QRANGE", "ROUNDING", "calib_scale", "calib_zero_point", "max_threshold",
+           "fake_quant", "apply_calibration",
            "apply_implied_clip", "fold_batchnorm"]
 
 QRANGE = {CalibMode.INT8: (-128, 127), CalibMode.INT16: (-32768, 32767)}
@@ -61,6 +62,14 @@ def calib_scale(rec: CalibRecord) -> np.ndarray:
         raise QirError(f"calibration node {rec.name!r} has an unusable scale {np.ravel(bad)[:4].tolist()} "
                        "(it must be finite and > 0); recalibrate or set a positive threshold")
     return scale
+
+
+def max_threshold(rec: CalibRecord) -> float | None:
+    """The largest |x| an integer-mode node represents, ``max(scale) · qmax`` (its threshold,
+    or the range of an imported scale); None in the float and fp16 modes."""
+    if rec.mode not in QRANGE:
+        return None
+    return float(np.max(calib_scale(rec))) * QRANGE[rec.mode][1]
 
 
 def calib_zero_point(rec: CalibRecord) -> np.ndarray | None:

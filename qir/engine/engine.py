@@ -55,6 +55,7 @@ import numpy as np
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
+from qir.json_dump import finite
 from qir.kinds import CalibMode
 from qir.records import CalibRecord, copy_record
 
@@ -148,10 +149,13 @@ def evaluate_plainly(ir: QIR, feeds: Mapping[str, np.ndarray], changes: Mapping[
     """The slow, obvious way: clone ``ir``, set every calibration node's mode, run the whole
     model (a new session on onnxruntime). What every engine result must equal, and what the
     peers do per node."""
-    clone = configured_clone(ir, reference, changes)
-    compare = list(compare or ir.outputs)
-    got = get_runtime(runtime, level="fakequant", **runtime_options).run(
-        clone, feeds, capture=[v for v in compare if v not in ir.outputs])
+    return _run_whole(configured_clone(ir, reference, changes), feeds, list(compare or ir.outputs),
+                      get_runtime(runtime, level="fakequant", **runtime_options))
+
+
+def _run_whole(model: QIR, feeds: Mapping[str, np.ndarray], compare: Sequence[str], rt) -> dict[str, np.ndarray]:
+    """``compare`` values of one whole-model run (graph outputs, the rest captured)."""
+    got = rt.run(model, feeds, capture=[v for v in compare if v not in model.outputs])
     return {v: got[v] for v in compare}
 
 
@@ -176,10 +180,6 @@ def _scale_of(rec: CalibRecord, ir: QIR) -> np.ndarray:
     """The scale of an integer-mode calibration node, shaped to broadcast over its value."""
     shape = ir.value(rec.input).shape
     return along_axis(calib_scale(rec), rec.axis, len(shape) if shape is not None else 0)
-
-
-def _encode(x: float) -> float | str:
-    return x if math.isfinite(x) else str(x)
 
 
 def _decode(x: float | str) -> float:
@@ -320,8 +320,7 @@ class Engine:
                 def measure(variant: Variant, s=s, base=base) -> dict:
                     got = self.run_variant(variant)
                     return {"variant": variant.name, "sample": s,
-                            "values": {v: {m: _encode(x) for m, x in qmetrics.compute(self.metrics, base[v], got[v]).items()}
-                                       for v in self.compare}}
+                            "values": finite({v: qmetrics.compute(self.metrics, base[v], got[v]) for v in self.compare})}
 
                 release_free_memory()
                 for n, row in enumerate(pool.map(measure, todo) if pool else map(measure, todo), 1):
@@ -495,9 +494,7 @@ class Engine:
         options = {"threads": self.threads, "optimization": self.optimization} if self.runtime == "ort" else {}
         rt = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options)
         for s, sample in samples.items():
-            got = rt.run(float_ir, check_feeds(self.ir, sample),
-                         capture=[v for v in self.compare if v not in self.ir.outputs])
-            self._baselines[s] = {v: got[v] for v in self.compare}
+            self._baselines[s] = _run_whole(float_ir, check_feeds(self.ir, sample), self.compare, rt)
 
     def _calibrate_costs(self, pool=None) -> None:
         """Step costs from one more timed pass (the first run of a session is slow); segments

@@ -155,3 +155,14 @@ def test_saturated_outputs_rank_on_the_logits(tmp_path):
     assert report["saturated"]["ranked_on"] == [logits] and report["compare"] == [logits]
     values = [r["cosine-similarity"] for r in report["rows"]]
     assert max(values) - min(values) > 1e-6  # the logits tell the nodes apart
+
+
+def test_threshold_column_of_an_imported_scale(calibrated):
+    ir = calibrated.clone()
+    cal = ir.calibration("relu1_out_calib")
+    threshold = float(cal.threshold)
+    cal.scale, cal.threshold = np.float32(threshold / 127), None  # as a QDQ import stores it
+    ir.touch()
+    rows = get_pass("node-sensitivity", data=DATA, node_type="activation", runtime="numpy",
+                    interested_nodes=["relu1_out_calib"], progress=False)(ir).report["rows"]
+    assert rows[0]["threshold"] == pytest.approx(threshold, rel=1e-5)  # the range, not the scale
