@@ -89,7 +89,7 @@ class OrtSteps:
         self.constants = constants
         self.threads, self.optimization, self.rounding = threads, optimization, rounding
         self._steps: dict[tuple, object] = {}
-        self._segments: dict[int, object] = {}
+        self._segments: dict[int, tuple] = {}
         self._lock = threading.Lock()  # sessions built by several threads: the first one stored wins
 
     def _session(self, records, inputs, outputs, constants):
@@ -126,15 +126,15 @@ class OrtSteps:
     def run_segment(self, k: int, read: Read) -> dict[str, np.ndarray]:
         """Segment ``k`` as one session in the reference configuration."""
         entry = self._segments.get(k)
-        inputs, outputs = self.plan.segment_io(k)
-        if entry is None:
+        if entry is None:  # (session, inputs, outputs), worked out once per segment
+            inputs, outputs = self.plan.segment_io(k)
             lo, hi = self.plan.segments[k]
             records = [self.reference.get(r.name, r) if isinstance(r, CalibRecord) else r
                        for s in self.plan.steps[lo:hi] for r in s.records]
-            entry = self._session(records, inputs, outputs, dict(self.constants))
+            entry = (self._session(records, inputs, outputs, dict(self.constants)), inputs, outputs)
             with self._lock:
                 entry = self._segments.setdefault(k, entry)
-        return self._run(entry, inputs, outputs, read)
+        return self._run(*entry, read)
 
     @staticmethod
     def _run(session, inputs, outputs, read: Read) -> dict[str, np.ndarray]:
