@@ -13,15 +13,11 @@ tensor, the technique qir's ``max`` uses too) are timed as ``ort-minmax``.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-CASES = {
-    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320]),
-    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640]),
-    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192]),
-}
+from real_cases import CASES, realmodels
+from real_cases import samples as real_samples
 
 
 def main() -> None:
@@ -34,14 +30,13 @@ def main() -> None:
     import qir
     from qir.passes import PassManager, get_pass
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
-    import realmodels as rm
+    rm = realmodels()
 
     print(f"{'model':<13}{'method':<12}{'seconds':>9}{'cold s':>8}{'warm s':>8}{'/cold':>7}{'/warm':>7}")
     for name in args.models:
-        prep, shape = CASES[name]
+        shape = CASES[name][1]
         input_name = rm.MODELS[name][1]
-        samples = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB)][: args.images]
+        samples = real_samples(rm, name, rm.CALIB)[: args.images]
         base = qir.load(rm.model(name), input_shapes={input_name: shape})
         PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(base)
         start = time.perf_counter()

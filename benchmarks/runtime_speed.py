@@ -10,14 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
 
-CASES = {  # name -> (preprocessing function, static input shape)
-    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320]),
-    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640]),
-    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192]),
-}
+from real_cases import CASES, realmodels
 
 
 def main() -> None:
@@ -36,8 +30,7 @@ def main() -> None:
     from qir.runtimes.numpy_ref.interpreter import NumpyRuntime
     from qir.runtimes.ort_backend import OrtRuntime
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
-    import realmodels as rm
+    rm = realmodels()
 
     runtimes = {"numpy": NumpyRuntime(), "ort": OrtRuntime(threads=args.threads)}
     print(f"threads={args.threads} repeat={args.repeat} (median ms per forward, 1 image)")

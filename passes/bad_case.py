@@ -15,6 +15,7 @@ SQNR (dB), ATOL, from :mod:`qir.metrics` — the bad case is the sample with the
 """
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -22,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from qir.api import as_ir
-from qir.data import model_samples
+from qir.data import model_samples, save_npz
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import write_json
@@ -30,30 +31,65 @@ from qir.json_dump import write_json
 from .. import metrics as qmetrics
 from ..runtimes.base import get_runtime
 
-__all__ = ["find_bad_cases", "write_report", "save_bad_case", "load_bad_case", "BAD_CASE_METRICS"]
+__all__ = ["find_bad_cases", "model_pair", "replay_setup", "write_report", "save_bad_case", "load_bad_case",
+           "BAD_CASE_METRICS"]
+
+logger = logging.getLogger(__name__)
 
 # seed names -> qir.metrics names
 BAD_CASE_METRICS = {"Cosine": "cosine-similarity", "MSE": "mse", "L1": "l1", "KL": "kl", "SQNR": "sqnr-db",
                     "ATOL": "atol"}
 
 
+def model_pair(baseline: QIR | str | Path, analysis: QIR | str | Path | None) -> list[tuple[QIR, str]]:
+    """``[(baseline IR, level), (analysis IR, level)]``: both run as they are (fake-quantized;
+    a model without calibration nodes is float), or, with ``analysis=None``, the baseline run in
+    float against itself fake-quantized."""
+    base_ir = as_ir(baseline)
+    if analysis is None:
+        return [(base_ir, "float"), (base_ir, "fakequant")]
+    return [(base_ir, "fakequant"), (as_ir(analysis), "fakequant")]
+
+
+def replay_setup(base_ir: QIR, analy_ir: QIR) -> tuple[QIR, list[str]]:
+    """The analysis model with its discrete index outputs as inputs and the names of those
+    values (fed from the baseline's run); the model unchanged and ``[]`` when it has none or the
+    baseline lacks one of them."""
+    from .discrete import index_values, replayed
+
+    names = index_values(analy_ir)
+    if not names:
+        return analy_ir, []
+    missing = [v for v in names if not base_ir.has_value(v)]
+    if missing:
+        logger.warning("not replaying discrete ops: the baseline has no values %s", missing[:3])
+        return analy_ir, []
+    return replayed(analy_ir), names
+
+
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
-                   post_process: Callable[[dict], dict] | None = None, runtime: str = "ort") -> dict:
+                   post_process: Callable[[dict], dict] | None = None, runtime: str = "ort",
+                   replay_discrete: bool = True) -> dict:
     """The report (see the module docstring). ``analysis=None`` compares ``baseline`` run in
-    float with the same model fake-quantized (the usual float vs calibrated question)."""
+    float with the same model fake-quantized (the usual float vs calibrated question).
+    ``replay_discrete``: the analysis model takes the indices of its sort/top-k/arg-max ops from
+    the baseline's run (:mod:`.discrete`)."""
     if metric not in BAD_CASE_METRICS:
         raise InputError(f"unknown bad-case metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
-    base_ir = as_ir(baseline)
-    pairs = [(base_ir, "float" if analysis is None else "fakequant"),
-             (base_ir if analysis is None else as_ir(analysis), "fakequant")]
+    (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
     samples = model_samples(base_ir, data, num_steps)
+    analy_ir, replay = replay_setup(base_ir, analy_ir) if replay_discrete else (analy_ir, [])
+    runtimes = get_runtime(runtime, level=base_level), get_runtime(runtime, level=analy_level)
+    aliases = analy_ir.meta.get("value_aliases", {})  # an output fold-bn renamed: its name in the baseline
+    rename = {o: aliases[o] for o in analy_ir.outputs if aliases.get(o) in base_ir.outputs}
     values: dict[str, dict[str, list[float]]] = {}
     for sample in samples:
-        outs = []
-        for ir, level in pairs:
-            got = get_runtime(runtime, level=level).run(ir, sample)
-            outs.append(post_process(got) if post_process else got)
+        base = runtimes[0].run(base_ir, sample, capture=replay)
+        got = runtimes[1].run(analy_ir, {**sample, **{v: base[v] for v in replay}})
+        outs = [{k: base[k] for k in base_ir.outputs}, {rename.get(k, k): got[k] for k in analy_ir.outputs}]
+        if post_process:
+            outs = [post_process(o) for o in outs]
         missing = sorted(set(outs[0]) ^ set(outs[1]))
         if missing:
             raise InputError(f"the two models' outputs differ ({missing[:3]}); compare models with the same outputs "
@@ -110,9 +146,7 @@ def write_report(report: dict, out_dir: str | Path) -> list[Path]:
 
 def save_bad_case(sample: Mapping[str, np.ndarray], path: str | Path) -> Path:
     """One sample's inputs as ``.npz`` (``{input name: array}``)."""
-    path = Path(path)
-    np.savez(path, **{k: np.asarray(v) for k, v in sample.items()})
-    return path
+    return save_npz(path, sample)
 
 
 def load_bad_case(path: str | Path) -> dict[str, np.ndarray]:

@@ -28,7 +28,9 @@ class FoldBatchNormPass(Pass):
     A pair folds when (1) the op's output is read only by the BatchNormalization and is not a
     graph output, (2) W, B and the BN parameters are constants, (3) BN is in inference mode
     with unused extra outputs. A weight shared with another node is copied, not changed in
-    place. The BN's readers then read the op's output; the op keeps its name.
+    place. The BN's readers then read the op's output; the op keeps its name, and
+    ``ir.meta["value_aliases"]`` maps its output to the BN output's name (the same quantity in
+    the unfolded model: layer comparisons match them).
     """
 
     name = "fold-bn"
@@ -81,6 +83,7 @@ class FoldBatchNormPass(Pass):
         _write_weight(ir, op, 1, w_name, new_w, f"{op.name}.weight")
         _write_weight(ir, op, 2, b_name, new_b, f"{op.name}.bias")
         ir.replace_uses(bn.outputs[0], op.outputs[0])
+        ir.meta["value_aliases"] = {**ir.meta.get("value_aliases", {}), op.outputs[0]: bn.outputs[0]}  # clones share meta
         ir.remove_node(bn.name)
         for v in bn.inputs[1:5]:
             if v and not ir.uses(v) and v not in ir.outputs:

@@ -9,7 +9,7 @@ from qir.records import CalibRecord, OpRecord
 from ..runtimes.profiles import get_profile
 from .base import Pass, PassResult, register_pass
 
-__all__ = ["FusePass", "fusion_groups", "inside_fusion", "match_pattern"]
+__all__ = ["FusePass", "fusion_groups", "inside_fusion", "match_pattern", "unit_of", "unit_type"]
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +19,18 @@ META_KEY = "fusion"
 def fusion_groups(ir: QIR) -> dict[str, list[str]]:
     """``{head op: [member ops in order]}`` of the groups marked by ``fuse``."""
     return ir.meta.get("fusion_groups", {})
+
+
+def unit_of(ir: QIR, op: OpRecord) -> list[OpRecord]:
+    """The ops that run as one with ``op`` when it ends a fusion group (the group, in order),
+    else ``[op]``."""
+    group = fusion_groups(ir).get(op.meta.get(META_KEY, ""), [])
+    return [ir.op(m) for m in group] if group and group[-1] == op.name else [op]
+
+
+def unit_type(ir: QIR, op: OpRecord) -> str:
+    """``op``'s type, or its fusion group's types joined with ``+`` (``Conv+Relu``)."""
+    return "+".join(o.op_type for o in unit_of(ir, op))
 
 
 def inside_fusion(ir: QIR, value: str) -> bool:

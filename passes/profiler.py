@@ -15,7 +15,6 @@ pooled over the samples. Written as ``statistic.txt`` (aligned) and ``statistic.
 """
 from __future__ import annotations
 
-import csv
 import logging
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
 from qir.records import CalibRecord
+from qir.tables import write_table
 
 from ..runtimes.numerics import QRANGE, apply_calibration, calib_scale
 from .base import AnalysisPass, PassResult, register_pass
@@ -114,29 +114,11 @@ def _row(op, role: str, value: str, cal: CalibRecord | None, array: np.ndarray, 
             "shape": shape}
 
 
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
-
-
 def write_report(report: dict, save_dir: str | Path, histograms: bool = False) -> list[Path]:
     """``statistic.txt``, ``statistic.csv`` and (``histograms``) ``histograms/<op>.png``."""
     out = Path(save_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = report["rows"]
-    table = [list(COLUMNS)] + [[_cell(r[c]) for c in COLUMNS] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
-    txt = out / "statistic.txt"
-    txt.write_text("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table) + "\n")
-    csv_path = out / "statistic.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(COLUMNS)
-        writer.writerows([[r[c] if c != "shape" else "x".join(map(str, r[c])) for c in COLUMNS] for r in rows])
-    files = [txt, csv_path]
+    files = write_table(out / "statistic.txt", out / "statistic.csv", COLUMNS, report["rows"])
     if histograms:
         files += _histograms(report["tensors"], out / "histograms")
     return files

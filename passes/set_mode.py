@@ -83,7 +83,9 @@ class SetModePass(Pass):
 
     Selection: ``nodes`` (names/globs of calibration nodes, general nodes or module paths;
     comma-separated or a list), ``from_file`` (one name per line, ``#`` comments), ``op_types``,
-    ``role``. No criterion selects every calibration node. ``threshold`` sets a per-tensor
+    ``role``; ``sensitive`` (a ``sensitive_ops.json`` from op-sensitivity / ``qir compare``) with
+    ``top_k`` or ``ratio``: the calibration nodes of its most sensitive rows. No criterion selects
+    every calibration node. ``threshold`` sets a per-tensor
     threshold, marks it ``fixed`` (calibration will not change it) and drops any imported scale.
     """
 
@@ -91,7 +93,8 @@ class SetModePass(Pass):
 
     def __init__(self, mode: str | None = None, nodes: str | list[str] | None = None,
                  op_types: str | list[str] | None = None, role: str | None = None,
-                 from_file: str | None = None, threshold: float | None = None) -> None:
+                 from_file: str | None = None, threshold: float | None = None, sensitive: str | None = None,
+                 top_k: int | None = None, ratio: float | None = None) -> None:
         if mode is None and threshold is None:
             raise InputError("set-mode needs a mode (int8, int16, fp16, float) or a threshold")
         try:
@@ -103,6 +106,13 @@ class SetModePass(Pass):
         if role is not None and role not in ("weight", "activation"):
             raise InputError(f"role must be 'weight' or 'activation', got {role!r}")
         self.nodes = as_name_list(nodes) + (_names_from_file(from_file) if from_file else [])
+        if sensitive is not None:
+            from .op_sensitivity import load_report, select_sensitive
+
+            self.nodes += select_sensitive(load_report(sensitive), top_k, ratio)
+        elif top_k is not None or ratio is not None:
+            raise InputError("--top-k / --ratio choose rows of a sensitivity report: give --sensitive "
+                             "sensitive_ops.json (sensitive=... in Python)")
         self.op_types, self.role, self.threshold = as_name_list(op_types), role, threshold
         self.options = {k: v for k, v in (("mode", mode), ("nodes", self.nodes or None),
                                           ("op_types", self.op_types or None), ("role", role),

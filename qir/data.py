@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import InputError, did_you_mean
 
-__all__ = ["Samples", "load_samples", "model_samples", "save_outputs"]
+__all__ = ["Samples", "load_samples", "model_samples", "save_outputs", "save_npz"]
 
 
 def _natural_key(path: Path) -> tuple:
@@ -177,6 +177,17 @@ def save_outputs(path: str | Path, results: Iterable[Mapping[str, np.ndarray]]) 
     """Write per-sample results to an ``.npz`` with one entry ``<name>/<i>`` per value per sample."""
     arrays = {f"{name}/{i}": np.asarray(value)
               for i, result in enumerate(results) for name, value in result.items()}
+    return save_npz(path, arrays)
+
+
+def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """``{name: array}`` as an uncompressed ``.npz`` readable with ``np.load(allow_pickle=False)``.
+    Like ``np.savez``, but any name works (``np.savez`` rejects ``file`` and ``allow_pickle``)."""
+    import zipfile
+
     path = Path(path)
-    np.savez(path, **arrays)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, array in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asarray(array), allow_pickle=False)
     return path

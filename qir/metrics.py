@@ -48,36 +48,53 @@ def _norm(x: np.ndarray) -> float:
     return math.sqrt(float(np.sum(x * x)))
 
 
-def cosine_similarity(a, d) -> float:
-    a, d = _pair(a, d)
-    na, nd = _norm(a), _norm(d)
+class _Pair:
+    """``a`` and ``d`` flattened to float64 without non-finite positions, with the pieces the
+    metrics share (difference, norms) computed once, on first use."""
+
+    def __init__(self, a, d) -> None:
+        self.a, self.d = _pair(a, d)
+        self.size = self.a.size
+        self._diff = self._na = None
+
+    @property
+    def diff(self) -> np.ndarray:
+        if self._diff is None:
+            self._diff = self.a - self.d
+        return self._diff
+
+    @property
+    def norm_a(self) -> float:
+        if self._na is None:
+            self._na = _norm(self.a)
+        return self._na
+
+
+def _cosine(p: _Pair) -> float:
+    na, nd = p.norm_a, _norm(p.d)
     if na == 0.0 and nd == 0.0:
         return 1.0
     if na == 0.0 or nd == 0.0:
         return 0.0
-    return float(np.sum(a * d)) / (na * nd)
+    return float(np.sum(p.a * p.d)) / (na * nd)
 
 
-def mse(a, d) -> float:
-    a, d = _pair(a, d)
-    return float(np.mean((a - d) ** 2)) if a.size else 0.0
+def _mse(p: _Pair) -> float:
+    return float(np.mean(p.diff ** 2)) if p.size else 0.0
 
 
-def mean_abs(a, d) -> float:
-    a, d = _pair(a, d)
-    return float(np.mean(np.abs(a - d))) if a.size else 0.0
+def _mean_abs(p: _Pair) -> float:
+    return float(np.mean(np.abs(p.diff))) if p.size else 0.0
 
 
-def max_abs(a, d) -> float:
-    a, d = _pair(a, d)
-    return float(np.max(np.abs(a - d))) if a.size else 0.0
+def _max_abs(p: _Pair) -> float:
+    return float(np.max(np.abs(p.diff))) if p.size else 0.0
 
 
-def _log_ratio(a, d, factor: float) -> float:
-    a, d = _pair(a, d)
-    if not a.size:
+def _log_ratio(p: _Pair, factor: float) -> float:
+    if not p.size:
         return math.inf
-    signal, noise = _norm(a), _norm(a - d)
+    signal, noise = p.norm_a, _norm(p.diff)
     if signal == 0.0 and noise == 0.0:
         return 0.0
     if signal == 0.0:
@@ -87,12 +104,40 @@ def _log_ratio(a, d, factor: float) -> float:
     return factor * math.log10(signal / noise)
 
 
+_PAIRED: dict[str, Callable[[_Pair], float]] = {
+    "cosine-similarity": _cosine,
+    "mse": _mse,
+    "mre": _mean_abs,
+    "sqnr": lambda p: _log_ratio(p, 10.0),
+    "chebyshev": _max_abs,
+    "sqnr-db": lambda p: _log_ratio(p, 20.0),
+    "l1": _mean_abs,
+    "atol": _max_abs,
+}
+
+
+def cosine_similarity(a, d) -> float:
+    return _cosine(_Pair(a, d))
+
+
+def mse(a, d) -> float:
+    return _mse(_Pair(a, d))
+
+
+def mean_abs(a, d) -> float:
+    return _mean_abs(_Pair(a, d))
+
+
+def max_abs(a, d) -> float:
+    return _max_abs(_Pair(a, d))
+
+
 def sqnr_hmct(a, d) -> float:
-    return _log_ratio(a, d, 10.0)
+    return _log_ratio(_Pair(a, d), 10.0)
 
 
 def sqnr_db(a, d) -> float:
-    return _log_ratio(a, d, 20.0)
+    return _log_ratio(_Pair(a, d), 20.0)
 
 
 def kl_divergence(a, d) -> float:
@@ -139,8 +184,11 @@ def check_metrics(names) -> tuple[str, ...]:
 
 
 def compute(names, a: np.ndarray, d: np.ndarray) -> dict[str, float]:
-    """``{metric: value}`` for every name in ``names``."""
-    return {n: METRICS[n](a, d) for n in check_metrics(names)}
+    """``{metric: value}`` for every name in ``names`` (the flattened pair and its difference
+    are computed once for all of them)."""
+    names = check_metrics(names)
+    pair = _Pair(a, d) if any(n in _PAIRED for n in names) else None
+    return {n: _PAIRED[n](pair) if n in _PAIRED else METRICS[n](a, d) for n in names}
 
 
 def worst_first(metric: str, value: float) -> float:

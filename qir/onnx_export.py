@@ -126,7 +126,16 @@ def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
     modules = {op.name: op.module for op in ir.ops() if op.module}
     if modules:  # read back by the importer, so reports keep naming what the user wrote
         model.metadata_props.add(key="qir.modules", value=json.dumps(modules, sort_keys=True))
+    for key in SAVED_META:  # pass results the analyses need after a save/load
+        if ir.meta.get(key):
+            model.metadata_props.add(key=f"qir.{key}", value=json.dumps(ir.meta[key], sort_keys=True))
     return model
+
+
+# ``ir.meta`` entries kept in the ONNX metadata (``qir.<key>``, JSON): the fusion groups
+# (``fuse``) and value aliases (``fold-bn``: the op's output now holds what the folded
+# BatchNormalization wrote, under the BN output's name in the source model)
+SAVED_META = ("fusion_groups", "value_aliases")
 
 
 def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,

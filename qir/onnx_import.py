@@ -29,6 +29,7 @@ from . import calib_onnx
 from .errors import ImportError_, InputError, UnsupportedOpError, did_you_mean
 from .graph import QIR
 from .naming import fresh_name
+from .onnx_export import SAVED_META
 from .records import OpRecord
 
 __all__ = ["import_onnx", "read_onnx", "decode_attribute", "onnx_dtype", "KNOWN_DOMAINS"]
@@ -280,9 +281,21 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
 
 
 def _restore_modules(ir: QIR) -> None:
-    """Source-framework module paths saved by ``export_onnx`` (metadata ``qir.modules``)."""
+    """What ``export_onnx`` saved in the metadata: source-framework module paths
+    (``qir.modules``) and the pass results in :data:`qir.onnx_export.SAVED_META`."""
     import json
 
+    for key in SAVED_META:
+        text = ir.metadata_props.pop(f"qir.{key}", None)
+        try:
+            if text:
+                ir.meta[key] = json.loads(text)
+        except json.JSONDecodeError:
+            logger.warning("ignoring unreadable qir.%s metadata", key)
+    for head, members in ir.meta.get("fusion_groups", {}).items():
+        for m in members:
+            if ir.has_node(m) and isinstance(ir.node(m), OpRecord):
+                ir.node(m).meta["fusion"] = head
     text = ir.metadata_props.pop(MODULES_KEY, None)
     if not text:
         return

@@ -26,7 +26,7 @@ from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
 __all__ = ["set_mode", "along_axis", "QRANGE", "ROUNDING", "calib_scale", "calib_zero_point", "max_threshold",
-           "fake_quant", "apply_calibration",
+           "fake_quant", "apply_calibration", "clip_only",
            "apply_implied_clip", "fold_batchnorm"]
 
 QRANGE = {CalibMode.INT8: (-128, 127), CalibMode.INT16: (-32768, 32767)}
@@ -108,6 +108,21 @@ def apply_implied_clip(rec: CalibRecord, x: np.ndarray) -> np.ndarray:
     lo, hi = (np.asarray(v, dtype=x.dtype) for v in rec.implied_clip)
     y = np.maximum(x, lo) if np.isposinf(hi) else np.minimum(np.maximum(x, lo), hi)
     return np.asarray(y, dtype=x.dtype)
+
+
+def clip_only(rec: CalibRecord, x: np.ndarray) -> np.ndarray:
+    """What ``rec`` does to ``x`` without rounding: an integer mode clips ``x`` to the range it
+    represents, ``[(qmin - zp)·s, (qmax - zp)·s]`` per channel along ``axis``; the float and fp16
+    modes apply only their implied clip. ``apply_calibration(x) - clip_only(x)`` is then the
+    rounding error alone, ``clip_only(x) - x`` the clipping error alone."""
+    if rec.mode not in QRANGE:
+        return apply_implied_clip(rec, x)
+    qmin, qmax = QRANGE[rec.mode]
+    s = np.asarray(calib_scale(rec), np.float64)
+    zp = calib_zero_point(rec)
+    zp = np.zeros_like(s) if zp is None else np.asarray(zp, np.float64)
+    lo, hi = (along_axis((q - zp) * s, rec.axis, x.ndim) for q in (qmin, qmax))
+    return np.clip(x, lo, hi).astype(x.dtype, copy=False)
 
 
 def apply_calibration(rec: CalibRecord, x: np.ndarray, rounding: str = "half_to_even") -> np.ndarray:

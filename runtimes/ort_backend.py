@@ -165,12 +165,13 @@ class OrtRuntime:
         return {v: float(got[v]) for v in names}
 
     def _session(self, ir: QIR, captured: tuple[str, ...], reduce_abs_max: bool = False):
-        lower = self.lower_calibration or (lambda ir_, rec: lower_fake_quant(ir_, rec, self.rounding))
         if self.level == "float":
             def lower(_ir, rec):  # noqa: E306 - float level: pass through (restoring removed activations)
                 if rec.implied_clip is not None:
                     return _implied_clip_nodes(rec, rec.input, rec.output, rec.name)
                 return [helper.make_node("Identity", [rec.input], [rec.output], name=rec.name)]
+        else:
+            lower = self.lower_calibration or (lambda ir_, rec: lower_fake_quant(ir_, rec, self.rounding))
         nodes, outputs = [], []
         for k, name in enumerate(captured):
             out = f"qir.capture.{k}"

@@ -253,7 +253,8 @@ def cmd_set_mode(args: argparse.Namespace) -> int:
     from qir.passes import get_pass
 
     set_mode = get_pass("set-mode", mode=args.mode, nodes=args.nodes, op_types=args.op_types,
-                        role=args.role, from_file=args.from_file, threshold=args.threshold)
+                        role=args.role, from_file=args.from_file, threshold=args.threshold,
+                        sensitive=args.sensitive, top_k=args.top_k, ratio=args.ratio)
     args.input_shape = None
     return _pipeline_ir(args, [set_mode], {})
 
@@ -476,6 +477,48 @@ def cmd_bad_case(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare
+
+    same = Path(args.baseline).resolve() == Path(args.analysis).resolve()
+    summary = compare(args.baseline, None if same else args.analysis, args.data, args.output,
+                      num_steps=args.num_steps, metric=args.metric, prefixes=parse_list(args.prefixes) or (),
+                      types=parse_list(args.types) or (), sensitivity=not args.no_sensitivity, runtime=args.runtime,
+                      replay_discrete=not args.no_replay)
+    out = Path(args.output)
+    print(f"bad case: sample {summary['bad_case_index']} ({out / 'badcase.txt'})")
+    advice = summary.get("advisor", [])
+    print(f"{summary['layers']} layers compared ({out / 'compare_per_layer_out.txt'}); "
+          f"{len(advice)} finding(s) in {out / 'abnormal_layer_advisor.txt'}")
+    for f in advice[:8]:
+        print(f"  [{f['kind']}] {f['layer']}: {f['detail']}")
+    for name, rows in summary.get("sensitivity", {}).items():
+        top = ", ".join(f"{r['op_name']} ({r['sensitive_type']})" for r in rows[:5])
+        print(f"most sensitive for {name}: {top}  ({out / 'sensitive_ops.txt'})")
+    return 0
+
+
+def cmd_numeric_suite(args: argparse.Namespace) -> int:
+    from qir.data import model_samples
+    from qir.passes import numeric_suite as ns
+
+    import qir
+
+    quantized = qir.load(args.quantized)
+    same = Path(args.float_model).resolve() == Path(args.quantized).resolve()
+    float_model = None if same else qir.load(args.float_model)
+    results = {"weights": ns.compare_weights(float_model, quantized)}
+    samples = model_samples(quantized, args.data, args.num_steps)
+    results["outputs"] = ns.compare_model_outputs(float_model, quantized, *samples, runtime=args.runtime)
+    results["stub"] = ns.compare_model_stub(float_model, quantized, None, *samples, runtime=args.runtime)
+    ns.write_report(results, args.output)
+    for kind, found in results.items():
+        worst = ns.summary(found)[:3]
+        print(f"{kind}: {len(found)} entries; worst " + ", ".join(f"{r['name']} {r['sqnr_db']:.1f} dB" for r in worst))
+    print(f"tables in {Path(args.output) / 'numeric_suite.txt'}")
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from qir.runtimes.profiles import format_profiles
 
@@ -553,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--role", choices=["weight", "activation"])
     p.add_argument("--from-file", help="a file with one node name per line")
     p.add_argument("--threshold", type=float, help="a fixed threshold (kept by calibration)")
+    p.add_argument("--sensitive", help="a sensitive_ops.json (qir compare): take its most sensitive rows")
+    p.add_argument("--top-k", type=int, help="with --sensitive: the top K rows of each output's table")
+    p.add_argument("--ratio", type=float, help="with --sensitive: the top share (0-1] of each output's table")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.set_defaults(func=cmd_set_mode)
 
@@ -690,6 +736,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="./qir_quant_analysis", help="folder for badcase.txt/.json/.npz")
     p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
     p.set_defaults(func=cmd_bad_case)
+
+    p = sub.add_parser("compare", help="QuantAnalysis: bad case, layer-by-layer table with advisor, op sensitivity")
+    p.add_argument("baseline", help="the baseline model (float, or a calibrated model you trust)")
+    p.add_argument("analysis", help="the model to analyse (calibrated or QDQ); the baseline's own file again "
+                                    "compares it float vs fake-quantized")
+    p.add_argument("data", help="samples: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-o", "--output", default="./qir_quant_analysis", help="output folder")
+    p.add_argument("-n", "--num-steps", type=_positive_int, help="search the bad case in at most N samples")
+    p.add_argument("-m", "--metric", default="L1", type=str.upper,
+                   choices=["COSINE", "MSE", "L1", "KL", "SQNR", "ATOL"], help="bad case and sensitivity metric")
+    p.add_argument("--prefixes", help="compare only layers whose name or module path starts with these")
+    p.add_argument("--types", help="compare only layers of these op types, e.g. Conv,Add")
+    p.add_argument("--no-sensitivity", action="store_true", help="skip the op sensitivity table")
+    p.add_argument("--no-replay", action="store_true",
+                   help="do not replay the baseline's TopK/ArgMax/NonZero/NMS indices in the analysis model")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("numeric-suite", help="Numeric Suite: weight, layer-output and shadow (stub) SQNR")
+    p.add_argument("float_model", help="the float model (the quantized model's own file: it runs in float)")
+    p.add_argument("quantized", help="the calibrated or QDQ model")
+    p.add_argument("data", help="samples: DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("-o", "--output", default="./qir_numeric_suite", help="folder for numeric_suite.txt/.json")
+    p.add_argument("-n", "--num-steps", type=_positive_int, default=4, help="samples to run (default 4)")
+    p.add_argument("--runtime", choices=["ort", "numpy"], default="ort")
+    p.set_defaults(func=cmd_numeric_suite)
 
     p = sub.add_parser("profiles", help="show the march profiles and which parameters are assumed")
     p.add_argument("names", nargs="*", help="profiles to show (default: all)")

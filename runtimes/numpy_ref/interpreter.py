@@ -31,7 +31,7 @@ from ..base import LEVELS, check_capture, check_feeds
 from ..numerics import ROUNDING, apply_calibration, apply_implied_clip, fold_batchnorm
 from .registry import lookup
 
-__all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "ExecutionPlan", "PlanStep"]
+__all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "run_op", "ExecutionPlan", "PlanStep"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,30 @@ def _fold_batchnorm(ir: QIR, conv: OpRecord, bn: OpRecord) -> tuple[np.ndarray, 
                           epsilon=bn.attrs.get("epsilon", 1e-5), axis=0)
 
 
+def _kernel_kwargs(ir: QIR, rec: OpRecord, context: tuple[str, ...]) -> dict[str, Any]:
+    kwargs = dict(rec.attrs)
+    if "_opset" in context:
+        kwargs["_opset"] = ir.opset_imports.get(rec.domain or "", ir.opset)
+    if "_num_outputs" in context:
+        kwargs["_num_outputs"] = len(rec.outputs)
+    return kwargs
+
+
+def run_op(ir: QIR, rec: OpRecord, args: list[np.ndarray | None]) -> tuple[np.ndarray, ...]:
+    """One general node of ``ir`` on the given input arrays (``None`` for an omitted optional
+    input), as the interpreter runs it; returns its outputs in order."""
+    spec = lookup(rec.op_type, rec.domain)
+    if spec is None:
+        raise UnsupportedOpError(f"the numpy runtime has no kernel for {rec.op_type} (node {rec.name!r})")
+    try:
+        result = spec.fn(*args, **_kernel_kwargs(ir, rec, spec.context))
+    except QirError:
+        raise
+    except Exception as exc:
+        raise _execution_error(rec, args, exc) from exc
+    return tuple(np.asarray(r) for r in result) if type(result) is tuple else (np.asarray(result),)
+
+
 def execution_plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> ExecutionPlan:
     """Kernel calls in topological order (BatchNorms folded where unobservable, ``keep`` values
     observable), with the step after which each value is dead."""
@@ -112,11 +136,7 @@ def execution_plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> Execu
         if rec.name in folded_away:
             continue
         spec = lookup(rec.op_type, rec.domain)
-        kwargs = dict(rec.attrs)
-        if "_opset" in spec.context:
-            kwargs["_opset"] = ir.opset_imports.get(rec.domain or "", ir.opset)
-        if "_num_outputs" in spec.context:
-            kwargs["_num_outputs"] = len(rec.outputs)
+        kwargs = _kernel_kwargs(ir, rec, spec.context)
         inputs, outputs = rec.inputs, rec.outputs
         if rec.name in folds:
             bn = folds[rec.name]

@@ -90,3 +90,19 @@ def test_bundled_example_folds_every_batchnorm_and_keeps_accuracy():
         a = qir.run(before, {"input": sample}, runtime="ort")["logits"]
         b = qir.run(ir, {"input": sample}, runtime="ort")["logits"]
         assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
+
+
+def test_aliases_name_the_batchnorm_output_and_clones_keep_their_own():
+    import qir
+    from qir.passes import get_pass
+
+    from ..conftest import DIGITS
+
+    original = qir.load(DIGITS / "model.onnx")
+    bn_outputs = {op.outputs[0]: op.inputs[0] for op in original.ops("BatchNormalization")}
+    original.meta["value_aliases"] = {"earlier": "alias"}
+    ir = original.clone()  # shares the meta dict's contents with the original
+    get_pass("fold-bn")(ir)
+    aliases = ir.meta["value_aliases"]
+    assert {k: v for k, v in aliases.items() if k != "earlier"} == {conv: bn for bn, conv in bn_outputs.items()}
+    assert original.meta["value_aliases"] == {"earlier": "alias"}

@@ -81,3 +81,13 @@ def test_multi_input_folders_pair_samples_by_index_not_position(tmp_path):
             np.save(tmp_path / name / f"{i}.npy", np.full(2, i, np.float32))
     with pytest.raises(InputError, match="2.npy is in one folder only"):
         load_samples(tmp_path, ["a", "b"])
+
+
+def test_save_npz_takes_any_name(tmp_path):
+    from qir.data import save_npz
+
+    arrays = {"file": np.arange(3), "allow_pickle": np.ones((2, 2), np.float32), "a/b": np.zeros(1)}
+    path = save_npz(tmp_path / "x.npz", arrays)
+    with np.load(path, allow_pickle=False) as z:
+        assert set(z.files) == set(arrays)
+        np.testing.assert_array_equal(z["file"], arrays["file"])

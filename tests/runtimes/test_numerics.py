@@ -109,3 +109,22 @@ def test_implied_clip_restores_the_removed_activation_in_float_mode():
     np.testing.assert_array_equal(apply_calibration(c, x), [0, 0, 0, 2])
     c6 = cal("fp16", implied_clip=(0.0, 6.0))
     np.testing.assert_array_equal(apply_calibration(c6, np.array([-1, 3, 9], np.float32)), [0, 3, 6])
+
+
+def test_clip_only_is_the_quantizer_without_rounding():
+    """Per channel with zero points: the clip bounds are the dequantized qmin/qmax, and the
+    rounding that remains is at most half a step."""
+    from qir.runtimes.numerics import clip_only
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((2, 3, 4)) * 4).astype(np.float32)
+    rec = CalibRecord("c", "x", "y", mode=CalibMode.INT8, scale=np.array([0.01, 0.02, 0.03], np.float32),
+                      zero_point=np.array([0, 10, -20]), axis=1)
+    got = clip_only(rec, x)
+    for ch, (s, zp) in enumerate([(0.01, 0), (0.02, 10), (0.03, -20)]):
+        lo, hi = (-128 - zp) * np.float32(s), (127 - zp) * np.float32(s)
+        np.testing.assert_allclose(got[:, ch], np.clip(x[:, ch], lo, hi), rtol=1e-6)
+    full = apply_calibration(rec, x)
+    steps = np.array([0.01, 0.02, 0.03], np.float32).reshape(1, 3, 1)
+    assert np.all(np.abs(full - got) <= steps / 2 + 1e-6)
+    assert np.array_equal(clip_only(CalibRecord("f", "x", "y", mode=CalibMode.FLOAT), x), x)

@@ -253,7 +253,6 @@ def _depthwise(X, pb, pe, w, ks, dil, st, out_sp):
 def _im2col_conv(xp, w, G, Cg, ks, dil, st, out_sp):
     """im2col + batched matmul, in bands along the first output spatial axis."""
     N = xp.shape[0]
-    n = len(out_sp)
     K = math.prod(ks)
     Mg = w.shape[1]
     rest = math.prod(out_sp[1:])

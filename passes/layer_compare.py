@@ -1,0 +1,450 @@
+"""Layer-by-layer comparison of two models on one input (horizon QuantAnalysis ``run`` and
+``compare_per_layer``), with the abnormal-layer advisor and a split of every layer's error.
+
+**Models.** As in :mod:`.bad_case`: ``baseline`` vs ``analysis``, each run as it is (a model
+without calibration nodes runs in float); ``analysis=None`` compares the baseline model run in
+float with the same model fake-quantized.
+
+**run** (:func:`run_layers`): both models on the sample, keeping every graph input and every
+general node's outputs (a node's quantized inputs are its calibration nodes applied to those,
+recomputed when needed, not stored). :func:`save_layers` writes them as ``baseline.npz`` /
+``analysis.npz`` (``{value name: array}``, no pickle) with ``layers.json`` (each node's type,
+inputs and outputs).
+
+**Rows** (:func:`compare_per_layer`): one per floating-point output of each general node of the
+analysis model, in topological order, matched to the baseline's value of the same name (node
+and value names are stable across qir's passes, the QDQ importer and the PyTorch importer).
+Inside a fusion group only the last op's row is kept. Columns, with ``b`` the baseline value
+and ``a`` the analysis value:
+
+- ``Cosine, MSE, L1, KL, SQNR`` (dB) from :mod:`qir.metrics`; ``Atol`` = max |a − b|;
+  ``Rtol`` = max |a − b| / |b| over elements with b ≠ 0 (the least ``rtol`` with which
+  ``allclose(a, b, atol=0)`` would hold there);
+- ``quant_dtype`` / ``qscale``: the mode and (largest) scale of the calibration node(s) reading
+  the output in the analysis model (``float`` if none); ``max_qscale_diff`` = Atol / qscale,
+  the largest error in units of the output's quantization step; ``max_atol_diff``: b and a at
+  the element of the largest difference;
+- min, max, mean, var of b and of a; the shape.
+
+**Error split** (columns ``clip%``, ``round%``, ``inherited%``). For a node ``f`` whose inputs
+pass through calibration nodes ``Q``, with ``x_b`` its inputs in the baseline and ``x_a`` in the
+analysis model: ``s = f(Q(x_b))`` (the shadow: the node's own quantization on the baseline's
+inputs) and ``c = f(C(x_b))`` with ``C`` the quantizers' clipping without rounding
+(:func:`qir.runtimes.numerics.clip_only`). Then ``a − b = (c − b) + (s − c) + (a − s)``:
+clipping, rounding and the error inherited from the inputs. Each share is that term's mean
+square over the sum of the three (the terms are nearly uncorrelated; the shares are a guide,
+not an exact decomposition). A node with no quantized input has only inherited error; one
+whose shadow cannot be computed (an input the baseline lacks, an op without a numpy kernel)
+has empty shares. The split reads best against a float baseline; against a quantized one,
+``b`` carries the baseline's own quantization and ``c`` is always computed.
+
+**Advisor** (:func:`advise`), per layer of the analysis model:
+
+- ``nan/inf``: non-finite values in either model;
+- ``scale does not cover data``: an integer calibration node whose input, in the baseline, goes
+  beyond the quantizer's range by more than one step (clipping); the count, the fixed threshold
+  (``max |x|``) that would cover it, and the clipping SQNR (input power over the power clipped
+  away). Nodes whose clipping SQNR is 40 dB or more are listed together on one
+  ``minor clipping`` line;
+- ``range too large for dtype``: an integer calibration node where half or more of the non-zero
+  baseline values are smaller than one step (their channel's step; they round to 0 or ±1
+  code): int16 next (int16 too: keep it in float);
+- ``asymmetric input``: a model input quantized symmetrically (no zero point) whose range is
+  one-sided or off-centre (``|max + min| > 0.5 (max − min)``): half the codes are unused;
+  normalize it around 0;
+- ``output not high precision``: a model output quantized to an integer mode;
+- ``own error: clipping / rounding``: the (up to 10) layers with the largest own error, RMS
+  ``‖s − b‖ / ‖b‖`` of at least 0.1%, with the split and the fix (fixed scale / int16).
+"""
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from qir.data import save_npz
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.json_dump import write_json
+from qir.kinds import NodeKind
+from qir.records import CalibRecord, OpRecord
+from qir.tables import write_table
+
+from .. import metrics as qmetrics
+from ..runtimes.base import get_runtime
+from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, calib_zero_point, clip_only
+from ..runtimes.numpy_ref.interpreter import run_op
+from .bad_case import model_pair
+from .fuse import fusion_groups, unit_of, unit_type
+
+__all__ = ["LayerRun", "run_layers", "save_layers", "compare_per_layer", "compared_ops", "advise", "shadow_outputs",
+           "write_report", "COLUMNS"]
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("index", "mod_name", "base_op_type", "analy_op_type", "shape", "quant_dtype", "qscale", "Cosine", "MSE",
+           "L1", "KL", "SQNR", "Atol", "Rtol", "max_atol_diff", "max_qscale_diff", "clip%", "round%", "inherited%",
+           "base_model_min", "analy_model_min", "base_model_max", "analy_model_max", "base_model_mean",
+           "analy_model_mean", "base_model_var", "analy_model_var")
+_METRICS = {"Cosine": "cosine-similarity", "MSE": "mse", "L1": "l1", "KL": "kl", "SQNR": "sqnr-db"}
+TOP_OWN_ERRORS = 10
+OWN_ERROR_MIN = 1e-3  # own error (RMS relative to the baseline) the advisor mentions: 0.1%
+CLIP_SQNR_DB = 40.0  # clipping that costs less (signal / clipped-away power above this) is "minor"
+
+
+@dataclass
+class LayerRun:
+    """Both models' values on one sample (see the module docstring)."""
+
+    baseline: QIR
+    analysis: QIR
+    levels: tuple[str, str]
+    sample: dict[str, np.ndarray]
+    base_values: dict[str, np.ndarray]
+    analy_values: dict[str, np.ndarray]
+
+    def base(self, value: str) -> np.ndarray | None:
+        """The baseline's value of the analysis model's ``value``: under the name it had before
+        ``fold-bn`` renamed the quantity (``ir.meta["value_aliases"]``), if the baseline has it."""
+        alias = self.analysis.meta.get("value_aliases", {}).get(value)
+        return self.base_values.get(alias if alias in self.base_values else value)
+
+
+def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = "ort") -> LayerRun:
+    """Run both models on ``sample`` keeping every layer's values."""
+    (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
+    base = _capture(base_ir, base_level, sample, runtime)
+    analy = _capture(analy_ir, analy_level, sample, runtime)
+    return LayerRun(base_ir, analy_ir, (base_level, analy_level), dict(sample), base, analy)
+
+
+def _capture(ir: QIR, level: str, sample, runtime: str) -> dict[str, np.ndarray]:
+    values = [v for r in ir.ops() for v in r.outputs if v] + list(ir.inputs)
+    got = get_runtime(runtime, level=level).run(ir, sample, capture=list(dict.fromkeys(values)))
+    return {k: np.asarray(v) for k, v in got.items()}
+
+
+def save_layers(run: LayerRun, out_dir: str | Path) -> list[Path]:
+    """``baseline.npz``, ``analysis.npz`` and ``layers.json`` in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, values in (("baseline", run.base_values), ("analysis", run.analy_values)):
+        path = out / f"{name}.npz"
+        save_npz(path, values)
+        files.append(path)
+    layers = {name: [{"node": r.name, "op_type": r.op_type, "inputs": list(r.inputs), "outputs": list(r.outputs),
+                      "module": r.module} for r in ir.ops()]
+              for name, ir in (("baseline", run.baseline), ("analysis", run.analysis))}
+    files.append(write_json(out / "layers.json", "qir.layers", {"levels": list(run.levels), "layers": layers}))
+    return files
+
+
+def _readers(ir: QIR, value: str) -> list[CalibRecord]:
+    return [r for r in ir.consumers(value) if isinstance(r, CalibRecord)]
+
+
+def _stats(x: np.ndarray) -> tuple[float | None, ...]:
+    f = x[np.isfinite(x)]
+    if not f.size:
+        return None, None, None, None
+    return float(f.min()), float(f.max()), float(f.mean()), float(f.var())
+
+
+def _selected(ir: QIR, op: OpRecord, prefixes: tuple[str, ...], types: tuple[str, ...]) -> bool:
+    """Whether the layer ending at ``op`` (its fusion group, if any) has an op matching both."""
+    unit = unit_of(ir, op)
+    names = [n for o in unit for n in (o.name, o.module) if n]
+    if prefixes and not any(n.startswith(p) or fnmatch.fnmatchcase(n, p) for n in names for p in prefixes):
+        return False
+    return not types or any(o.op_type in types for o in unit)
+
+
+def _fused_away(ir: QIR) -> set[str]:
+    """Ops inside a fusion group other than its last one."""
+    return {m for members in fusion_groups(ir).values() for m in members[:-1]}
+
+
+def compared_ops(ir: QIR, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[OpRecord]:
+    """The layers of ``ir`` compared, in order: every op except those inside a fusion group
+    before its last op, restricted to name/module-path ``prefixes`` (or globs) and op ``types``
+    (a fused layer matches when any of its ops does)."""
+    prefixes, types = tuple(prefixes or ()), tuple(types or ())
+    skip = _fused_away(ir)
+    ops = [op for op in ir.ops() if op.name not in skip and _selected(ir, op, prefixes, types)]
+    if (prefixes or types) and not ops:
+        raise InputError(f"no layer matches prefixes {list(prefixes)} / types {list(types)}")
+    return ops
+
+
+def shadow_outputs(run: LayerRun, ops: Iterable[OpRecord] | None = None) -> dict[str, tuple | None]:
+    """``{op name: (f(Q(x_b)) outputs, f(C(x_b)) outputs)}`` (see the module docstring) for the
+    analysis model's ops with a quantized input; for the last op of a fusion group, ``f`` is
+    the whole group. The second entry is None when it equals the baseline: a float baseline and
+    no quantizer clipping anything (``f(C(x_b)) = f(x_b) = b``). An op whose shadow cannot be
+    computed (an input the baseline lacks, no numpy kernel) maps to None. Computed with the
+    numpy kernels."""
+    float_baseline = run.levels[0] == "float" or not any(c.mode.value != "float" for c in run.baseline.calibrations())
+    found: dict[str, tuple | None] = {}
+    for op in compared_ops(run.analysis) if ops is None else ops:
+        unit = unit_of(run.analysis, op)
+        full = _run_unit(run, unit, apply_calibration)
+        if full is _NOT_QUANTIZED:
+            continue
+        clip = _run_unit(run, unit, clip_only) if full is not None and (
+            not float_baseline or _clips(run, unit)) else None
+        found[op.name] = None if full is None or clip is _NOT_QUANTIZED else (full, clip)
+    return found
+
+
+_NOT_QUANTIZED = object()  # _run_unit: no input of the layer passes through a quantizer
+
+
+def _source(run: LayerRun, cal: CalibRecord) -> np.ndarray | None:
+    """The baseline's value entering calibration node ``cal`` of the analysis model."""
+    ir = run.analysis
+    return ir.weight_array(cal.input) if ir.value(cal.input).kind is NodeKind.WEIGHT else run.base(cal.input)
+
+
+def _clips(run: LayerRun, unit: list[OpRecord]) -> bool:
+    for op in unit:
+        for v in op.inputs:
+            cal = run.analysis.producer(v) if v else None
+            if isinstance(cal, CalibRecord) and cal.mode in QRANGE:
+                x = _source(run, cal)
+                if x is not None and np.any(clip_only(cal, np.asarray(x)) != x):
+                    return True
+    return False
+
+
+def _run_unit(run: LayerRun, unit: list[OpRecord], quantize) -> tuple | None | object:
+    """The last op's outputs when ``unit`` runs on the baseline's values with its inputs'
+    calibration nodes applied by ``quantize``; ``_NOT_QUANTIZED`` when no input is quantized;
+    None when an input is unknown or a kernel fails."""
+    ir, env, quantized = run.analysis, {}, False
+    for op in unit:
+        args = []
+        for v in op.inputs:
+            producer = ir.producer(v) if v else None
+            if not v:
+                args.append(None)
+            elif v in env:
+                args.append(env[v])
+            elif isinstance(producer, CalibRecord):
+                x = _source(run, producer)
+                if x is None:
+                    return None
+                args.append(quantize(producer, np.asarray(x)))
+                quantized = quantized or producer.mode in QRANGE or producer.mode.value == "fp16"
+            elif ir.value(v).kind is NodeKind.WEIGHT:
+                args.append(ir.weight_array(v))
+            elif run.base(v) is not None:
+                args.append(run.base(v))
+            else:
+                return None
+        if not quantized and op is unit[-1]:
+            return _NOT_QUANTIZED
+        try:
+            env.update(zip(op.outputs, run_op(ir, op, args)))
+        except Exception as exc:  # an op the numpy kernels cannot run: no split for it
+            logger.warning("no error split for %s (%s): %s", op.name, op.op_type, exc)
+            return None
+    return tuple(env[v] for v in unit[-1].outputs)
+
+
+def _mean_square(x: np.ndarray) -> float:
+    x = np.asarray(x, np.float64)
+    x = x[np.isfinite(x)]
+    return float(np.mean(x * x)) if x.size else 0.0
+
+
+def compare_per_layer(run: LayerRun, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:
+    """The rows (see the module docstring); ``prefixes`` (name or module-path prefixes or globs)
+    and ``types`` (op types) restrict them."""
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf layers are reported, not warned about
+        return _rows(run, prefixes, types)
+
+
+def _rows(run: LayerRun, prefixes: Iterable[str], types: Iterable[str]) -> list[dict]:
+    ir, base_ir = run.analysis, run.baseline
+    ops = compared_ops(ir, prefixes, types)
+    shadows = shadow_outputs(run, ops)
+    rows = []
+    for op in ops:
+        for k, value in enumerate(op.outputs):
+            a, b = run.analy_values.get(value), run.base(value)
+            if a is None or b is None or a.dtype.kind != "f" or b.shape != a.shape:
+                continue
+            alias = ir.meta.get("value_aliases", {}).get(value)
+            base_value = alias if alias in run.base_values else value
+            base_op = base_ir.producer(base_value) if base_ir.has_value(base_value) else None
+            cals = _readers(ir, value)
+            ints = [c for c in cals if c.mode in QRANGE]
+            qscale = max(float(np.max(calib_scale(c))) for c in ints) if ints else None
+            row: dict[str, Any] = {"index": len(rows), "mod_name": op.name if k == 0 else f"{op.name}[{k}]",
+                                   "module": op.module, "value": value,
+                                   "base_op_type": unit_type(base_ir, base_op) if isinstance(base_op, OpRecord)
+                                   else "-", "analy_op_type": unit_type(ir, op),
+                                   "shape": list(a.shape),
+                                   "quant_dtype": ",".join(sorted({c.mode.value for c in cals})) or "float",
+                                   "qscale": qscale}
+            values = qmetrics.compute(list(_METRICS.values()) + ["atol"], b, a)
+            row.update({col: values[name] for col, name in _METRICS.items()}, Atol=values["atol"])
+            diff = np.asarray(np.abs(a.astype(np.float64) - b))
+            diff[~np.isfinite(diff)] = -1
+            where = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
+            nz = (b != 0) & (diff >= 0)
+            row["Rtol"] = float(np.max(diff[nz] / np.abs(b[nz].astype(np.float64)))) if nz.any() else 0.0
+            row["max_atol_diff"] = (f"{float(b[where]):.6g}->{float(a[where]):.6g}@{list(map(int, where))}"
+                                    if diff.size else None)
+            row["max_qscale_diff"] = row["Atol"] / qscale if qscale else None
+            for who, x in (("base", b), ("analy", a)):
+                for stat, v in zip(("min", "max", "mean", "var"), _stats(x)):
+                    row[f"{who}_model_{stat}"] = v
+            row.update(_split(a, b, shadows, op.name, k))
+            rows.append(row)
+    return rows
+
+
+def _split(a: np.ndarray, b: np.ndarray, shadows: dict, name: str, k: int) -> dict[str, float | None]:
+    unknown = {"clip%": None, "round%": None, "inherited%": None, "own_error": None}
+    if name not in shadows:  # no quantized input: all of its error comes from upstream
+        total = _mean_square(a.astype(np.float64) - b)
+        return {"clip%": 0.0, "round%": 0.0, "inherited%": 100.0 if total else 0.0, "own_error": 0.0}
+    shadow = shadows[name]
+    if shadow is None or k >= len(shadow[0]):
+        return unknown
+    s = np.asarray(shadow[0][k], np.float64)
+    c = b.astype(np.float64) if shadow[1] is None else np.asarray(shadow[1][k], np.float64)  # None: nothing clipped
+    if s.shape != a.shape:
+        return unknown
+    terms = {"clip%": _mean_square(c - b), "round%": _mean_square(s - c), "inherited%": _mean_square(a - s)}
+    total = sum(terms.values()) if _mean_square(a.astype(np.float64) - b) else 0.0  # equal outputs: no split
+    out = {k2: (100.0 * v / total if total else 0.0) for k2, v in terms.items()}
+    signal = _mean_square(b)
+    out["own_error"] = math.sqrt(_mean_square(s - b) / signal) if signal else 0.0
+    return out
+
+
+def advise(run: LayerRun, rows: list[dict], top: int = TOP_OWN_ERRORS) -> list[dict]:
+    """Findings ``{"kind", "layer", "detail", ...}`` (see the module docstring), worst kinds first."""
+    ir = run.analysis
+    found: list[dict] = []
+    for op in ir.ops():  # every op, fused ones too: a Relu after a NaN may hide it
+        for v in op.outputs:
+            a, b = run.analy_values.get(v), run.base(v)
+            counts = [0 if x is None or x.dtype.kind != "f" else int((~np.isfinite(x)).sum()) for x in (a, b)]
+            if any(counts):
+                found.append({"kind": "nan/inf", "layer": op.name, "value": v,
+                              "detail": f"{counts[0]} non-finite values in the analysis model's {v!r}, "
+                                        f"{counts[1]} in the baseline's"})
+    for cal in ir.calibrations():
+        if cal.mode not in QRANGE:
+            continue
+        x = _source(run, cal)
+        if x is None:
+            continue
+        layer = _layer_of(ir, cal)
+        found += _range_findings(cal, np.asarray(x, np.float64), layer)
+        if cal.input in ir.inputs and calib_zero_point(cal) is None:  # a zero point already centres it
+            f = np.asarray(x, np.float64)
+            f = f[np.isfinite(f)]
+            lo, hi = (float(f.min()), float(f.max())) if f.size else (0.0, 0.0)
+            if hi > lo and abs(hi + lo) > 0.5 * (hi - lo):
+                found.append({"kind": "asymmetric input", "layer": cal.input, "calibration": cal.name,
+                              "detail": f"model input {cal.input!r} spans [{lo:.4g}, {hi:.4g}]: about half of the "
+                                        f"{cal.mode.value} codes are never used; normalize it around 0 "
+                                        f"(e.g. (x - {0.5 * (lo + hi):.4g}) / {0.5 * (hi - lo):.4g})"})
+        if cal.output in ir.outputs:
+            found.append({"kind": "output not high precision", "layer": cal.output, "calibration": cal.name,
+                          "detail": f"model output {cal.output!r} is quantized to {cal.mode.value}; keep the last "
+                                    "layer's output in float (qir set-mode --mode float)"})
+    own = sorted((r for r in rows if (r.get("own_error") or 0.0) >= OWN_ERROR_MIN), key=lambda r: -r["own_error"])[:top]
+    for r in own:
+        clip, rnd = r["clip%"] or 0.0, r["round%"] or 0.0
+        cause = "clipping" if clip >= rnd else "rounding"
+        fix = ("a fixed threshold covering the data range, or more calibration data" if cause == "clipping"
+               else "int16 for its input calibration nodes")
+        found.append({"kind": f"own error: {cause}", "layer": r["mod_name"], "own_error": r["own_error"],
+                      "detail": f"its own quantization alone gives {100 * r['own_error']:.3g}% relative error; of "
+                                f"the layer's error {clip:.0f}% is clipping, {rnd:.0f}% rounding, "
+                                f"{r['inherited%'] or 0.0:.0f}% inherited; try {fix}"})
+    order = {k: i for i, k in enumerate(("nan/inf", "scale does not cover data", "output not high precision",
+                                         "range too large for dtype", "asymmetric input"))}
+    found.sort(key=lambda f: (order.get(f["kind"], len(order)), f.get("clip_sqnr_db", 0.0)))
+    minor = [f for f in found if f["kind"] == "minor clipping"]
+    if minor:  # one line for them all: a few values past a max-calibrated range is normal on a new input
+        found = [f for f in found if f["kind"] != "minor clipping"]
+        names = ", ".join(f["calibration"] for f in minor[:5]) + (", ..." if len(minor) > 5 else "")
+        found.append({"kind": "minor clipping", "layer": f"{len(minor)} calibration nodes", "nodes": minor,
+                      "detail": f"clip a few values of this input, keeping the clipping noise at least "
+                                f"{min(f['clip_sqnr_db'] for f in minor):.0f} dB below the signal (>= "
+                                f"{CLIP_SQNR_DB:.0f} dB: harmless): {names}"})
+    return found
+
+
+def _layer_of(ir: QIR, cal: CalibRecord) -> str:
+    producer = ir.producer(cal.input)
+    return producer.name if producer is not None else cal.input
+
+
+def _range_findings(cal: CalibRecord, x: np.ndarray, layer: str) -> list[dict]:
+    qmin, qmax = QRANGE[cal.mode]
+    scale = np.asarray(calib_scale(cal), np.float64)
+    zp = np.zeros_like(scale) if calib_zero_point(cal) is None else np.asarray(calib_zero_point(cal), np.float64)
+    s = along_axis(scale, cal.axis, x.ndim)
+    lo, hi = (along_axis((q - zp) * scale, cal.axis, x.ndim) for q in (qmin, qmax))
+    finite = np.isfinite(x)
+    if not finite.any():
+        return []
+    out = []
+    beyond = int(((x > hi + s) | (x < lo - s))[finite].sum())
+    f = np.abs(x[finite])
+    rng = f"[{float(np.min(lo)):.4g}, {float(np.max(hi)):.4g}]"
+    if beyond:
+        amax = float(f.max())
+        lost = float(np.sum((x - np.clip(x, lo, hi))[finite] ** 2))
+        clip_sqnr = 10 * math.log10(float(np.sum(f * f)) / lost) if lost else math.inf
+        out.append({"kind": "scale does not cover data" if clip_sqnr < CLIP_SQNR_DB else "minor clipping",
+                    "layer": layer, "calibration": cal.name, "clipped": beyond, "clipped_fraction": beyond / f.size,
+                    "clip_sqnr_db": clip_sqnr, "fixed_threshold": amax,
+                    "detail": f"{beyond} values ({100 * beyond / f.size:.3g}%) of {cal.input!r} lie beyond the "
+                              f"{cal.mode.value} range {rng} by more than one step (clipping costs "
+                              f"{clip_sqnr:.1f} dB SQNR); a fixed threshold of {amax:.6g} (scale {amax / qmax:.6g}) "
+                              "would cover them"})
+    steps = np.broadcast_to(s, x.shape)[finite]  # each element's own step (per channel)
+    nonzero = f > 0
+    small = float(np.mean(f[nonzero] < steps[nonzero])) if nonzero.any() else 0.0
+    if small >= 0.5:
+        nxt = "int16" if cal.mode.value == "int8" else "float"
+        out.append({"kind": "range too large for dtype", "layer": layer, "calibration": cal.name,
+                    "below_one_step": small,
+                    "detail": f"{100 * small:.0f}% of the non-zero values of {cal.input!r} are below one "
+                              f"{cal.mode.value} step (step {float(np.max(scale)):.4g}, max |x| {float(f.max()):.4g}): "
+                              f"they round to 0 or ±1 code; use {nxt}"})
+    return out
+
+
+def format_advice(findings: list[dict]) -> str:
+    if not findings:
+        return "no abnormal layer found\n"
+    return "".join(f"[{f['kind']}] {f['layer']}: {f['detail']}\n" for f in findings)
+
+
+def write_report(rows: list[dict], findings: list[dict], out_dir: str | Path) -> list[Path]:
+    """``compare_per_layer_out.txt``/``.csv``/``.json`` and ``abnormal_layer_advisor.txt``/``.json``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = write_table(out / "compare_per_layer_out.txt", out / "compare_per_layer_out.csv", COLUMNS, rows,
+                        "compare per layer (baseline vs analysis)")
+    files.append(write_json(out / "compare_per_layer_out.json", "qir.compare_per_layer", {"rows": rows}))
+    advisor = out / "abnormal_layer_advisor.txt"
+    advisor.write_text(format_advice(findings))
+    files += [advisor, write_json(out / "abnormal_layer_advisor.json", "qir.abnormal_layer_advisor",
+                                  {"findings": findings})]
+    return files

@@ -1,0 +1,173 @@
+"""Numeric-suite comparisons (PyTorch Numeric Suite jobs, seed 004) on any float/quantized pair.
+
+Each function takes two models: two ``torch.nn.Module`` (an eager model and its
+``torch.ao``-quantized version: done by :mod:`qir.torch_numeric`, with qir's own hooks and the
+same results as ``torch.ao.ns._numeric_suite``), or anything :func:`qir.api.as_ir` imports (a
+float ONNX model and a calibrated or QDQ model; ``float_model=None`` compares a calibrated
+model run in float with itself fake-quantized). Every entry is ``{"float": [...], "quantized":
+[...], "sqnr_db": [...]}`` (lists over the inputs; one array each for weights), with SQNR
+``20·log10(‖f‖ / ‖f − q‖)`` (:func:`qir.metrics.sqnr_db`).
+
+On IRs:
+
+- :func:`compare_weights`: per weight calibration node, keyed ``<op name>.weight`` (or
+  ``.input<slot>``): the float weight (the float model's array at the same op and slot when
+  that op has the same output and no BatchNorm after it, i.e. nothing was folded into the
+  quantized one, and the same shape; else the quantized model's own weight before its
+  quantizer) vs that weight after the quantizer. Entries are keyed by op name, not module
+  path (several ops can share one module).
+- :func:`compare_model_outputs`: the output of every layer (a fusion group counts once),
+  matched by value name (:mod:`.layer_compare`), on each input.
+- :func:`compare_model_stub`: each quantized layer fed the float model's inputs through its own
+  quantizers (the shadow ``f(Q(x_float))``) vs the float layer: its own error, without the error
+  inherited from upstream.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from qir.api import as_ir
+from qir.errors import InputError
+from qir.json_dump import write_json
+from qir.tables import format_table
+from qir.kinds import NodeKind
+from qir.records import OpRecord
+
+from ..metrics import sqnr_db
+from ..runtimes.numerics import apply_calibration
+from . import layer_compare as lc
+
+__all__ = ["compare_weights", "compare_model_outputs", "compare_model_stub", "summary", "write_report"]
+
+
+def _is_torch(model: Any) -> bool:
+    torch = sys.modules.get("torch")  # a torch module exists only if torch was imported
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def _key(op: OpRecord, k: int = 0) -> str:
+    return op.name if k == 0 else f"{op.name}[{k}]"
+
+
+def compare_weights(float_model: Any, quantized_model: Any) -> dict[str, dict]:
+    """Per quantized weight: float vs quantized array and SQNR (see the module docstring).
+    Two PyTorch models (or their state dicts) go to :func:`qir.torch_numeric.compare_weights`."""
+    if _is_torch(quantized_model) or isinstance(quantized_model, dict):
+        from qir.torch_numeric import compare_weights as torch_weights
+
+        sd = [m if isinstance(m, dict) else m.state_dict() for m in (float_model, quantized_model)]
+        return torch_weights(*sd)
+    q_ir = as_ir(quantized_model)
+    f_ir = None if float_model is None else as_ir(float_model)
+    aliases = q_ir.meta.get("value_aliases", {})
+    found = {}
+    for cal in q_ir.calibrations("weight"):
+        w = np.asarray(q_ir.weight_array(cal.input))
+        quant = apply_calibration(cal, w)
+        for op, slot in ((r, s) for r, s in q_ir.uses(cal.output) if isinstance(r, OpRecord)):
+            flt = w
+            f_op = f_ir.node(op.name) if f_ir is not None and f_ir.has_node(op.name) else None
+            if isinstance(f_op, OpRecord) and _same_function(f_ir, f_op, op, aliases):
+                v = f_op.inputs[slot] if slot < len(f_op.inputs) else ""
+                if v and f_ir.value(v).kind is NodeKind.WEIGHT and f_ir.weight_array(v).shape == w.shape:
+                    flt = np.asarray(f_ir.weight_array(v))
+            key = f"{_key(op)}.{'weight' if slot == 1 else f'input{slot}'}"
+            found[key] = {"float": flt.astype(np.float32), "quantized": quant.astype(np.float32),
+                          "sqnr_db": sqnr_db(flt, quant)}
+    if not found:
+        raise InputError("the quantized model has no weight calibration node to compare")
+    return found
+
+
+def _same_function(f_ir, f_op: OpRecord, q_op: OpRecord, aliases: dict) -> bool:
+    """The float op computes what the quantized op does: same output names, no BatchNorm folded
+    into the quantized op (by qir's fold-bn, or by a quantizer that renamed nothing)."""
+    if f_op.outputs[:1] != q_op.outputs[:1] or any(o in aliases for o in q_op.outputs):
+        return False
+    return not any(isinstance(r, OpRecord) and r.op_type == "BatchNormalization" for r in f_ir.consumers(f_op.outputs[0]))
+
+
+def _pair(float_model: Any, quantized_model: Any) -> tuple:
+    """(baseline, analysis) for :func:`.layer_compare.run_layers`, imported once."""
+    q_ir = as_ir(quantized_model)
+    return (q_ir, None) if float_model is None else (as_ir(float_model), q_ir)
+
+
+def _inputs(inputs: Iterable[dict]) -> list[dict]:
+    inputs = list(inputs)
+    if not inputs or not all(isinstance(x, dict) for x in inputs):
+        raise InputError("give the inputs as one or more {input name: array} samples")
+    return inputs
+
+
+def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, allow_list=None,
+                          runtime: str = "ort") -> dict[str, dict]:
+    """Matched layer outputs of both models on each input (see the module docstring);
+    ``allow_list`` (IR: op types) restricts the layers."""
+    if _is_torch(quantized_model):
+        from qir.torch_numeric import compare_model_outputs as torch_outputs
+
+        return torch_outputs(float_model, quantized_model, *inputs, allow_list=allow_list)
+    found: dict[str, dict] = {}
+    pair = _pair(float_model, quantized_model)
+    for sample in _inputs(inputs):
+        run = lc.run_layers(*pair, sample, runtime=runtime)
+        for op in lc.compared_ops(run.analysis, types=allow_list or ()):
+            for k, v in enumerate(op.outputs):
+                f, q = run.base(v), run.analy_values.get(v)
+                if f is None or q is None or q.dtype.kind != "f" or f.shape != q.shape:
+                    continue
+                entry = found.setdefault(_key(op, k), {"float": [], "quantized": [], "sqnr_db": []})
+                entry["float"].append(f), entry["quantized"].append(q), entry["sqnr_db"].append(sqnr_db(f, q))
+    return found
+
+
+def compare_model_stub(float_model: Any, quantized_model: Any, module_swap_list=None, *inputs: Any,
+                       runtime: str = "ort") -> dict[str, dict]:
+    """Each quantized layer on the float model's inputs vs the float layer (see the module
+    docstring). ``module_swap_list``: for PyTorch the module types to shadow (required); for an
+    IR, op types (None: every layer with a quantized input)."""
+    if _is_torch(quantized_model):
+        from qir.torch_numeric import compare_model_stub as torch_stub
+
+        return torch_stub(float_model, quantized_model, module_swap_list, *inputs)
+    found: dict[str, dict] = {}
+    pair = _pair(float_model, quantized_model)
+    for sample in _inputs(inputs):
+        run = lc.run_layers(*pair, sample, runtime=runtime)
+        shadows = lc.shadow_outputs(run, lc.compared_ops(run.analysis, types=module_swap_list or ()))
+        for name, (full, _) in shadows.items():
+            op = run.analysis.op(name)
+            for k, v in enumerate(op.outputs):
+                f = run.base(v)
+                if f is None or k >= len(full) or np.asarray(full[k]).shape != f.shape:
+                    continue
+                entry = found.setdefault(_key(op, k), {"float": [], "quantized": [], "sqnr_db": []})
+                entry["float"].append(f), entry["quantized"].append(full[k])
+                entry["sqnr_db"].append(sqnr_db(f, full[k]))
+    return found
+
+
+def summary(results: dict[str, dict]) -> list[dict]:
+    """``[{"name", "sqnr_db"}]``, the mean SQNR per entry, worst first (a table for reports)."""
+    rows = []
+    for name, entry in results.items():
+        vals = np.atleast_1d(np.asarray(entry["sqnr_db"], np.float64))
+        rows.append({"name": name, "sqnr_db": float(np.mean(vals)) if vals.size else float("nan")})
+    return sorted(rows, key=lambda r: (r["sqnr_db"] != r["sqnr_db"], r["sqnr_db"]))
+
+
+def write_report(results: dict[str, dict[str, dict]], out_dir: str | Path) -> list[Path]:
+    """``numeric_suite.txt`` (per comparison, the mean SQNR per entry, worst first) and
+    ``numeric_suite.json`` (those rows); ``results`` is ``{"weights"|"outputs"|"stub": result}``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {kind: summary(found) for kind, found in results.items()}
+    txt = out / "numeric_suite.txt"
+    txt.write_text("\n".join(format_table(["name", "sqnr_db"], rows, f"{kind}: SQNR (dB), worst first")
+                             for kind, rows in tables.items()))
+    return [txt, write_json(out / "numeric_suite.json", "qir.numeric_suite", tables)]

@@ -1,0 +1,163 @@
+"""``op-sensitivity``: how much quantizing one op's output, or its weights, alone costs on the bad
+case (horizon QuantAnalysis ``sensitivity``), one table per model output.
+
+Rule (seed 000, "sensitivity"; ``../shared/reference/horizon-semantics.md`` §2.8), computed by
+the analysis engine from the float configuration of the calibrated model:
+
+1. Candidates, per general node ``op``: ``activation``, the calibration nodes quantizing its
+   output (in the IR, the activation calibration nodes reading that value; a quantized model
+   input is a row of its own with op type ``input``); ``weight``, the weight calibration nodes
+   feeding it. Only candidates with a calibration node in an integer or fp16 mode count.
+2. Each candidate is one variant: every calibration node in float except the candidate's, in
+   their calibrated modes. Its outputs on the bad case are compared with the float model's.
+3. Per model output, rows sort most sensitive first by ``metric`` (L1, ATOL, MSE, KL: larger is
+   worse; Cosine, SQNR: smaller is worse); ``reverse=True`` puts the least sensitive first (to
+   pick int16 nodes that can go back to int8).
+4. Columns: ``op_name, sensitive_type, op_type, <metric>, quant_dtype, flops`` with flops as
+   ``N(p%)`` of the whole model (:func:`qir.engine.cost.op_flops`).
+
+``sensitive_ops.txt`` holds a table per output, ``sensitive_ops.json`` (schema
+``qir.sensitive_ops`` v1) the rows with their calibration node names, which
+``set-mode --sensitive FILE --top-k N`` (or ``--ratio``) reads to raise those nodes to int16.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.json_dump import write_json
+from qir.kinds import NodeKind
+from qir.records import CalibRecord, OpRecord
+from qir.tables import format_table
+
+from .. import metrics as qmetrics
+from ..engine import Engine, Variant
+from ..engine.cost import op_flops
+from ..runtimes.numerics import QRANGE
+from .bad_case import BAD_CASE_METRICS, replay_setup
+from .fuse import unit_of, unit_type
+
+__all__ = ["op_sensitivity", "write_report", "select_sensitive", "load_report", "FILE_STEM"]
+
+logger = logging.getLogger(__name__)
+
+FILE_STEM = "sensitive_ops"
+
+
+def _quantized(cal: CalibRecord) -> bool:
+    return cal.mode in QRANGE or cal.mode.value == "fp16"
+
+
+def candidates(ir: QIR) -> list[dict[str, Any]]:
+    """``{"op_name", "sensitive_type", "op_type", "calibrations", "flops"}`` per candidate; an
+    op ending a fusion group stands for the group (its types joined, its FLOPs summed)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for cal in ir.calibrations():
+        if not _quantized(cal):
+            continue
+        if ir.value(cal.input).kind is NodeKind.WEIGHT:
+            for op in (r for r in ir.consumers(cal.output) if isinstance(r, OpRecord)):
+                found.setdefault((op.name, "weight"), {"op": op, "cals": []})["cals"].append(cal.name)
+        else:
+            producer = ir.producer(cal.input)
+            key = (producer.name, "activation") if isinstance(producer, OpRecord) else (cal.input, "activation")
+            found.setdefault(key, {"op": producer if isinstance(producer, OpRecord) else None, "cals": []})[
+                "cals"].append(cal.name)
+    out = []
+    for (name, kind), entry in found.items():
+        op = entry["op"]
+        out.append({"op_name": name, "sensitive_type": kind, "op_type": unit_type(ir, op) if op else "input",
+                    "module": op.module if op else None, "calibrations": entry["cals"],
+                    "quant_dtype": ",".join(sorted({ir.calibration(c).mode.value for c in entry["cals"]})),
+                    "flops": sum(op_flops(ir, o) for o in unit_of(ir, op)) if op else 0})
+    return out
+
+
+def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", reverse: bool = False,
+                   runtime: str = "ort", threads: int | None = None, progress: bool = True,
+                   replay_discrete: bool = True) -> dict[str, Any]:
+    """The report: ``{"metric", "outputs": {output: [row, ...]}, "total_flops"}`` (module
+    docstring). ``replay_discrete``: sort/top-k/arg-max indices come from the float model's run
+    (:mod:`.discrete`), in the variants and in the float baseline alike."""
+    if metric not in BAD_CASE_METRICS:
+        raise InputError(f"unknown sensitivity metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
+    model, replay = replay_setup(ir, ir) if replay_discrete else (ir, [])
+    cands = candidates(model)  # (replaying may prune quantizers that fed only an index)
+    if not cands:
+        raise InputError("the analysis model has no quantized calibration node; sensitivity needs a calibrated model")
+    qname = BAD_CASE_METRICS[metric]
+    variants = [Variant(f"{c['op_name']}|{c['sensitive_type']}", {n: model.calibration(n).mode.value
+                                                                  for n in c["calibrations"]}) for c in cands]
+    if replay:
+        from .discrete import with_replay
+
+        sample = with_replay(ir, "float", [sample], replay, runtime)[0]
+    engine = Engine(model, [dict(sample)], runtime=runtime, reference="float", metrics=[qname], threads=threads,
+                    progress=progress)
+    try:
+        result = engine.evaluate(variants)
+    finally:
+        engine.close()
+    per = {row["variant"]: row["values"] for row in result.rows}
+    total = sum(op_flops(model, op) for op in model.ops()) or 1
+    outputs = {}
+    for out in model.outputs:
+        rows = []
+        for c, v in zip(cands, variants):
+            value = per[v.name][out][qname]
+            rows.append({**c, metric: value, "flops_text": f"{c['flops']}({100 * c['flops'] / total:.2f}%)"})
+        rows.sort(key=lambda r: qmetrics.worst_first(qname, r[metric]), reverse=reverse)
+        outputs[out] = rows
+    return {"metric": metric, "reverse": reverse, "outputs": outputs, "total_flops": total}
+
+
+def write_report(report: dict, save_dir: str | Path) -> list[Path]:
+    """``sensitive_ops.txt`` (one table per output) and ``sensitive_ops.json``."""
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    m = report["metric"]
+    columns = ["op_name", "sensitive_type", "op_type", m, "quant_dtype", "flops"]
+    text = "\n".join(format_table(columns, [{**r, "flops": r["flops_text"]} for r in rows],
+                                  f"output {name}: most sensitive first by {m}")
+                     for name, rows in report["outputs"].items())
+    txt = out / f"{FILE_STEM}.txt"
+    txt.write_text(text)
+    return [txt, write_json(out / f"{FILE_STEM}.json", "qir.sensitive_ops", report)]
+
+
+def load_report(path: str | Path) -> dict:
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"no sensitivity report at {p}; run qir compare (or op_sensitivity) first")
+    try:
+        doc = json.loads(p.read_text())
+    except ValueError as exc:
+        raise InputError(f"{p} is not a JSON sensitivity report: {exc}") from None
+    if doc.get("schema") != "qir.sensitive_ops":
+        raise InputError(f"{p} is not a sensitive_ops.json report (schema {doc.get('schema')!r})")
+    return doc
+
+
+def select_sensitive(report: dict, top_k: int | None = None, ratio: float | None = None) -> list[str]:
+    """The calibration nodes of the ``top_k`` (or the top ``ratio`` share of) rows of every
+    output's table, most sensitive first, without repeats."""
+    if (top_k is None) == (ratio is None):
+        raise InputError("choose the sensitive rows with exactly one of --top-k N or --ratio R (top_k / ratio)")
+    if top_k is not None and top_k < 1:
+        raise InputError(f"--top-k must be >= 1, got {top_k}")
+    if ratio is not None and not 0 < ratio <= 1:
+        raise InputError(f"--ratio must be in (0, 1], got {ratio}")
+    chosen: dict[str, None] = {}
+    for rows in report["outputs"].values():
+        n = top_k if top_k is not None else max(1, math.ceil(ratio * len(rows)))
+        for row in rows[:n]:
+            chosen.update(dict.fromkeys(row["calibrations"]))
+    if not chosen:
+        raise InputError("the sensitivity report has no rows to choose from")
+    return list(chosen)

@@ -1,0 +1,194 @@
+"""Layer-by-layer comparison, error split and advisor (QuantAnalysis run + compare_per_layer),
+checked against independent runs of the models and planted faults."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import qir
+from qir import metrics as M
+from qir.data import model_samples
+from qir.engine import configured_clone
+from qir.passes import layer_compare as lc
+from qir.runtimes.numerics import QRANGE, calib_scale
+
+from ..conftest import DIGITS, DIGITS_DATA
+
+
+@pytest.fixture()
+def digits(digits_calibrated):
+    return digits_calibrated.clone(), model_samples(digits_calibrated, DIGITS_DATA, 1)[0]
+
+
+def _planted_clip(ir, factor=0.2):
+    """Shrink the threshold of the calibration node after relu2 (it feeds dw3)."""
+    cal = next(c for c in ir.calibrations("activation") if c.input == "relu2_out")
+    cal.threshold = np.float32(float(cal.threshold) * factor)
+    cal.fixed = True
+    ir.touch()
+    return cal
+
+
+def test_rows_match_independent_runs_and_shares_add_up(digits):
+    ir, sample = digits
+    run = lc.run_layers(ir, None, sample, runtime="numpy")
+    rows = lc.compare_per_layer(run)
+    values = [v for op in ir.ops() for v in op.outputs]
+    flt = qir.run(configured_clone(ir, "float", {}), sample, runtime="numpy", capture=values)
+    qnt = qir.run(ir, sample, runtime="numpy", capture=values)
+    assert [r["value"] for r in rows] == [op.outputs[0] for op in ir.ops()
+                                          if op.name not in {m for g in ir.meta["fusion_groups"].values() for m in g[:-1]}]
+    for r in rows:
+        b, a = flt[r["value"]], qnt[r["value"]]
+        assert r["Cosine"] == pytest.approx(M.cosine_similarity(b, a), abs=1e-12)
+        assert r["Atol"] == pytest.approx(float(np.max(np.abs(a - b))))
+        assert r["base_model_max"] == pytest.approx(float(b.max())) and r["analy_model_mean"] == pytest.approx(float(a.mean()))
+        assert r["clip%"] + r["round%"] + r["inherited%"] == pytest.approx(100.0) or r["Atol"] == 0
+        if r["qscale"]:
+            assert r["max_qscale_diff"] == pytest.approx(r["Atol"] / r["qscale"])
+    first = rows[0]  # conv1+relu1 reads only the model input: all its error is its own
+    assert first["analy_op_type"] == "Conv+Relu" and first["inherited%"] == pytest.approx(0.0, abs=1e-6)
+    assert rows[-1]["inherited%"] > 50  # fc's error comes mostly from upstream
+
+
+def test_shadow_equals_only_that_units_quantizers_on(digits):
+    """f(Q(x_b)) is what the float model computes with only the unit's input quantizers on."""
+    ir, sample = digits
+    run = lc.run_layers(ir, None, sample, runtime="numpy")
+    shadows = lc.shadow_outputs(run)
+    assert "relu2" in shadows and "dw3" not in shadows  # dw3 is inside the group ending at relu3
+    for name in ("relu2", "relu5", "fc"):  # (relu4's Add reads relu2_out_calib, shared with dw3 upstream)
+        op = ir.op(name)
+        members = ir.meta["fusion_groups"].get(op.meta.get("fusion", ""), [name])
+        cals = [c for m in members for v in ir.op(m).inputs if v
+                for c in [ir.producer(v)] if isinstance(c, qir.records.CalibRecord)]
+        only = configured_clone(ir, "float", {c.name: c.mode.value for c in cals})
+        want = qir.run(only, sample, runtime="numpy", capture=[op.outputs[0]])[op.outputs[0]]
+        np.testing.assert_allclose(shadows[name][0][0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_planted_clipping_is_flagged_with_the_fixed_threshold(digits, tmp_path):
+    ir, sample = digits
+    cal = _planted_clip(ir)
+    run = lc.run_layers(ir, None, sample)
+    rows = lc.compare_per_layer(run)
+    findings = lc.advise(run, rows)
+    x = run.base_values["relu2_out"]
+    s = float(calib_scale(cal))
+    beyond = int(((x > (QRANGE[cal.mode][1] + 1) * s) | (x < (QRANGE[cal.mode][0] - 1) * s)).sum())
+    assert beyond > 0
+    clip = [f for f in findings if f["kind"] == "scale does not cover data"]
+    assert [f["calibration"] for f in clip] == [cal.name]
+    assert clip[0]["clipped"] == beyond and clip[0]["fixed_threshold"] == pytest.approx(float(np.abs(x).max()))
+    own = [f for f in findings if f["kind"].startswith("own error")]
+    assert own[0]["layer"] == "relu3" and own[0]["kind"] == "own error: clipping"
+    row = next(r for r in rows if r["mod_name"] == "relu3")
+    assert row["clip%"] > row["round%"]
+    files = lc.write_report(rows, findings, tmp_path)
+    advisor = (tmp_path / "abnormal_layer_advisor.txt").read_text()
+    assert advisor.splitlines()[0].startswith(f"[scale does not cover data] relu2: {beyond} values")
+    assert "relu3" in (tmp_path / "compare_per_layer_out.txt").read_text()
+    assert json.loads(files[2].read_text())["schema"] == "qir.compare_per_layer"
+    header = (tmp_path / "compare_per_layer_out.csv").read_text().splitlines()[0].split(",")
+    assert header == list(lc.COLUMNS)
+
+
+def test_planted_nan_is_flagged_at_its_layer_first(digits):
+    ir, sample = digits
+    name = ir.op("conv2").inputs[2]  # its bias (not quantized: a NaN there reaches the output)
+    w = ir.weight_array(name).copy()
+    w.flat[0] = np.nan
+    analysis = ir.clone()
+    analysis.set_weight(name, w)
+    run = lc.run_layers(ir, analysis, sample)
+    findings = lc.advise(run, lc.compare_per_layer(run))
+    assert findings[0]["kind"] == "nan/inf" and findings[0]["layer"] == "conv2"  # found before its Relu hides it
+
+
+def test_range_and_input_and_output_advice(digits):
+    ir, sample = digits
+    cal = next(c for c in ir.calibrations("activation") if c.input == "relu3_out")
+    cal.threshold = np.float32(float(cal.threshold) * 400)  # every value now rounds to a few codes
+    out_cal = ir.insert_calibration("logits", "logits_calib", role="activation", rewire_outputs=True)
+    out_cal.threshold, out_cal.mode = np.float32(20.0), qir.kinds.CalibMode.INT8
+    ir.touch()
+    run = lc.run_layers(ir, None, sample)
+    kinds = {(f["kind"], f.get("calibration")) for f in lc.advise(run, lc.compare_per_layer(run))}
+    assert ("range too large for dtype", cal.name) in kinds
+    assert ("output not high precision", "logits_calib") in kinds
+    assert ("asymmetric input", next(c.name for c in ir.calibrations() if c.input == "input")) in kinds
+
+
+def test_fold_bn_outputs_match_the_unfolded_model_after_save_and_load(digits_calibrated, tmp_path):
+    path = tmp_path / "cal.onnx"
+    qir.save(digits_calibrated, path)
+    loaded = qir.load(path)
+    assert loaded.meta["fusion_groups"] == digits_calibrated.meta["fusion_groups"]
+    assert loaded.meta["value_aliases"] == digits_calibrated.meta["value_aliases"]
+    sample = model_samples(loaded, DIGITS_DATA, 1)[0]
+    run = lc.run_layers(DIGITS / "model.onnx", loaded, sample)
+    rows = lc.compare_per_layer(run)
+    assert rows[0]["mod_name"] == "relu1" and rows[0]["base_op_type"] == "Relu"
+    assert min(r["Cosine"] for r in rows) > 0.99  # the folded convs are compared with their BN outputs
+    files = lc.save_layers(run, tmp_path / "layers")
+    with np.load(files[1], allow_pickle=False) as z:
+        assert set(op.outputs[0] for op in loaded.ops()) <= set(z.files)
+
+
+def test_prefix_and_type_filters(digits):
+    ir, sample = digits
+    run = lc.run_layers(ir, None, sample)
+    assert [r["mod_name"] for r in lc.compare_per_layer(run, types=["MaxPool"])] == ["pool4"]
+    # a fused layer matches through any of its ops
+    assert [r["mod_name"] for r in lc.compare_per_layer(run, types=["Add"])] == ["relu4"]
+    assert [r["mod_name"] for r in lc.compare_per_layer(run, prefixes=["conv2"])] == ["relu2"]
+    assert {r["mod_name"] for r in lc.compare_per_layer(run, prefixes=["relu*"])} == {"relu1", "relu2", "relu3",
+                                                                                        "relu4", "relu5"}
+    with pytest.raises(qir.errors.InputError, match="no layer matches"):
+        lc.compare_per_layer(run, types=["LSTM"])
+
+
+def test_fakequant_against_its_emitted_qdq_model_is_exact(digits_calibrated, tmp_path):
+    """The calibrated model and the QDQ model emitted from it line up layer by layer, equal."""
+    from qir.tools.cli import main
+
+    cal, qdq = tmp_path / "cal.onnx", tmp_path / "qdq.onnx"
+    qir.save(digits_calibrated, cal)
+    assert main(["emit", str(cal), "-o", str(qdq)]) == 0
+    sample = model_samples(digits_calibrated, DIGITS_DATA, 1)[0]
+    run = lc.run_layers(cal, qdq, sample)
+    rows = lc.compare_per_layer(run)
+    assert len(rows) == 9 and all(r["Atol"] == 0.0 for r in rows)
+    assert [r["quant_dtype"] for r in rows] == [r["quant_dtype"] for r in lc.compare_per_layer(lc.run_layers(cal, None, sample))]
+    assert not [f for f in lc.advise(run, rows) if f["kind"].startswith("own error")]
+
+
+SCALAR_OUT = """
+<ir_version: 8, opset_import: ["" : 17]>
+scalar_net (float[1, 8] x) => (float total) {
+    y = MatMul(x, w)
+    total = ReduceSum<keepdims = 0>(y)
+}
+"""
+
+
+def test_scalar_outputs_and_unsplittable_layers(tmp_path):
+    """A 0-d layer output gets a row; a layer whose shadow cannot run has empty shares, not
+    "all inherited"."""
+    from qir.passes import get_pass
+
+    from ..conftest import model_from_text
+
+    ir = qir.load(model_from_text(SCALAR_OUT, {"w": (8, 4)}))
+    data = [{"x": np.random.default_rng(i).standard_normal((1, 8)).astype(np.float32)} for i in range(4)]
+    get_pass("insert-calibration")(ir)
+    get_pass("calibrate", data=data, method="max", progress=False)(ir)
+    run = lc.run_layers(ir, None, data[0])
+    rows = {r["value"]: r for r in lc.compare_per_layer(run)}
+    assert rows["total"]["shape"] == [] and rows["total"]["Atol"] == pytest.approx(
+        abs(float(run.analy_values["total"]) - float(run.base_values["total"])))
+    del run.base_values["x"]  # the model input: the MatMul's shadow has nothing to run on
+    rows = {r["value"]: r for r in lc.compare_per_layer(run)}
+    assert rows["y"]["clip%"] is None and rows["y"]["own_error"] is None

@@ -1,0 +1,83 @@
+"""Numeric-suite comparisons on IR pairs (no torch): weights against the per-channel int8
+definition, layer outputs against independent runs, and the stub separating a layer's own
+error from the error it inherits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qir
+from qir import metrics as M
+from qir.data import model_samples
+from qir.engine import configured_clone
+from qir.errors import InputError
+from qir.passes import numeric_suite as ns
+
+from ..conftest import DIGITS, DIGITS_DATA
+
+
+def test_weights_match_the_per_channel_int8_definition(digits_calibrated):
+    found = ns.compare_weights(None, digits_calibrated)
+    assert {"conv1.weight", "conv2.weight", "fc.weight"} <= set(found)
+    for key, entry in found.items():
+        w = entry["float"].astype(np.float64)
+        axis = 0
+        scale = np.abs(w).reshape(w.shape[axis], -1).max(1) / 127
+        q = np.clip(np.round(w / scale.reshape((-1,) + (1,) * (w.ndim - 1))), -128, 127)
+        q = q * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+        want = 20 * np.log10(np.linalg.norm(w) / np.linalg.norm(w - q))
+        assert entry["sqnr_db"] == pytest.approx(want, abs=1e-3), key
+        assert 35 < entry["sqnr_db"] < 60
+    # against the unfolded float model: fc is unchanged by fold-bn, so its float weight is the original
+    with_float = ns.compare_weights(DIGITS / "model.onnx", digits_calibrated)
+    original = qir.load(DIGITS / "model.onnx")
+    fc_w = original.weight_array(original.op("fc").inputs[1])
+    np.testing.assert_array_equal(with_float["fc.weight"]["float"], fc_w)
+    with pytest.raises(InputError, match="no weight calibration node"):
+        ns.compare_weights(None, original)
+
+
+def test_outputs_accumulate_and_match_independent_runs(digits_calibrated):
+    ir = digits_calibrated
+    samples = model_samples(ir, DIGITS_DATA, 2)
+    found = ns.compare_model_outputs(None, ir, *samples)
+    assert "relu1" in found and "conv1" not in found  # one entry per fusion group
+    float_ir = configured_clone(ir, "float", {})
+    for i, s in enumerate(samples):
+        f = qir.run(float_ir, s, capture=["relu3_out"])["relu3_out"]
+        q = qir.run(ir, s, capture=["relu3_out"])["relu3_out"]
+        assert found["relu3"]["sqnr_db"][i] == pytest.approx(M.sqnr_db(f, q), abs=1e-4)
+    assert all(len(e["sqnr_db"]) == 2 for e in found.values())
+    only_pool = ns.compare_model_outputs(None, ir, samples[0], allow_list=["MaxPool"])
+    assert list(only_pool) == ["pool4"]
+    with pytest.raises(InputError, match="one or more"):
+        ns.compare_model_outputs(None, ir)
+
+
+def test_stub_separates_own_error_from_inherited_error(digits_calibrated):
+    ir = digits_calibrated.clone()
+    cal = next(c for c in ir.calibrations("activation") if c.input == "relu3_out")  # read by pw4 (relu4 group)
+    cal.threshold = np.float32(float(cal.threshold) / 10)
+    ir.touch()
+    sample = model_samples(ir, DIGITS_DATA, 1)[0]
+    stub = ns.compare_model_stub(None, ir, None, sample)
+    outs = ns.compare_model_outputs(None, ir, sample)
+    own = {k: v["sqnr_db"][0] for k, v in stub.items()}
+    total = {k: v["sqnr_db"][0] for k, v in outs.items()}
+    assert own["relu4"] < own["relu5"] - 10  # the clipped layer's own error
+    assert total["relu5"] < own["relu5"] - 10  # relu5 only inherits it
+    rows = ns.summary(stub)
+    assert rows[0]["name"] == "relu4"
+
+
+def test_cli_writes_the_three_tables(digits_calibrated, tmp_path, capsys):
+    from qir.tools.cli import main
+
+    model = tmp_path / "cal.onnx"
+    qir.save(digits_calibrated, model)
+    assert main(["numeric-suite", str(DIGITS / "model.onnx"), str(model), str(DIGITS_DATA), "-o",
+                 str(tmp_path / "ns"), "-n", "2"]) == 0
+    text = (tmp_path / "ns" / "numeric_suite.txt").read_text()
+    assert all(f"{k}: SQNR (dB), worst first" in text for k in ("weights", "outputs", "stub"))
+    assert "weights: 6 entries" in capsys.readouterr().out
+    assert main(["numeric-suite", str(model), str(tmp_path / "nope.onnx"), str(DIGITS_DATA)]) != 0

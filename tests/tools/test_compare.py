@@ -1,0 +1,102 @@
+"""The QuantAnalysis workflow end to end: API and ``qir compare``."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import qir
+from qir.errors import InputError
+from qir.tools.cli import main
+from qir.tools.compare import QuantAnalysis, metric_name
+
+from ..conftest import DIGITS, DIGITS_DATA, calibrated_real
+
+FILES = ["badcase.txt", "badcase.json", "badcase.npz", "compare_per_layer_out.txt", "compare_per_layer_out.csv",
+         "abnormal_layer_advisor.txt", "sensitive_ops.txt", "sensitive_ops.json", "compare.json",
+         "layers/baseline.npz", "layers/analysis.npz", "layers/layers.json"]
+
+
+def test_cli_runs_the_whole_workflow(digits_calibrated, tmp_path, capsys):
+    model = tmp_path / "cal.onnx"
+    qir.save(digits_calibrated, model)
+    out = tmp_path / "qa"
+    assert main(["compare", str(DIGITS / "model.onnx"), str(model), str(DIGITS_DATA), "-o", str(out),
+                 "-n", "8", "-m", "cosine"]) == 0
+    printed = capsys.readouterr().out
+    assert "bad case: sample" in printed and "most sensitive for logits" in printed
+    for f in FILES:
+        assert (out / f).is_file(), f
+    summary = json.loads((out / "compare.json").read_text())
+    assert summary["bad_case"]["metric"] == "Cosine" and summary["layers"] == 9
+    # the same file twice: float vs fake-quantized
+    assert main(["compare", str(model), str(model), str(DIGITS_DATA), "-o", str(tmp_path / "self"), "-n", "4",
+                 "--no-sensitivity"]) == 0
+    assert not (tmp_path / "self" / "sensitive_ops.txt").exists()
+    assert main(["compare", str(model), str(tmp_path / "missing.onnx"), str(DIGITS_DATA), "-o", str(out)]) != 0
+    assert "missing.onnx" in capsys.readouterr().err
+
+
+def test_api_bad_case_handling(digits_calibrated, tmp_path):
+    qa = QuantAnalysis(digits_calibrated, out_dir=tmp_path)
+    with pytest.raises(InputError, match="no bad case yet"):
+        qa.run()
+    report = qa.auto_find_bad_case(DIGITS_DATA, num_steps=6, metric="atol")
+    assert qa.chosen == report["chosen"]
+    other = next(i for i in range(6) if i not in qa.bad_cases)
+    with pytest.raises(InputError, match="not a bad case"):
+        qa.run(index=other)
+    chosen = qa.bad_cases[qa.chosen]
+    qa.save_bad_case(tmp_path / "mine.npz")
+    qa2 = QuantAnalysis(digits_calibrated, out_dir=tmp_path)
+    qa2.load_bad_case(tmp_path / "mine.npz")
+    run = qa2.run()
+    np.testing.assert_array_equal(run.sample["input"], chosen["input"])
+    rows = qa2.compare_per_layer(types=["Gemm"])
+    assert [r["mod_name"] for r in rows] == ["fc"]
+    with pytest.raises(InputError, match="set_bad_case takes one sample"):
+        qa2.set_bad_case([1, 2])
+    with pytest.raises(InputError, match="unknown metric"):
+        metric_name("cos")
+
+
+@pytest.mark.slow
+def test_real_detector_planted_faults_are_found(tmp_path):
+    """YOLOv8n calibrated on real images, a clipping fault and a NaN planted: bad-case search
+    over 16 real images, the per-layer table and advisor flag both, sensitivity ranks the
+    clipped node first."""
+    from ..conftest import real_models
+
+    rm = real_models()
+    ir, _ = calibrated_real("yolov8n_320", [1, 3, 320, 320])
+    images = [{"images": rm.yolov8n_input(img)} for img in rm.images(rm.CALIB + rm.EVAL)][:16]
+    acts = [c for c in ir.calibrations("activation") if ir.producer(c.input) is not None]
+    victim = acts[len(acts) // 3]
+    victim.threshold = np.float32(float(victim.threshold) / 50)
+    victim.fixed = True
+    ops = ir.ops()
+    conv = next(op for i, op in enumerate(ops) if op.op_type == "Conv" and i > 2 * len(ops) // 3
+                and len(op.inputs) > 2 and op.inputs[2])
+    bias = ir.weight_array(conv.inputs[2]).copy()
+    bias[0] = np.inf
+    analysis = ir.clone()
+    analysis.set_weight(conv.inputs[2], bias)
+    qa = QuantAnalysis(ir, analysis, out_dir=tmp_path)
+    report = qa.auto_find_bad_case(images, metric="L1")
+    assert report["samples"] == 16
+    assert (tmp_path / "badcase.txt").read_text().count("\n") >= 10
+    qa.run()
+    rows = qa.compare_per_layer()
+    findings = qa.report["advisor"]
+    nan = [f for f in findings if f["kind"] == "nan/inf"]
+    assert nan and nan[0]["layer"] == conv.name
+    clip = [f for f in findings if f["kind"] == "scale does not cover data"]
+    assert victim.name in [f["calibration"] for f in clip]
+    assert len(rows) > 50
+    # sensitivity on the clipped model alone (the inf would swamp every row)
+    qa_clip = QuantAnalysis(ir, out_dir=tmp_path / "clip")
+    qa_clip.set_bad_case(qa.bad_cases[qa.chosen])
+    sens = qa_clip.sensitivity(metric="L1")
+    for out, table in sens["outputs"].items():
+        assert victim.name in [c for r in table[:3] for c in r["calibrations"]], out

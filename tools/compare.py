@@ -1,0 +1,156 @@
+"""The QuantAnalysis workflow (horizon ``QuantAnalysis``): find the bad case, run both models on
+it layer by layer, compare every layer with an advisor, rank ops by sensitivity.
+
+::
+
+    qa = QuantAnalysis("model.onnx", "calibrated.onnx", out_dir="qa")   # or analysis=None
+    qa.auto_find_bad_case(data, num_steps=16, metric="L1")  # badcase.txt/.json/.npz
+    qa.run()                                                 # layers/baseline.npz, analysis.npz
+    qa.compare_per_layer()                                   # compare_per_layer_out.*, advisor
+    qa.sensitivity()                                         # sensitive_ops.txt/.json
+
+``qir compare BASELINE ANALYSIS DATA -o OUT`` runs all four (:func:`compare`). The models are
+anything :func:`qir.api.as_ir` takes; ``analysis=None`` (on the command line: the same file
+twice) compares the baseline run in float with itself fake-quantized. Sensitivity toggles the
+analysis model's calibration nodes, so it needs a calibrated (or QDQ-imported) analysis model.
+Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices unless
+``replay_discrete=False`` (:mod:`qir.passes.discrete`).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from qir.api import as_ir
+from qir.errors import InputError
+from qir.json_dump import write_json
+
+from ..passes import bad_case, layer_compare, op_sensitivity
+
+__all__ = ["QuantAnalysis", "compare", "metric_name"]
+
+logger = logging.getLogger(__name__)
+
+
+def metric_name(metric: str) -> str:
+    """A bad-case metric name in any case (``COSINE`` → ``Cosine``)."""
+    for name in bad_case.BAD_CASE_METRICS:
+        if name.lower() == str(metric).lower():
+            return name
+    raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(bad_case.BAD_CASE_METRICS)}")
+
+
+class QuantAnalysis:
+    """Baseline vs analysis model (see the module docstring); every step writes into ``out_dir``."""
+
+    def __init__(self, baseline_model: Any, analysis_model: Any = None, *,
+                 post_process: Callable[[dict], dict] | None = None, out_dir: str | Path = "./qir_quant_analysis",
+                 runtime: str = "ort", replay_discrete: bool = True) -> None:
+        self.baseline = as_ir(baseline_model)
+        self.analysis = None if analysis_model is None else as_ir(analysis_model)
+        self.post_process, self.runtime, self.replay_discrete = post_process, runtime, replay_discrete
+        self.out_dir = Path(out_dir)
+        self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
+        self.chosen: int | None = None
+        self.layer_run: layer_compare.LayerRun | None = None
+        self.report: dict[str, Any] = {}
+
+    @property
+    def analysis_ir(self):
+        return self.baseline if self.analysis is None else self.analysis
+
+    # ----------------------------------------------------------------- bad case
+    def auto_find_bad_case(self, data: Any, num_steps: int | None = None, metric: str = "L1") -> dict:
+        """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``."""
+        metric = metric_name(metric)
+        report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
+                                         post_process=self.post_process, runtime=self.runtime,
+                                         replay_discrete=self.replay_discrete)
+        bad_case.write_report(report, self.out_dir)
+        indices = {entry["index"] for entry in report["worst_output"].values()}
+        indices |= {i for per in report["bad_case"].values() for i in per.values()}
+        self.bad_cases = {i: report["data"][i] for i in sorted(indices)}
+        self.chosen = report["chosen"]
+        self.report["bad_case"] = {k: v for k, v in report.items() if k not in ("data", "values")}
+        return report
+
+    def set_bad_case(self, data: Mapping[str, np.ndarray]) -> None:
+        """Use ``data`` (``{input name: array}``) as the bad case."""
+        if not isinstance(data, Mapping) or not data:
+            raise InputError("set_bad_case takes one sample: a dict {input name: array}")
+        self.bad_cases, self.chosen = {0: {k: np.asarray(v) for k, v in data.items()}}, 0
+
+    def save_bad_case(self, path: str | Path | None = None) -> Path:
+        """The current bad case as ``.npz`` (default ``<out_dir>/badcase.npz``)."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return bad_case.save_bad_case(self._case(None), path or self.out_dir / "badcase.npz")
+
+    def load_bad_case(self, filename: str | Path | None = None) -> None:
+        """Read a bad case saved by ``auto_find_bad_case``/``save_bad_case``."""
+        self.set_bad_case(bad_case.load_bad_case(filename or self.out_dir / "badcase.npz"))
+
+    def _case(self, index: int | None) -> dict[str, np.ndarray]:
+        if self.chosen is None:
+            raise InputError("no bad case yet: call auto_find_bad_case, set_bad_case or load_bad_case first")
+        if index is None:
+            return self.bad_cases[self.chosen]
+        if index not in self.bad_cases:
+            raise InputError(f"sample {index} is not a bad case; choose one of {sorted(self.bad_cases)} "
+                             "(see badcase.txt)")
+        return self.bad_cases[index]
+
+    # ------------------------------------------------------------ layer by layer
+    def run(self, index: int | None = None) -> layer_compare.LayerRun:
+        """Both models on the bad case (``index``: another bad case from ``badcase.txt``), every
+        layer's values saved under ``<out_dir>/layers/``."""
+        self.layer_run = layer_compare.run_layers(self.baseline, self.analysis, self._case(index),
+                                                  runtime=self.runtime)
+        layer_compare.save_layers(self.layer_run, self.out_dir / "layers")
+        return self.layer_run
+
+    def compare_per_layer(self, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:
+        """The per-layer table and the advisor (``compare_per_layer_out.*``, ``abnormal_layer_advisor.*``)."""
+        if self.layer_run is None:
+            self.run()
+        rows = layer_compare.compare_per_layer(self.layer_run, prefixes, types)
+        findings = layer_compare.advise(self.layer_run, rows)
+        layer_compare.write_report(rows, findings, self.out_dir)
+        self.report["advisor"] = findings
+        return rows
+
+    # ------------------------------------------------------------- sensitivity
+    def sensitivity(self, metric: str = "L1", reverse: bool = False, threads: int | None = None) -> dict:
+        """Per-op activation and weight sensitivity on the bad case (``sensitive_ops.txt``/``.json``)."""
+        report = op_sensitivity.op_sensitivity(self.analysis_ir, self._case(None), metric=metric_name(metric),
+                                               reverse=reverse, runtime=self.runtime, threads=threads,
+                                               replay_discrete=self.replay_discrete)
+        op_sensitivity.write_report(report, self.out_dir)
+        self.report["sensitivity"] = {out: rows[:10] for out, rows in report["outputs"].items()}
+        return report
+
+
+def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num_steps: int | None = None,
+            metric: str = "L1", prefixes: Iterable[str] = (), types: Iterable[str] = (),
+            sensitivity: bool = True, post_process: Callable[[dict], dict] | None = None,
+            runtime: str = "ort", replay_discrete: bool = True) -> dict[str, Any]:
+    """The whole workflow; returns (and writes as ``compare.json``) a summary."""
+    qa = QuantAnalysis(baseline, analysis, post_process=post_process, out_dir=out_dir, runtime=runtime,
+                       replay_discrete=replay_discrete)
+    layer_compare.compared_ops(qa.analysis_ir, prefixes, types)  # a filter matching nothing fails now, not later
+    logger.info("bad-case search")
+    qa.auto_find_bad_case(data, num_steps=num_steps, metric=metric)
+    logger.info("layer by layer on sample %s", qa.chosen)
+    qa.run()
+    rows = qa.compare_per_layer(prefixes, types)
+    if sensitivity:
+        if any(c.mode.value != "float" for c in qa.analysis_ir.calibrations()):
+            logger.info("sensitivity")
+            qa.sensitivity(metric)
+        else:
+            logger.warning("the analysis model has no quantized calibration node: no sensitivity table")
+    summary = {"out_dir": str(out_dir), "bad_case_index": qa.chosen, "layers": len(rows), **qa.report}
+    write_json(Path(out_dir) / "compare.json", "qir.compare", summary)
+    return summary
