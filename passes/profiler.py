@@ -11,7 +11,8 @@ max, mean, var, shape``
 none); ``scale`` is that node's (largest) scale. Weights and biases are the stored arrays; an
 input read through a weight calibration node is the weight, shown as calibrated. Activations are
 pooled over the samples. Written as ``statistic.txt`` (aligned) and ``statistic.csv``; with
-``histograms``, one PNG per op with the histogram of each tensor (log counts).
+``histograms``, one PNG per op with the histogram of each tensor (log counts); with
+``tensorboard`` (needs the ``tensorboard`` package), the same histograms as a TensorBoard event file.
 """
 from __future__ import annotations
 
@@ -114,14 +115,47 @@ def _row(op, role: str, value: str, cal: CalibRecord | None, array: np.ndarray, 
             "shape": shape}
 
 
-def write_report(report: dict, save_dir: str | Path, histograms: bool = False) -> list[Path]:
-    """``statistic.txt``, ``statistic.csv`` and (``histograms``) ``histograms/<op>.png``."""
+def write_report(report: dict, save_dir: str | Path, histograms: bool = False, tensorboard: bool = False) -> list[Path]:
+    """``statistic.txt``, ``statistic.csv``, (``histograms``) ``histograms/<op>.png`` and
+    (``tensorboard``) an event file under ``tensorboard/``."""
     out = Path(save_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = write_table(out / "statistic.txt", out / "statistic.csv", COLUMNS, report["rows"])
     if histograms:
         files += _histograms(report["tensors"], out / "histograms")
+    if tensorboard:
+        files.append(write_tensorboard(report["tensors"], out / "tensorboard"))
     return files
+
+
+def write_tensorboard(tensors: dict[str, dict[str, np.ndarray]], log_dir: str | Path, bins: int = 100) -> Path:
+    """One TensorBoard histogram per tensor, tagged ``<op>/<role> <value>`` (open with
+    ``tensorboard --logdir``). Needs the ``tensorboard`` package; not torch or TensorFlow.
+    Buckets: ``bins`` equal-width bins over the finite values, as TensorBoard's
+    ``HistogramProto`` (each bucket's right edge in ``bucket_limit``)."""
+    try:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:
+        raise InputError("the TensorBoard export needs the tensorboard package: pip install tensorboard") from None
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    writer = EventFileWriter(str(log_dir))
+    for op, named in tensors.items():
+        for label, array in named.items():
+            x = np.asarray(array, np.float64).ravel()
+            x = x[np.isfinite(x)]
+            if not x.size:
+                continue
+            counts, edges = np.histogram(x, bins=bins)
+            hist = HistogramProto(min=float(x.min()), max=float(x.max()), num=float(x.size), sum=float(x.sum()),
+                                  sum_squares=float(np.dot(x, x)), bucket_limit=edges[1:].tolist(),
+                                  bucket=counts.astype(np.float64).tolist())
+            summary = Summary(value=[Summary.Value(tag=f"{op}/{label}", histo=hist)])
+            writer.add_event(Event(step=0, wall_time=0.0, summary=summary))
+    writer.close()
+    return log_dir
 
 
 def _histograms(tensors: dict[str, dict[str, np.ndarray]], folder: Path) -> list[Path]:
@@ -149,9 +183,9 @@ def _histograms(tensors: dict[str, dict[str, np.ndarray]], folder: Path) -> list
 
 
 def profile_model(model_or_file, data, save_dir=None, *, data_num: int | None = 1, prefixes=None, types=None,
-                  histograms: bool = False, runtime: str = "ort") -> list[dict]:
+                  histograms: bool = False, tensorboard: bool = False, runtime: str = "ort") -> list[dict]:
     """Profile a model file or IR; write the report to ``save_dir`` when given; return the rows."""
     report = ProfilerPass(data, data_num, prefixes, types, runtime)(as_ir(model_or_file)).report
     if save_dir is not None:
-        write_report(report, save_dir, histograms)
+        write_report(report, save_dir, histograms, tensorboard)
     return report["rows"]

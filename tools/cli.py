@@ -458,10 +458,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     rows = profile_model(args.model, args.data, args.save_dir, data_num=args.data_num,
                          prefixes=parse_list(args.prefixes), types=parse_list(args.types),
-                         histograms=args.histograms, runtime=args.runtime)
+                         histograms=args.histograms, tensorboard=args.tensorboard, runtime=args.runtime)
     ops = len({r["op"] for r in rows})
     print(f"{len(rows)} tensor(s) of {ops} op(s): {Path(args.save_dir) / 'statistic.txt'}"
-          + (f" and histograms/ ({ops} PNG)" if args.histograms else ""))
+          + (f" and histograms/ ({ops} PNG)" if args.histograms else "")
+          + (f"; tensorboard --logdir {Path(args.save_dir) / 'tensorboard'}" if args.tensorboard else ""))
     return 0
 
 
@@ -724,6 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--prefixes", help="only ops whose names start with these: \"['backbone','head']\" or a,b")
     p.add_argument("-t", "--types", help="only these op types: Conv,Gemm")
     p.add_argument("--histograms", action="store_true", help="also one PNG of histograms per op")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="also the histograms as a TensorBoard event file (needs: pip install tensorboard)")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("bad-case", help="the input where the quantized model strays furthest (auto_find_bad_case)")

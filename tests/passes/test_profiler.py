@@ -45,3 +45,31 @@ def test_filters_errors_and_cli(digits_calibrated, tmp_path, capsys):
     qir.save(digits_calibrated, model)
     assert main(["model-profiler", str(model), str(DIGITS_DATA), "-t", "Gemm", "-s", str(tmp_path / "p")]) == 0
     assert "4 tensor(s) of 1 op(s)" in capsys.readouterr().out
+
+
+def test_tensorboard_histograms_hold_every_tensor(digits_calibrated, tmp_path, monkeypatch):
+    """Read back with TensorBoard's own event reader: one histogram per profiled tensor, with
+    the tensor's count, min, max and sum."""
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from qir.passes.profiler import ProfilerPass, write_tensorboard
+
+    report = ProfilerPass(DIGITS_DATA, 2, types=["Conv"])(digits_calibrated).report
+    log_dir = write_tensorboard(report["tensors"], tmp_path / "tb")
+    acc = event_accumulator.EventAccumulator(str(log_dir), size_guidance={event_accumulator.HISTOGRAMS: 0})
+    acc.Reload()
+    tags = acc.Tags()["histograms"]
+    want = {f"{op}/{label}": a for op, named in report["tensors"].items() for label, a in named.items()}
+    assert set(tags) == set(want)
+    for tag, array in want.items():
+        h = acc.Histograms(tag)[0].histogram_value
+        assert h.num == array.size and h.min == pytest.approx(float(array.min()))
+        assert h.max == pytest.approx(float(array.max())) and h.sum == pytest.approx(float(array.astype(np.float64).sum()), rel=1e-9, abs=1e-9)
+        assert sum(h.bucket) == array.size
+    assert main(["profile", str(tmp_path / "m.onnx"), str(DIGITS_DATA)]) != 0  # (no such model)
+    qir.save(digits_calibrated, tmp_path / "m.onnx")
+    assert main(["profile", str(tmp_path / "m.onnx"), str(DIGITS_DATA), "-t", "Gemm", "--tensorboard",
+                 "-s", str(tmp_path / "p")]) == 0
+    assert list((tmp_path / "p" / "tensorboard").glob("events.out.tfevents.*"))
+    monkeypatch.setitem(__import__("sys").modules, "tensorboard.summary.writer.event_file_writer", None)
+    with pytest.raises(InputError, match="pip install tensorboard"):
+        write_tensorboard(report["tensors"], tmp_path / "tb2")
