@@ -122,8 +122,11 @@ class QuantAnalysis:
         return rows
 
     # ------------------------------------------------------------- sensitivity
-    def sensitivity(self, metric: str = "L1", reverse: bool = False, threads: int | None = None) -> dict:
-        """Per-op activation and weight sensitivity on the bad case (``sensitive_ops.txt``/``.json``)."""
+    def sensitivity(self, metric: str = "L1", reverse: bool = False, threads: int | None = None, *,
+                    reserve: bool | None = None) -> dict:
+        """Per-op activation and weight sensitivity on the bad case (``sensitive_ops.txt``/``.json``);
+        ``reverse`` (horizon spells it ``reserve``, also accepted) lists the least sensitive first."""
+        reverse = reverse if reserve is None else reserve
         report = op_sensitivity.op_sensitivity(self.analysis_ir, self._case(None), metric=metric_name(metric),
                                                reverse=reverse, runtime=self.runtime, threads=threads,
                                                replay_discrete=self.replay_discrete)

@@ -55,6 +55,8 @@ def test_api_bad_case_handling(digits_calibrated, tmp_path):
     np.testing.assert_array_equal(run.sample["input"], chosen["input"])
     rows = qa2.compare_per_layer(types=["Gemm"])
     assert [r["mod_name"] for r in rows] == ["fc"]
+    least = qa2.sensitivity(metric="cosine", reserve=True)["outputs"]["logits"]
+    assert least[0]["Cosine"] == max(r["Cosine"] for r in least)
     with pytest.raises(InputError, match="set_bad_case takes one sample"):
         qa2.set_bad_case([1, 2])
     with pytest.raises(InputError, match="unknown metric"):
@@ -79,7 +81,7 @@ def test_real_detector_planted_faults_are_found(tmp_path):
     conv = next(op for i, op in enumerate(ops) if op.op_type == "Conv" and i > 2 * len(ops) // 3
                 and len(op.inputs) > 2 and op.inputs[2])
     bias = ir.weight_array(conv.inputs[2]).copy()
-    bias[0] = np.inf
+    bias[0] = np.nan
     analysis = ir.clone()
     analysis.set_weight(conv.inputs[2], bias)
     qa = QuantAnalysis(ir, analysis, out_dir=tmp_path)
@@ -94,9 +96,29 @@ def test_real_detector_planted_faults_are_found(tmp_path):
     clip = [f for f in findings if f["kind"] == "scale does not cover data"]
     assert victim.name in [f["calibration"] for f in clip]
     assert len(rows) > 50
-    # sensitivity on the clipped model alone (the inf would swamp every row)
+    # sensitivity on the clipped model alone (the NaN would swamp every row)
     qa_clip = QuantAnalysis(ir, out_dir=tmp_path / "clip")
     qa_clip.set_bad_case(qa.bad_cases[qa.chosen])
     sens = qa_clip.sensitivity(metric="L1")
     for out, table in sens["outputs"].items():
         assert victim.name in [c for r in table[:3] for c in r["calibrations"]], out
+
+
+@pytest.mark.slow
+def test_float_model_against_its_onnxruntime_qdq_model(tmp_path, capsys):
+    """A model quantized by onnxruntime's quantize_static, compared with its float model: the
+    layers line up by name, the table and sensitivity are filled."""
+    from ..qir.test_qdq_import import real_qdq
+
+    float_path, qdq_path, feeds = real_qdq("ppocr_cls", tmp_path)
+    data = tmp_path / "data.npz"
+    np.savez(data, **{k: np.stack([f[k] for _, f in feeds]) for k in feeds[0][1]})
+    assert main(["compare", str(float_path), str(qdq_path), str(data), "-o", str(tmp_path / "qa")]) == 0
+    rows = json.loads((tmp_path / "qa" / "compare_per_layer_out.json").read_text())["rows"]
+    qdq = qir.load(qdq_path)
+    assert len(rows) > 50 and all(r["base_op_type"] != "-" for r in rows)  # every layer found in the float model
+    convs = [r for r in rows if r["analy_op_type"] == "Conv"]
+    assert len(convs) == len(qdq.ops("Conv")) and all(r["base_op_type"] == "Conv" for r in convs)
+    assert convs[0]["Cosine"] > 0.99 and convs[0]["quant_dtype"] == "int8"
+    sens = json.loads((tmp_path / "qa" / "sensitive_ops.json").read_text())
+    assert len(next(iter(sens["outputs"].values()))) > 50
