@@ -175,11 +175,8 @@ class OrtRuntime:
         nodes, outputs = [], []
         for k, name in enumerate(captured):
             out = f"qir.capture.{k}"
-            if reduce_abs_max:  # max|x| = max(max x, -min x): two reductions, no |x| temporary
-                nodes += [helper.make_node("ReduceMax", [name], [out + ".max"], name=f"{out}.max", keepdims=0),
-                          helper.make_node("ReduceMin", [name], [out + ".min"], name=f"{out}.min", keepdims=0),
-                          helper.make_node("Neg", [out + ".min"], [out + ".neg"], name=f"{out}.neg"),
-                          helper.make_node("Max", [out + ".max", out + ".neg"], [out], name=f"{out}.absmax")]
+            if reduce_abs_max:
+                nodes += _abs_max_nodes(name, out, len(ir.value(name).shape or ()), ir.opset)
             else:
                 nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
             outputs.append(helper.make_empty_tensor_value_info(out))
@@ -205,6 +202,31 @@ class OrtRuntime:
         except Exception as exc:
             raise ExecutionError(f"onnxruntime failed on model {ir.name!r}: {_first_line(exc)}") from exc
         return {name: values[name] for name in (*ir.outputs, *captured)}
+
+
+def _abs_max_nodes(value: str, out: str, rank: int, opset: int) -> list[onnx.NodeProto]:
+    """``out = max |value|`` as ``max(max x, -min x)`` (no ``|x|`` temporary). A tensor of rank
+    >= 2 is first viewed as rows (``Flatten``: ``[N·C, H·W]`` for NCHW) and reduced per row, then
+    over the rows: onnxruntime splits a row-wise reduction across its threads, while a reduction
+    to one scalar runs on one (measured: max calibration of PP-OCRv4 det 3.3x -> 2.5x a plain
+    forward)."""
+    make = helper.make_node
+    src, nodes = value, []
+    if rank >= 2:
+        src = f"{out}.rows"
+        nodes.append(make("Flatten", [value], [src], name=src, axis=2 if rank >= 3 else 1))
+        if opset >= 18:  # axes became an input in opset 18
+            nodes.append(make("Constant", [], [f"{out}.axes"], name=f"{out}.axes",
+                              value=numpy_helper.from_array(np.array([1], np.int64))))
+        for op in ("ReduceMax", "ReduceMin"):
+            row = f"{out}.{op}.rows"
+            nodes.append(make(op, [src, f"{out}.axes"], [row], name=row, keepdims=0) if opset >= 18
+                         else make(op, [src], [row], name=row, axes=[1], keepdims=0))
+    for op, tag in (("ReduceMax", "max"), ("ReduceMin", "min")):
+        nodes.append(make(op, [f"{out}.{op}.rows" if rank >= 2 else src], [f"{out}.{tag}"], name=f"{out}.{tag}",
+                          keepdims=0))
+    return nodes + [make("Neg", [f"{out}.min"], [f"{out}.neg"], name=f"{out}.neg"),
+                    make("Max", [f"{out}.max", f"{out}.neg"], [out], name=f"{out}.absmax")]
 
 
 def new_session(model: onnx.ModelProto, threads: int | None = None, optimization: str = "all", *,

@@ -134,3 +134,33 @@ def test_fake_quant_levels_in_the_numpy_runtime(digits):
     h = qir.run(ir, {"input": x}, capture=["relu1_out~q", "relu1_out"])
     np.testing.assert_array_equal(h["relu1_out~q"], h["relu1_out"].astype(np.float16).astype(np.float32))
     assert not np.array_equal(q["logits"], ref["logits"])  # quantization changed the result
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_abs_max_equals_max_abs_of_the_captured_values_at_every_rank(opset):
+    """The in-graph reductions (row-wise for rank >= 2) give exactly max |x| of the full tensors."""
+    import onnx.parser
+
+    import qir
+    from qir.runtimes.base import get_runtime
+
+    text = f"""
+    <ir_version: 8, opset_import: ["" : {opset}]>
+    ranks (float[2, 3, 4, 5] x) => (float d, float[6, 20] b) {{
+        a = Neg(x)
+        b = Flatten<axis = 2>(a)
+        shape = Constant<value = int64[3] {{6, 4, 5}}>()
+        c = Reshape(x, shape)
+        e = Sin(c)
+        d = ReduceMax<keepdims = 0>(e)
+    }}
+    """
+    ir = qir.load(onnx.parser.parse_model(text))
+    x = np.random.default_rng(opset).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    x[1, 2, 3, 4] = -9.5  # the largest |x| is negative
+    rt = get_runtime("ort", level="float")
+    values = ["x", "a", "b", "c", "e", "d"]
+    got = rt.abs_max(ir, {"x": x}, values)
+    full = rt.run(ir, {"x": x}, capture=values)
+    assert got == {v: float(np.max(np.abs(full[v]))) for v in values}
+    assert got["a"] == 9.5
