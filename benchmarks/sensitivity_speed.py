@@ -18,7 +18,8 @@ each computed two ways:
 - qir: ``qir.engine.Engine`` over all N nodes, from scratch (plan, sessions, reference run
   included), median of ``--repeats`` runs.
 
-Also printed: F, one float forward of the whole model (onnxruntime, same threads, median of 20);
+Also printed: F, one float forward of the whole model (onnxruntime, same threads, median of 20),
+and the quantized forward, which sets the speed at which (c) re-runs its cones;
 N×F; the cone floor Σ_i (FLOPs downstream of node i / all FLOPs)·F (FLOPs as in
 ``qir.engine.cost``); qir's ratio to each; the peak RSS of the process during the qir runs
 (the kernel's counter is reset before them, so model loading and calibration do not count).
@@ -55,6 +56,21 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _forward_time(model, sample, threads: int) -> float:
+    """One whole-model onnxruntime forward (median of 20, after 3 warm-ups)."""
+    from qir.runtimes.base import get_runtime
+
+    rt = get_runtime("ort", threads=threads)
+    for _ in range(3):
+        rt.run(model, sample)
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        rt.run(model, sample)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)  # (rt and its session's memory arena go with it: not qir's)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=list(CASES))
@@ -68,7 +84,6 @@ def main() -> None:
     from qir.engine.cost import cone_fraction, step_flops
     from qir.engine.plan import build_plan
     from qir.passes import PassManager, get_pass
-    from qir.runtimes.base import get_runtime
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
     import realmodels as rm
@@ -87,17 +102,8 @@ def main() -> None:
         nodes = [c.name for c in ir.calibrations("activation")]
         n = len(nodes)
 
-        float_ir = configured_clone(ir, "float", {})
-        rt = get_runtime("ort", threads=args.threads)
-        for _ in range(3):
-            rt.run(float_ir, sample)
-        times = []
-        for _ in range(20):
-            t0 = time.perf_counter()
-            rt.run(float_ir, sample)
-            times.append(time.perf_counter() - t0)
-        forward = statistics.median(times)
-        del float_ir, rt  # its session's memory arena is not qir's
+        forward, quantized_forward = (_forward_time(model, sample, args.threads)
+                                      for model in (configured_clone(ir, "float", {}), ir))
         gc.collect()
         plan = build_plan(ir)
         flops = step_flops(ir, plan)
@@ -128,6 +134,10 @@ def main() -> None:
         print(f"{'':<12}cone floor / N*F = {floor / (n * forward):.2f}; naive timed on {len(picked)} "
               f"of {n} nodes; qir median of {args.repeats} (onnxruntime level {level}); F median of 20",
               flush=True)
+        print(f"{'':<12}the quantized forward takes {quantized_forward * 1e3:.1f} ms = "
+              f"{quantized_forward / forward:.2f} F: (c) re-runs its cones quantized, so its floor at that speed "
+              f"is {floor * quantized_forward / forward:.2f} s and qir (c) / that = "
+              f"{took / (floor * quantized_forward / forward):.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -150,8 +150,8 @@ def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,
     nodes = _lower_records(ir, records, lower_calibration or _as_calibration_node)
     read = {i for n in nodes for i in n.input}
     initializers = [numpy_helper.from_array(np.asarray(a), n) for n, a in sorted(constants.items()) if n in read]
-    initializers += [numpy_helper.from_array(np.asarray(w.data), w.name)
-                     for w in ir.weights() if w.name in read and w.name not in constants]
+    weights = [ir.value(v) for v in sorted(read - set(constants)) if ir.has_value(v)]  # (not all of ir.weights())
+    initializers += [numpy_helper.from_array(np.asarray(w.data), w.name) for w in weights if w.is_weight]
     boundary = set(inputs) | set(outputs)
     produced = {o for n in nodes for o in n.output}
     value_info = [_value_info(ir, v) for v in sorted(produced - boundary)

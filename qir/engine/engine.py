@@ -467,8 +467,11 @@ class Engine:
             list(pool.map(self.runner.prepare, range(len(plan.steps))))
         transient: dict[str, np.ndarray] = {}  # recomputable values, until their last reader ran
         read = self._reader(transient, {}, self.constants)
+        costs = np.zeros(len(plan.steps))
         for step in plan.steps:
+            t0 = time.perf_counter()
             outs = self._step(step.index, read, {}, self.constants)
+            costs[step.index] = time.perf_counter() - t0
             scale = self._code_scale.get(step.index)
             for name, array in outs.items():
                 if name in self._recomputable:
@@ -479,7 +482,7 @@ class Engine:
                 if name in transient and plan.last_reader.get(name) == step.index:
                     del transient[name]
         if timing:
-            self._calibrate_costs(pool)
+            self._calibrate_costs(costs, pool)
         base = self._baselines.pop(s, None) or {v: cache.get(v) for v in self.compare}
         self.stats["reference_seconds"] += time.perf_counter() - start
         return base
@@ -496,36 +499,29 @@ class Engine:
         for s, sample in samples.items():
             self._baselines[s] = _run_whole(float_ir, check_feeds(self.ir, sample), self.compare, rt)
 
-    def _calibrate_costs(self, pool=None) -> None:
-        """Step costs from one more timed pass (the first run of a session is slow); segments
-        cut from them; each segment timed (the faster of two runs) and checked against the
-        cached step outputs."""
+    def _calibrate_costs(self, costs: np.ndarray, pool=None) -> None:
+        """Step costs as timed in the first reference pass (sessions were built beforehand; a
+        session's first run is slower, which only biases the choice toward whole segments);
+        segments cut from them; each segment run once to warm it up and check it against the
+        cached step outputs, then timed."""
         plan = self.plan
         read = self._reader({}, {}, self.constants)
-        costs = np.zeros(len(plan.steps))
-        for step in plan.steps:
-            t0 = time.perf_counter()
-            self._step(step.index, read, {}, self.constants)
-            costs[step.index] = time.perf_counter() - t0
         self.step_cost = costs
         n = len(plan.steps)
         count = self._segment_count or max(1, int(round(math.sqrt(n) / 2)))
         plan.segments = split_segments(list(costs), count)
         if not getattr(self.runner, "segments", False):
             return
-        if pool is not None:
-            list(pool.map(lambda k: self.runner.run_segment(k, read), range(len(plan.segments))))
-        for k in range(len(plan.segments)):
-            took = np.inf
-            for _ in range(2):
-                t0 = time.perf_counter()
-                outs = self.runner.run_segment(k, read)
-                took = min(took, time.perf_counter() - t0)
+        warm = list(pool.map(lambda k: self.runner.run_segment(k, read), range(len(plan.segments)))) if pool \
+            else [self.runner.run_segment(k, read) for k in range(len(plan.segments))]
+        for k, outs in enumerate(warm):
             bad = [v for v, a in outs.items() if not np.array_equal(a, read(v), equal_nan=True)]
             if bad:
                 logger.info("segment %d differs from its steps at %s; running its steps one by one", k, bad[0])
                 continue
-            self.segment_cost[k] = took
+            t0 = time.perf_counter()
+            self.runner.run_segment(k, read)
+            self.segment_cost[k] = time.perf_counter() - t0
 
     def _open_results(self, variants: list[Variant], out_dir, resume: bool, force: bool):
         if out_dir is None:
