@@ -12,8 +12,10 @@ recomputed when needed, not stored). :func:`save_layers` writes them as ``baseli
 inputs and outputs).
 
 **Rows** (:func:`compare_per_layer`): one per floating-point output of each general node of the
-analysis model, in topological order, matched to the baseline's value of the same name (node
-and value names are stable across qir's passes, the QDQ importer and the PyTorch importer).
+analysis model, in topological order, matched to the baseline's value of the same name
+(through ``fold-bn``'s aliases), else to the same output of the baseline's node of the same
+name (node and value names are stable across qir's passes, the QDQ importer and the PyTorch
+importer; a quantizer may rename what a node writes).
 Inside a fusion group only the last op's row is kept. Columns, with ``b`` the baseline value
 and ``a`` the analysis value:
 
@@ -109,10 +111,25 @@ class LayerRun:
     analy_values: dict[str, np.ndarray]
 
     def base(self, value: str) -> np.ndarray | None:
-        """The baseline's value of the analysis model's ``value``: under the name it had before
-        ``fold-bn`` renamed the quantity (``ir.meta["value_aliases"]``), if the baseline has it."""
+        """The baseline's value matching the analysis model's ``value`` (:meth:`base_name`)."""
+        return self.base_values.get(self.base_name(value))
+
+    def base_name(self, value: str) -> str | None:
+        """The baseline value matching the analysis model's ``value``: the same name (or the
+        name it had before ``fold-bn`` renamed the quantity, ``ir.meta["value_aliases"]``), else
+        the same output of the baseline's node of the same name (a quantizer can rename what a
+        node writes: torch.ao, onnxruntime's QDQ)."""
         alias = self.analysis.meta.get("value_aliases", {}).get(value)
-        return self.base_values.get(alias if alias in self.base_values else value)
+        for name in (alias, value):
+            if name in self.base_values:
+                return name
+        op = self.analysis.producer(value) if self.analysis.has_value(value) else None
+        twin = self.baseline.node(op.name) if isinstance(op, OpRecord) and self.baseline.has_node(op.name) else None
+        if isinstance(twin, OpRecord):
+            k = op.outputs.index(value)
+            if k < len(twin.outputs) and twin.outputs[k] in self.base_values:
+                return twin.outputs[k]
+        return None
 
 
 def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = "ort") -> LayerRun:
@@ -277,12 +294,11 @@ def _rows(run: LayerRun, prefixes: Iterable[str], types: Iterable[str]) -> list[
     rows = []
     for op in ops:
         for k, value in enumerate(op.outputs):
-            a, b = run.analy_values.get(value), run.base(value)
+            base_value = run.base_name(value)
+            a, b = run.analy_values.get(value), run.base_values.get(base_value)
             if a is None or b is None or a.dtype.kind != "f" or b.shape != a.shape:
                 continue
-            alias = ir.meta.get("value_aliases", {}).get(value)
-            base_value = alias if alias in run.base_values else value
-            base_op = base_ir.producer(base_value) if base_ir.has_value(base_value) else None
+            base_op = base_ir.producer(base_value)
             cals = _readers(ir, value)
             ints = [c for c in cals if c.mode in QRANGE]
             qscale = max(float(np.max(calib_scale(c))) for c in ints) if ints else None

@@ -10,7 +10,8 @@ it layer by layer, compare every layer with an advisor, rank ops by sensitivity.
     qa.sensitivity()                                         # sensitive_ops.txt/.json
 
 ``qir compare BASELINE ANALYSIS DATA -o OUT`` runs all four (:func:`compare`). The models are
-anything :func:`qir.api.as_ir` takes; ``analysis=None`` (on the command line: the same file
+anything :func:`qir.api.as_ir` takes, or PyTorch modules (a float model and its ``torch.ao``
+fake-quant version, exported with the first sample once the data is known); ``analysis=None`` (on the command line: the same file
 twice) compares the baseline run in float with itself fake-quantized. Sensitivity toggles the
 analysis model's calibration nodes, so it needs a calibrated (or QDQ-imported) analysis model.
 Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices unless
@@ -19,6 +20,7 @@ Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -35,6 +37,11 @@ __all__ = ["QuantAnalysis", "compare", "metric_name"]
 logger = logging.getLogger(__name__)
 
 
+def _is_torch(model: Any) -> bool:
+    torch = sys.modules.get("torch")  # a torch module exists only if torch was imported
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
 def metric_name(metric: str) -> str:
     """A bad-case metric name in any case (``COSINE`` → ``Cosine``)."""
     for name in bad_case.BAD_CASE_METRICS:
@@ -49,8 +56,10 @@ class QuantAnalysis:
     def __init__(self, baseline_model: Any, analysis_model: Any = None, *,
                  post_process: Callable[[dict], dict] | None = None, out_dir: str | Path = "./qir_quant_analysis",
                  runtime: str = "ort", replay_discrete: bool = True) -> None:
-        self.baseline = as_ir(baseline_model)
-        self.analysis = None if analysis_model is None else as_ir(analysis_model)
+        self._torch = [m for m in (baseline_model, analysis_model) if _is_torch(m)]
+        self._given = (baseline_model, analysis_model)
+        if not self._torch:
+            self._import(None)
         self.post_process, self.runtime, self.replay_discrete = post_process, runtime, replay_discrete
         self.out_dir = Path(out_dir)
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
@@ -62,10 +71,37 @@ class QuantAnalysis:
     def analysis_ir(self):
         return self.baseline if self.analysis is None else self.analysis
 
+    def _import(self, example: Mapping[str, np.ndarray] | None) -> None:
+        """The models as IRs; a PyTorch module is exported with ``example`` (the first sample),
+        so that happens once the data is known."""
+        def one(model):
+            if model is None or not _is_torch(model):
+                return None if model is None else as_ir(model)
+            import torch
+
+            from qir.torch_import import from_torch
+
+            return from_torch(model, {k: torch.from_numpy(np.asarray(v)) for k, v in example.items()})
+
+        self.baseline, self.analysis = (one(m) for m in self._given)
+        self._torch = []
+
+    def _torch_samples(self, data: Any):
+        """Samples for a PyTorch baseline, read by ``forward()``'s parameter names."""
+        import inspect
+
+        from qir.data import load_samples
+
+        params = [p.name for p in inspect.signature(self._torch[0].forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+        return load_samples(data, params)
+
     # ----------------------------------------------------------------- bad case
     def auto_find_bad_case(self, data: Any, num_steps: int | None = None, metric: str = "L1") -> dict:
         """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``."""
         metric = metric_name(metric)
+        if self._torch:
+            self._import(self._torch_samples(data)[0])
         report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
                                          post_process=self.post_process, runtime=self.runtime,
                                          replay_discrete=self.replay_discrete)
@@ -82,6 +118,8 @@ class QuantAnalysis:
         if not isinstance(data, Mapping) or not data:
             raise InputError("set_bad_case takes one sample: a dict {input name: array}")
         self.bad_cases, self.chosen = {0: {k: np.asarray(v) for k, v in data.items()}}, 0
+        if self._torch:
+            self._import(self.bad_cases[0])
 
     def save_bad_case(self, path: str | Path | None = None) -> Path:
         """The current bad case as ``.npz`` (default ``<out_dir>/badcase.npz``)."""

@@ -122,3 +122,23 @@ def test_float_model_against_its_onnxruntime_qdq_model(tmp_path, capsys):
     assert convs[0]["Cosine"] > 0.99 and convs[0]["quant_dtype"] == "int8"
     sens = json.loads((tmp_path / "qa" / "sensitive_ops.json").read_text())
     assert len(next(iter(sens["outputs"].values()))) > 50
+
+
+def test_pytorch_float_model_against_its_torch_ao_fake_quant_version(tmp_path):
+    """QuantAnalysis takes the two PyTorch modules; layers carry their module paths."""
+    torch = pytest.importorskip("torch")
+    from ..qir.test_torch_import import _qat_model
+
+    qat = _qat_model(torch.ao.quantization.get_default_qat_qconfig("qnnpack"))
+    float_model = type(qat)()
+    float_model.load_state_dict({k: v for k, v in qat.state_dict().items() if k in float_model.state_dict()})
+    rng = np.random.default_rng(0)
+    data = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(6)]
+    qa = QuantAnalysis(float_model.eval(), qat, out_dir=tmp_path)
+    assert qa.auto_find_bad_case(data, metric="L1")["samples"] == 6
+    rows = qa.compare_per_layer()
+    assert [r["module"] for r in rows] == ["conv", "relu", "module", "fc"]  # (fc's output renamed by its quantizer)
+    assert all(r["Cosine"] > 0.99 for r in rows) and rows[0]["quant_dtype"] == "int8"
+    sens = qa.sensitivity()["outputs"]["output"]
+    assert {(r["module"], r["sensitive_type"]) for r in sens} >= {("conv", "weight"), ("fc", "weight"),
+                                                                   ("conv", "activation")}
