@@ -18,6 +18,7 @@ from ..runtimes.numerics import QRANGE, fake_quant
 from ..runtimes.numpy_ref.registry import lookup
 from .base import Pass, PassResult, register_pass
 from .observers import AbsHistogram, AbsMaxObserver, channel_abs_max, compute_threshold
+from .range_propagation import derivations, derive
 
 __all__ = ["CalibratePass", "METHODS"]
 
@@ -39,6 +40,9 @@ class CalibratePass(Pass):
        sample; each calibration node's input feeds a streaming |x| histogram (bounded memory,
        no stored tensors); ``method`` turns it into a threshold: ``max``, ``percentile``
        (``percentile`` option), ``kl`` (TensorRT entropy), ``mse`` (least quantization MSE).
+       ``max`` on onnxruntime reduces each tensor to its min and max inside the graph, and
+       only for values whose range does not follow exactly from another observed one
+       (:mod:`.range_propagation`).
        ``mix`` computes all four and keeps, per node, the one whose quantization of that
        node alone gives the smallest error at the outputs of the ops it feeds (measured on
        the first ``mix_samples`` samples with the numpy kernels).
@@ -122,6 +126,8 @@ class CalibratePass(Pass):
         if not values:
             return hists
         rt = get_runtime(self.runtime, level="float")
+        rules = derivations(ir, values) if fast_max else {}
+        observed = [v for v in values if v not in rules]  # the rest follow from these exactly
         bar = tqdm(samples, desc=f"calibrate ({self.method})", unit="sample", leave=False,
                    disable=None if self.progress else True)
         for i, sample in enumerate(bar):
@@ -130,11 +136,11 @@ class CalibratePass(Pass):
             except InputError as exc:
                 raise InputError(f"calibration sample {i}: {exc}") from exc
             if fast_max:  # reduced inside onnxruntime; NaN/Inf fall back to the full tensor
-                maxima = rt.abs_max(ir, feed, values)
-                bad = [v for v, m in maxima.items() if not np.isfinite(m)]
+                ranges = derive(rt.min_max(ir, feed, observed), rules)
+                bad = [v for v in values if not np.all(np.isfinite(ranges[v]))]
                 full = rt.run(ir, feed, capture=bad) if bad else {}
                 for v in values:
-                    hists[v].update(full[v] if v in full else np.float32(maxima[v]))
+                    hists[v].update(full[v] if v in full else np.asarray(ranges[v], np.float32))
                 continue
             out = rt.run(ir, feed, capture=values)
             for v in values:

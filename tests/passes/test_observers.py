@@ -483,3 +483,50 @@ def test_thresholds_are_always_finite_and_positive(rng):
             for qmax in (127, 32767):
                 t = compute_threshold(h, method, qmax)
                 assert math.isfinite(t) and 0 < t <= h.abs_max, (x[:3], method, qmax, t)
+
+
+MONOTONE = """
+<ir_version: 8, opset_import: ["" : 17]>
+chain (float[1, 4, 6, 6] x) => (float[1, 8, 36] y) {
+    c = Conv(x, w)
+    a = Add(c, three)
+    k = Clip(a, zero, six)
+    d = Div(k, six)
+    m = Mul(c, d)
+    n = Mul(m, minus)
+    s = Sub(half, n)
+    r = Relu(s)
+    y = Reshape(r, shape)
+}
+"""
+
+
+def test_max_calibration_derives_monotone_ranges_exactly():
+    """Values whose range follows from another observed value (Add/Sub/Mul/Div by constants,
+    Clip, Relu, Reshape) get the same thresholds as observing every tensor."""
+    import onnx
+    import onnx.parser
+
+    import qir
+    from qir.passes import get_pass
+    from qir.passes.range_propagation import derivations
+    from qir.runtimes.base import get_runtime
+
+    model = onnx.parser.parse_model(MONOTONE)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((8, 4, 1, 1)).astype(np.float32), "w"))
+    for name, value in (("three", 3.0), ("zero", 0.0), ("six", 6.0), ("minus", -0.7), ("half", 0.5)):
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(value, np.float32), name))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, 8, 36], np.int64), "shape"))
+    ir = qir.load(model)
+    get_pass("insert-calibration")(ir)
+    rng = np.random.default_rng(5)
+    data = [{"x": (rng.standard_normal((1, 4, 6, 6)) * 3).astype(np.float32)} for _ in range(4)]
+    values = list(dict.fromkeys(c.input for c in ir.calibrations("activation")))
+    derived = derivations(ir, values)
+    assert len(derived) >= 3 and set(derived) <= {"a", "k", "d", "n", "s", "r"}
+    get_pass("calibrate", data=data, method="max", progress=False)(ir)
+    full = [get_runtime("ort", level="float").run(ir, s, capture=values) for s in data]
+    for cal in ir.calibrations("activation"):
+        want = max(float(np.max(np.abs(f[cal.input]))) for f in full)
+        assert float(cal.threshold) == want, cal.name
