@@ -66,3 +66,22 @@ def test_calibrate_save_load_and_runtimes_agree(prepared, method, tmp_path):
           f"fakequant vs float = {cosine(b[out], fl):.6f}")
     assert cosine(a[out], b[out]) >= (0.995 if name == "ppocrv4_det" else 0.9999)
     assert cosine(b[out], fl) > 0.5  # quantized, not broken
+
+
+def test_max_thresholds_equal_the_max_of_every_observed_tensor(prepared):
+    """The fast max path (in-graph min/max, derived ranges for monotone ops) gives exactly
+    max |x| over the full captured tensors."""
+    from qir.runtimes.base import get_runtime
+
+    name, base, calib, _ = prepared
+    ir = base.clone()
+    get_pass("calibrate", data=calib[:3], method="max", progress=False)(ir)
+    values = list(dict.fromkeys(c.input for c in ir.calibrations("activation")))
+    rt = get_runtime("ort", level="float")
+    want = dict.fromkeys(values, 0.0)
+    for sample in calib[:3]:
+        full = rt.run(ir, sample, capture=values)
+        for v in values:
+            want[v] = max(want[v], float(np.max(np.abs(full[v]))))
+    for c in ir.calibrations("activation"):
+        assert float(c.threshold) == max(want[c.input], 1e-8), (name, c.name)
