@@ -7,9 +7,10 @@ float with the same model fake-quantized.
 
 **run** (:func:`run_layers`): both models on the sample, keeping every graph input and every
 general node's outputs (a node's quantized inputs are its calibration nodes applied to those,
-recomputed when needed, not stored). :func:`save_layers` writes them as ``baseline.npz`` /
-``analysis.npz`` (``{value name: array}``, no pickle) with ``layers.json`` (each node's type,
-inputs and outputs).
+recomputed when needed, not stored). :func:`save_layers` writes one ``.npy`` per value under
+``baseline/`` and ``analysis/`` (no pickle) with ``layers.json`` (which file holds which value;
+each node's type, inputs and outputs). With ``store``, values go to disk as they are captured
+and are read memory-mapped, so memory stays bounded on large models.
 
 **Rows** (:func:`compare_per_layer`): one per floating-point output of each general node of the
 analysis model, in topological order, matched to the baseline's value of the same name
@@ -69,7 +70,6 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from qir.data import save_npz
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import write_json
@@ -78,6 +78,7 @@ from qir.records import CalibRecord, OpRecord
 from qir.tables import write_table
 
 from .. import metrics as qmetrics
+from ..engine.cache import release_free_memory
 from ..runtimes.base import get_runtime
 from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, calib_zero_point, clip_only
 from ..runtimes.numpy_ref.interpreter import run_op
@@ -132,33 +133,82 @@ class LayerRun:
         return None
 
 
-def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = "ort") -> LayerRun:
-    """Run both models on ``sample`` keeping every layer's values."""
+def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = "ort",
+               store: str | Path | None = None, memory_budget: int = 512 << 20) -> LayerRun:
+    """Run both models on ``sample`` keeping every layer's values. With ``store`` (a folder),
+    the values go to ``.npy`` files there as they are produced (:func:`save_layers`' format)
+    and are read back memory-mapped, so a large model's layers need not fit in RAM: each
+    model runs once per ``memory_budget`` bytes of values it captures."""
     (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
-    base = _capture(base_ir, base_level, sample, runtime)
-    analy = _capture(analy_ir, analy_level, sample, runtime)
-    return LayerRun(base_ir, analy_ir, (base_level, analy_level), dict(sample), base, analy)
+    run = LayerRun(base_ir, analy_ir, (base_level, analy_level), dict(sample), {}, {})
+    for name, ir, level, values in (("baseline", base_ir, base_level, run.base_values),
+                                    ("analysis", analy_ir, analy_level, run.analy_values)):
+        values.update(_capture(ir, level, sample, runtime, None if store is None else Path(store) / name,
+                               memory_budget))
+    if store is not None:
+        save_layers(run, store)
+    return run
 
 
-def _capture(ir: QIR, level: str, sample, runtime: str) -> dict[str, np.ndarray]:
-    values = [v for r in ir.ops() for v in r.outputs if v] + list(ir.inputs)
-    got = get_runtime(runtime, level=level).run(ir, sample, capture=list(dict.fromkeys(values)))
-    return {k: np.asarray(v) for k, v in got.items()}
+def _captured_values(ir: QIR) -> list[str]:
+    return list(dict.fromkeys([v for r in ir.ops() for v in r.outputs if v] + list(ir.inputs)))
+
+
+def _capture(ir: QIR, level: str, sample, runtime: str, folder: Path | None, budget: int) -> dict[str, np.ndarray]:
+    rt = get_runtime(runtime, level=level)
+    values = _captured_values(ir)
+    if folder is None:
+        got = rt.run(ir, sample, capture=values)
+        return {v: np.asarray(got[v]) for v in values}
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.npy"):  # an earlier run's values (this folder is ours)
+        if stale.stem.isdigit():
+            stale.unlink()
+    chunks, size = [[]], 0
+    for v in values:  # (unknown shapes count 0: they go with the chunk at hand)
+        shape = ir.value(v).shape or ()
+        nbytes = 4 * int(np.prod([d for d in shape if isinstance(d, int)], dtype=np.int64))
+        if chunks[-1] and size + nbytes > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(v)
+        size += nbytes
+    out, model = {}, ir.clone()  # the capture sessions are cached on the clone and go with it
+    for chunk in chunks:
+        got = rt.run(model, sample, capture=chunk)
+        for v in chunk:
+            path = folder / f"{values.index(v)}.npy"
+            np.save(path, np.asarray(got[v]), allow_pickle=False)
+            out[v] = np.load(path, mmap_mode="r")
+        del got
+    del model, rt
+    release_free_memory()
+    return out
 
 
 def save_layers(run: LayerRun, out_dir: str | Path) -> list[Path]:
-    """``baseline.npz``, ``analysis.npz`` and ``layers.json`` in ``out_dir``."""
+    """``baseline/<k>.npy`` and ``analysis/<k>.npy`` (one file per value; a run made with
+    ``store=out_dir`` has written them already) and ``layers.json``: per model, which file
+    holds which value, and each node's type, inputs and outputs."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
-    for name, values in (("baseline", run.base_values), ("analysis", run.analy_values)):
-        path = out / f"{name}.npz"
-        save_npz(path, values)
-        files.append(path)
+    files, index = [], {}
+    for name, ir, values in (("baseline", run.baseline, run.base_values),
+                             ("analysis", run.analysis, run.analy_values)):
+        folder = out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        order = {v: k for k, v in enumerate(_captured_values(ir))}
+        index[name] = {}
+        for v, array in values.items():
+            path = folder / f"{order[v]}.npy"
+            if not (isinstance(array, np.memmap) and Path(array.filename).resolve() == path.resolve()):
+                np.save(path, np.asarray(array), allow_pickle=False)
+            index[name][v] = f"{name}/{path.name}"
+            files.append(path)
     layers = {name: [{"node": r.name, "op_type": r.op_type, "inputs": list(r.inputs), "outputs": list(r.outputs),
                       "module": r.module} for r in ir.ops()]
               for name, ir in (("baseline", run.baseline), ("analysis", run.analysis))}
-    files.append(write_json(out / "layers.json", "qir.layers", {"levels": list(run.levels), "layers": layers}))
+    files.append(write_json(out / "layers.json", "qir.layers",
+                            {"levels": list(run.levels), "files": index, "layers": layers}))
     return files
 
 

@@ -143,10 +143,10 @@ class QuantAnalysis:
     # ------------------------------------------------------------ layer by layer
     def run(self, index: int | None = None) -> layer_compare.LayerRun:
         """Both models on the bad case (``index``: another bad case from ``badcase.txt``), every
-        layer's values saved under ``<out_dir>/layers/``."""
+        layer's values saved under ``<out_dir>/layers/`` as they are captured (and read back
+        memory-mapped: a large model's layers need not fit in RAM)."""
         self.layer_run = layer_compare.run_layers(self.baseline, self.analysis, self._case(index),
-                                                  runtime=self.runtime)
-        layer_compare.save_layers(self.layer_run, self.out_dir / "layers")
+                                                  runtime=self.runtime, store=self.out_dir / "layers")
         return self.layer_run
 
     def compare_per_layer(self, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:

@@ -15,7 +15,7 @@ from ..conftest import DIGITS, DIGITS_DATA, calibrated_real
 
 FILES = ["badcase.txt", "badcase.json", "badcase.npz", "compare_per_layer_out.txt", "compare_per_layer_out.csv",
          "abnormal_layer_advisor.txt", "sensitive_ops.txt", "sensitive_ops.json", "compare.json",
-         "layers/baseline.npz", "layers/analysis.npz", "layers/layers.json"]
+         "layers/baseline/0.npy", "layers/analysis/0.npy", "layers/layers.json"]
 
 
 def test_cli_runs_the_whole_workflow(digits_calibrated, tmp_path, capsys):
