@@ -53,27 +53,24 @@ def replayed(ir: QIR) -> QIR | None:
 
 
 def _replace(ir: QIR, op: OpRecord) -> None:
-    """Turn ``op``'s outputs into graph inputs (TopK's values into a GatherElements), keeping names."""
-    outputs = [o for o in op.outputs if o]
-    temps = {}
-    for o in outputs:
-        rec = ir.value(o)
-        temps[o] = ir.add_input(f"{o}.qir_replay", rec.dtype, rec.shape).name
-        ir.replace_uses(o, temps[o])
+    """Turn ``op``'s index outputs into graph inputs of the same names (TopK's values into a
+    GatherElements on them): readers move to temporary inputs, the op goes, the names come back."""
+    temps = {o: ir.add_input(f"{o}.qir_replay", ir.value(o).dtype, ir.value(o).shape) for o in op.outputs if o}
+    for o, temp in temps.items():
+        ir.replace_uses(o, temp.name)
     ir.remove_node(op.name)
-    indices = [op.outputs[k] for k in DISCRETE[op.op_type] if k < len(op.outputs) and op.outputs[k]]
-    for o in outputs:
-        old = ir.value(temps[o])
-        if o in indices:
-            ir.add_input(o, "int64", old.shape)
+    for k in DISCRETE[op.op_type]:
+        if k < len(op.outputs) and op.outputs[k]:
+            ir.add_input(op.outputs[k], "int64", temps[op.outputs[k]].shape)
     if op.op_type == "TopK" and op.outputs[0]:
+        values = temps[op.outputs[0]]
         ir.add_op(f"{op.name}.replay", "GatherElements", [op.inputs[0], op.outputs[1]], [op.outputs[0]],
                   attrs={"axis": int(op.attrs.get("axis", -1))},
-                  output_info={op.outputs[0]: (ir.value(temps[op.outputs[0]]).dtype, ir.value(temps[op.outputs[0]]).shape)})
-    for o in outputs:
+                  output_info={op.outputs[0]: (values.dtype, values.shape)})
+    for o, temp in temps.items():
         if ir.has_value(o):
-            ir.replace_uses(temps[o], o)
-        ir.remove_value(temps[o])
+            ir.replace_uses(temp.name, o)
+        ir.remove_value(temp.name)
 
 
 def with_replay(baseline: QIR, level: str, samples: list[Mapping[str, Any]], values: list[str],

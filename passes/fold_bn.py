@@ -83,7 +83,8 @@ class FoldBatchNormPass(Pass):
         _write_weight(ir, op, 1, w_name, new_w, f"{op.name}.weight")
         _write_weight(ir, op, 2, b_name, new_b, f"{op.name}.bias")
         ir.replace_uses(bn.outputs[0], op.outputs[0])
-        ir.meta["value_aliases"] = {**ir.meta.get("value_aliases", {}), op.outputs[0]: bn.outputs[0]}  # clones share meta
+        # a new dict: clones share the old one
+        ir.meta["value_aliases"] = {**ir.meta.get("value_aliases", {}), op.outputs[0]: bn.outputs[0]}
         ir.remove_node(bn.name)
         for v in bn.inputs[1:5]:
             if v and not ir.uses(v) and v not in ir.outputs:

@@ -80,7 +80,8 @@ from qir.tables import write_table
 from .. import metrics as qmetrics
 from ..engine.cache import release_free_memory
 from ..runtimes.base import get_runtime
-from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, calib_zero_point, clip_only
+from ..runtimes.numerics import (QRANGE, along_axis, apply_calibration, calib_scale, calib_zero_point, clip_only,
+                                 representable_range)
 from ..runtimes.numpy_ref.interpreter import run_op
 from .bad_case import model_pair
 from .fuse import fusion_groups, unit_of, unit_type
@@ -256,7 +257,7 @@ def shadow_outputs(run: LayerRun, ops: Iterable[OpRecord] | None = None) -> dict
     no quantizer clipping anything (``f(C(x_b)) = f(x_b) = b``). An op whose shadow cannot be
     computed (an input the baseline lacks, no numpy kernel) maps to None. Computed with the
     numpy kernels."""
-    float_baseline = run.levels[0] == "float" or not any(c.mode.value != "float" for c in run.baseline.calibrations())
+    float_baseline = run.levels[0] == "float" or not any(c.quantizes for c in run.baseline.calibrations())
     found: dict[str, tuple | None] = {}
     for op in compared_ops(run.analysis) if ops is None else ops:
         unit = unit_of(run.analysis, op)
@@ -307,7 +308,7 @@ def _run_unit(run: LayerRun, unit: list[OpRecord], quantize) -> tuple | None | o
                 if x is None:
                     return None
                 args.append(quantize(producer, np.asarray(x)))
-                quantized = quantized or producer.mode in QRANGE or producer.mode.value == "fp16"
+                quantized = quantized or producer.quantizes
             elif ir.value(v).kind is NodeKind.WEIGHT:
                 args.append(ir.weight_array(v))
             elif run.base(v) is not None:
@@ -460,11 +461,10 @@ def _layer_of(ir: QIR, cal: CalibRecord) -> str:
 
 
 def _range_findings(cal: CalibRecord, x: np.ndarray, layer: str) -> list[dict]:
-    qmin, qmax = QRANGE[cal.mode]
+    qmax = QRANGE[cal.mode][1]
     scale = np.asarray(calib_scale(cal), np.float64)
-    zp = np.zeros_like(scale) if calib_zero_point(cal) is None else np.asarray(calib_zero_point(cal), np.float64)
     s = along_axis(scale, cal.axis, x.ndim)
-    lo, hi = (along_axis((q - zp) * scale, cal.axis, x.ndim) for q in (qmin, qmax))
+    lo, hi = representable_range(cal, x.ndim)
     finite = np.isfinite(x)
     if not finite.any():
         return []
@@ -474,7 +474,7 @@ def _range_findings(cal: CalibRecord, x: np.ndarray, layer: str) -> list[dict]:
     rng = f"[{float(np.min(lo)):.4g}, {float(np.max(hi)):.4g}]"
     if beyond:
         amax = float(f.max())
-        lost = float(np.sum((x - np.clip(x, lo, hi))[finite] ** 2))
+        lost = float(np.sum((x - clip_only(cal, x))[finite] ** 2))
         clip_sqnr = 10 * math.log10(float(np.sum(f * f)) / lost) if lost else math.inf
         out.append({"kind": "scale does not cover data" if clip_sqnr < CLIP_SQNR_DB else "minor clipping",
                     "layer": layer, "calibration": cal.name, "clipped": beyond, "clipped_fraction": beyond / f.size,

@@ -24,7 +24,6 @@ On IRs:
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -34,6 +33,7 @@ from qir.api import as_ir
 from qir.errors import InputError
 from qir.json_dump import write_json
 from qir.tables import format_table
+from qir.torch_import import is_torch_module as _is_torch
 from qir.kinds import NodeKind
 from qir.records import OpRecord
 
@@ -42,11 +42,6 @@ from ..runtimes.numerics import apply_calibration
 from . import layer_compare as lc
 
 __all__ = ["compare_weights", "compare_model_outputs", "compare_model_stub", "summary", "write_report"]
-
-
-def _is_torch(model: Any) -> bool:
-    torch = sys.modules.get("torch")  # a torch module exists only if torch was imported
-    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def _key(op: OpRecord, k: int = 0) -> str:
@@ -88,7 +83,8 @@ def _same_function(f_ir, f_op: OpRecord, q_op: OpRecord, aliases: dict) -> bool:
     into the quantized op (by qir's fold-bn, or by a quantizer that renamed nothing)."""
     if f_op.outputs[:1] != q_op.outputs[:1] or any(o in aliases for o in q_op.outputs):
         return False
-    return not any(isinstance(r, OpRecord) and r.op_type == "BatchNormalization" for r in f_ir.consumers(f_op.outputs[0]))
+    readers = f_ir.consumers(f_op.outputs[0])
+    return not any(isinstance(r, OpRecord) and r.op_type == "BatchNormalization" for r in readers)
 
 
 def _pair(float_model: Any, quantized_model: Any) -> tuple:

@@ -31,13 +31,12 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import NodeKind
-from qir.records import CalibRecord, OpRecord
+from qir.records import OpRecord
 from qir.tables import format_table
 
 from .. import metrics as qmetrics
 from ..engine import Engine, Variant
 from ..engine.cost import op_flops
-from ..runtimes.numerics import QRANGE
 from .bad_case import BAD_CASE_METRICS, replay_setup
 from .fuse import unit_of, unit_type
 
@@ -48,16 +47,12 @@ logger = logging.getLogger(__name__)
 FILE_STEM = "sensitive_ops"
 
 
-def _quantized(cal: CalibRecord) -> bool:
-    return cal.mode in QRANGE or cal.mode.value == "fp16"
-
-
 def candidates(ir: QIR) -> list[dict[str, Any]]:
     """``{"op_name", "sensitive_type", "op_type", "calibrations", "flops"}`` per candidate; an
     op ending a fusion group stands for the group (its types joined, its FLOPs summed)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for cal in ir.calibrations():
-        if not _quantized(cal):
+        if not cal.quantizes:
             continue
         if ir.value(cal.input).kind is NodeKind.WEIGHT:
             for op in (r for r in ir.consumers(cal.output) if isinstance(r, OpRecord)):

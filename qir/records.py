@@ -96,6 +96,11 @@ class CalibRecord:
     kind = NodeKind.CALIBRATION
 
     @property
+    def quantizes(self) -> bool:
+        """True unless the node passes its input through (mode ``float``)."""
+        return self.mode is not CalibMode.FLOAT
+
+    @property
     def inputs(self) -> tuple[str, ...]:
         return (self.input,)
 

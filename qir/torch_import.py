@@ -23,14 +23,22 @@ import inspect
 import io
 import logging
 import re
+import sys
 import warnings
 from typing import Any, Mapping, Sequence
 
 from .errors import ImportError_, InputError, QirError
 
-__all__ = ["from_torch", "module_path", "torch_outputs", "check_against_torch", "load_factory"]
+__all__ = ["from_torch", "is_torch_module", "module_path", "torch_outputs", "check_against_torch", "load_factory"]
 
 logger = logging.getLogger(__name__)
+
+
+def is_torch_module(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch.nn.Module``, without importing torch (a module exists only if
+    torch was imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
 
 
 def _torch():

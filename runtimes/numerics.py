@@ -26,7 +26,7 @@ from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
 __all__ = ["set_mode", "along_axis", "QRANGE", "ROUNDING", "calib_scale", "calib_zero_point", "max_threshold",
-           "fake_quant", "apply_calibration", "clip_only",
+           "fake_quant", "apply_calibration", "clip_only", "representable_range",
            "apply_implied_clip", "fold_batchnorm"]
 
 QRANGE = {CalibMode.INT8: (-128, 127), CalibMode.INT16: (-32768, 32767)}
@@ -117,12 +117,17 @@ def clip_only(rec: CalibRecord, x: np.ndarray) -> np.ndarray:
     rounding error alone, ``clip_only(x) - x`` the clipping error alone."""
     if rec.mode not in QRANGE:
         return apply_implied_clip(rec, x)
+    return np.clip(x, *representable_range(rec, x.ndim)).astype(x.dtype, copy=False)
+
+
+def representable_range(rec: CalibRecord, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi) = ((qmin - zp)·s, (qmax - zp)·s)`` of an integer-mode node, in float64,
+    shaped to broadcast along ``axis`` of an ``ndim`` array."""
     qmin, qmax = QRANGE[rec.mode]
     s = np.asarray(calib_scale(rec), np.float64)
     zp = calib_zero_point(rec)
     zp = np.zeros_like(s) if zp is None else np.asarray(zp, np.float64)
-    lo, hi = (along_axis((q - zp) * s, rec.axis, x.ndim) for q in (qmin, qmax))
-    return np.clip(x, lo, hi).astype(x.dtype, copy=False)
+    return tuple(along_axis((q - zp) * s, rec.axis, ndim) for q in (qmin, qmax))
 
 
 def apply_calibration(rec: CalibRecord, x: np.ndarray, rounding: str = "half_to_even") -> np.ndarray:

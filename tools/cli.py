@@ -478,14 +478,18 @@ def cmd_bad_case(args: argparse.Namespace) -> int:
     return 0
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Both arguments name one model: compare it float against itself quantized."""
+    return Path(a).resolve() == Path(b).resolve()
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
-    same = Path(args.baseline).resolve() == Path(args.analysis).resolve()
-    summary = compare(args.baseline, None if same else args.analysis, args.data, args.output,
-                      num_steps=args.num_steps, metric=args.metric, prefixes=parse_list(args.prefixes) or (),
-                      types=parse_list(args.types) or (), sensitivity=not args.no_sensitivity, runtime=args.runtime,
-                      replay_discrete=not args.no_replay)
+    analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
+    summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
+                      prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
+                      sensitivity=not args.no_sensitivity, runtime=args.runtime, replay_discrete=not args.no_replay)
     out = Path(args.output)
     print(f"bad case: sample {summary['bad_case_index']} ({out / 'badcase.txt'})")
     advice = summary.get("advisor", [])
@@ -506,8 +510,7 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
     import qir
 
     quantized = qir.load(args.quantized)
-    same = Path(args.float_model).resolve() == Path(args.quantized).resolve()
-    float_model = None if same else qir.load(args.float_model)
+    float_model = None if _same_file(args.float_model, args.quantized) else qir.load(args.float_model)
     results = {"weights": ns.compare_weights(float_model, quantized)}
     samples = model_samples(quantized, args.data, args.num_steps)
     results["outputs"] = ns.compare_model_outputs(float_model, quantized, *samples, runtime=args.runtime)

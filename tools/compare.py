@@ -5,14 +5,14 @@ it layer by layer, compare every layer with an advisor, rank ops by sensitivity.
 
     qa = QuantAnalysis("model.onnx", "calibrated.onnx", out_dir="qa")   # or analysis=None
     qa.auto_find_bad_case(data, num_steps=16, metric="L1")  # badcase.txt/.json/.npz
-    qa.run()                                                 # layers/baseline.npz, analysis.npz
+    qa.run()                                                 # layers/{baseline,analysis}/*.npy
     qa.compare_per_layer()                                   # compare_per_layer_out.*, advisor
     qa.sensitivity()                                         # sensitive_ops.txt/.json
 
 ``qir compare BASELINE ANALYSIS DATA -o OUT`` runs all four (:func:`compare`). The models are
 anything :func:`qir.api.as_ir` takes, or PyTorch modules (a float model and its ``torch.ao``
-fake-quant version, exported with the first sample once the data is known); ``analysis=None`` (on the command line: the same file
-twice) compares the baseline run in float with itself fake-quantized. Sensitivity toggles the
+fake-quant version, exported with the first sample once the data is known); ``analysis=None``
+(on the command line: the same file twice) compares the baseline run in float with itself fake-quantized. Sensitivity toggles the
 analysis model's calibration nodes, so it needs a calibrated (or QDQ-imported) analysis model.
 Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices unless
 ``replay_discrete=False`` (:mod:`qir.passes.discrete`).
@@ -20,7 +20,6 @@ Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -29,17 +28,13 @@ import numpy as np
 from qir.api import as_ir
 from qir.errors import InputError
 from qir.json_dump import write_json
+from qir.torch_import import is_torch_module as _is_torch
 
 from ..passes import bad_case, layer_compare, op_sensitivity
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
 
 logger = logging.getLogger(__name__)
-
-
-def _is_torch(model: Any) -> bool:
-    torch = sys.modules.get("torch")  # a torch module exists only if torch was imported
-    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def metric_name(metric: str) -> str:
@@ -187,7 +182,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     qa.run()
     rows = qa.compare_per_layer(prefixes, types)
     if sensitivity:
-        if any(c.mode.value != "float" for c in qa.analysis_ir.calibrations()):
+        if any(c.quantizes for c in qa.analysis_ir.calibrations()):
             logger.info("sensitivity")
             qa.sensitivity(metric)
         else:
