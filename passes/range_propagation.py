@@ -12,8 +12,18 @@ round-to-nearest is itself non-decreasing, so ``fl(x_i + c) <= fl(x_j + c)`` whe
 ``x * c``, ``x / c`` non-decreasing for c > 0, non-increasing for c < 0 (c = 0: constant)
 ``Relu``             non-decreasing
 ``Clip(x, lo, hi)``  non-decreasing (bounds constant)
+``LeakyRelu``        non-decreasing for alpha >= 0
 ``Identity``, ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``, ``Transpose``: the same values
+``Sigmoid``, ``Tanh`` non-decreasing; see below
+``HardSigmoid``      ``clip(alpha·x + beta, 0, 1)``: non-decreasing for alpha > 0
 ==================  ============================================
+
+Sigmoid, Tanh and HardSigmoid are evaluated here in float64 and rounded once to float32;
+onnxruntime's kernels approximate the same functions to about one ulp (and may fuse
+``alpha·x + beta``), so a threshold derived through them can differ from the observed max by
+that much (relative <= 1e-6, tested), which is far below one quantization step. Every other
+row is bit-exact. Deriving the Sigmoid of a SiLU (``x·sigmoid(x)``) keeps onnxruntime's fused
+SiLU kernel: max calibration of YOLOv8n observes 135 tensors instead of 192.
 
 The max calibration observes only the values that cannot be derived this way (a HardSwish
 ``x → +3 → Clip → /6`` is observed once instead of four times), which keeps onnxruntime's
@@ -21,6 +31,7 @@ fused kernels and NCHWc layouts intact. The results equal observing every value 
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -29,10 +40,11 @@ from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.records import CalibRecord, OpRecord
 
-__all__ = ["derivations", "derive"]
+__all__ = ["derivations", "derive", "APPROXIMATED"]
 
 Range = tuple[float, float]
 _SAME = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+APPROXIMATED = frozenset({"Sigmoid", "Tanh", "HardSigmoid"})  # runtimes round these their own way
 
 
 def _source(ir: QIR, value: str) -> str:
@@ -57,6 +69,9 @@ def _rule(ir: QIR, op: OpRecord) -> tuple[str, Callable[[Range], Range]] | None:
     if t in _SAME or t == "Relu":
         f = (lambda v: v) if t in _SAME else (lambda v: np.maximum(v, np.float32(0)))
         return _source(ir, ins[0]), lambda r: (f(r[0]), f(r[1]))
+    rising = _rising(t, op.attrs)
+    if rising is not None:
+        return _source(ir, ins[0]), lambda r: (rising(r[0]), rising(r[1]))
     if t == "Clip":
         lo, hi = (_scalar(ir, ins[i]) if len(ins) > i and ins[i] else None for i in (1, 2))
         if any(len(ins) > i and ins[i] and b is None for i, b in ((1, lo), (2, hi))):
@@ -79,6 +94,30 @@ def _rule(ir: QIR, op: OpRecord) -> tuple[str, Callable[[Range], Range]] | None:
         return _source(ir, ins[k]), (lambda r: (apply(r[1]), apply(r[0]))) if falling else (
             lambda r: (apply(r[0]), apply(r[1])))
     return None
+
+
+def _rising(op_type: str, attrs: dict) -> Callable[[float], np.float32] | None:
+    """The float32 value of a rising one-input element-wise op at one point, or None."""
+    if op_type == "LeakyRelu":
+        alpha = np.float32(attrs.get("alpha", 0.01))
+        return None if alpha < 0 else lambda v: np.float32(v) if v >= 0 else np.float32(v) * alpha
+    if op_type == "HardSigmoid":
+        alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
+        return None if alpha <= 0 else lambda v: np.float32(min(max(alpha * float(v) + beta, 0.0), 1.0))
+    if op_type == "Sigmoid":
+        return _sigmoid
+    if op_type == "Tanh":
+        return lambda v: np.float32(np.tanh(float(v)))
+    return None
+
+
+def _sigmoid(v: float) -> np.float32:
+    """``1 / (1 + e^-v)`` in float64 without overflow or cancellation, rounded once."""
+    v = float(v)
+    if v >= 0:
+        return np.float32(1.0 / (1.0 + math.exp(-v)))
+    e = math.exp(max(v, -745.0))  # NaN stays NaN
+    return np.float32(e / (1.0 + e))
 
 
 def derivations(ir: QIR, values: list[str]) -> dict[str, tuple[str, Callable[[Range], Range]]]:

@@ -70,7 +70,9 @@ def test_calibrate_save_load_and_runtimes_agree(prepared, method, tmp_path):
 
 def test_max_thresholds_equal_the_max_of_every_observed_tensor(prepared):
     """The fast max path (in-graph min/max, derived ranges for monotone ops) gives exactly
-    max |x| over the full captured tensors."""
+    max |x| over the full captured tensors; through Sigmoid/Tanh/HardSigmoid, within
+    onnxruntime's own approximation of those functions."""
+    from qir.passes.range_propagation import APPROXIMATED, derivations
     from qir.runtimes.base import get_runtime
 
     name, base, calib, _ = prepared
@@ -83,5 +85,14 @@ def test_max_thresholds_equal_the_max_of_every_observed_tensor(prepared):
         full = rt.run(ir, sample, capture=values)
         for v in values:
             want[v] = max(want[v], float(np.max(np.abs(full[v]))))
+    rules = derivations(ir, values)
+
+    def approximated(v: str) -> bool:  # derived through a transcendental kernel
+        return v in rules and (ir.producer(v).op_type in APPROXIMATED or approximated(rules[v][0]))
+
     for c in ir.calibrations("activation"):
-        assert float(c.threshold) == max(want[c.input], 1e-8), (name, c.name)
+        want_c = max(want[c.input], 1e-8)
+        if approximated(c.input):
+            assert float(c.threshold) == pytest.approx(want_c, rel=1e-6), (name, c.name)
+        else:
+            assert float(c.threshold) == want_c, (name, c.name)
