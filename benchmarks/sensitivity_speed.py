@@ -41,16 +41,21 @@ CASES = {  # model: (preprocessing, input shape, the sample: a text page for the
 
 
 def _reset_peak_rss() -> None:
-    """Restart the kernel's peak-RSS counter (VmHWM) so it measures what follows (Linux)."""
+    """Restart the kernel's peak-RSS counter (VmHWM) so it measures what follows (Linux), after
+    handing memory freed by earlier work (model loading, calibration, F) back to the system."""
+    from qir.engine.cache import release_free_memory
+
+    gc.collect()
+    release_free_memory()
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
 
 
-def _peak_rss_mb() -> float:
+def _peak_rss_mb(field: str = "VmHWM") -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -94,16 +99,18 @@ def main() -> None:
     for name in args.models:
         prep, shape, image = CASES[name]
         input_name = rm.MODELS[name][1]
-        images = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB)]
+        images = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB[:4])]
         sample = {input_name: getattr(rm, prep)(rm.images([image])[0])}
         ir = qir.load(rm.model(name), input_shapes={input_name: shape})
         PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-        get_pass("calibrate", data=images[:4], method="max", progress=False)(ir)
+        get_pass("calibrate", data=images, method="max", progress=False)(ir)
+        del images
         nodes = [c.name for c in ir.calibrations("activation")]
         n = len(nodes)
 
         forward, quantized_forward = (_forward_time(model, sample, args.threads)
                                       for model in (configured_clone(ir, "float", {}), ir))
+        ir.touch()  # drop the whole-model session (and its memory arena) cached in the IR
         gc.collect()
         plan = build_plan(ir)
         flops = step_flops(ir, plan)
@@ -114,6 +121,7 @@ def main() -> None:
             variants = [Variant(c, {c: mode}) for c in nodes]
             runs = []
             _reset_peak_rss()
+            base_rss = _peak_rss_mb("VmRSS")
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
                 engine = Engine(ir, [sample], reference=reference, threads=args.threads, progress=False)
@@ -132,8 +140,8 @@ def main() -> None:
                   f"{took / floor:>10.2f}{rss:>8.0f}", flush=True)
             del result
         print(f"{'':<12}cone floor / N*F = {floor / (n * forward):.2f}; naive timed on {len(picked)} "
-              f"of {n} nodes; qir median of {args.repeats} (onnxruntime level {level}); F median of 20",
-              flush=True)
+              f"of {n} nodes; qir median of {args.repeats} (onnxruntime level {level}); F median of 20; "
+              f"RSS: peak of the whole process, which held {base_rss:.0f} MB before qir started", flush=True)
         print(f"{'':<12}the quantized forward takes {quantized_forward * 1e3:.1f} ms = "
               f"{quantized_forward / forward:.2f} F: (c) re-runs its cones quantized, so its floor at that speed "
               f"is {floor * quantized_forward / forward:.2f} s and qir (c) / that = "

@@ -376,6 +376,9 @@ class Engine:
             else:
                 for i in idx:
                     overlay.update(self._step(int(i), read, changes, constants))
+                    for v in plan.steps[i].inputs:  # free what no later step reads
+                        if plan.last_reader.get(v) == i and v not in self.compare:
+                            overlay.pop(v, None)
                 steps_run += int(idx.size)
             for v in [v for v in overlay if plan.last_reader.get(v, -1) < hi and v not in self.compare]:
                 del overlay[v]
@@ -512,16 +515,20 @@ class Engine:
         plan.segments = split_segments(list(costs), count)
         if not getattr(self.runner, "segments", False):
             return
-        warm = list(pool.map(lambda k: self.runner.run_segment(k, read), range(len(plan.segments)))) if pool \
-            else [self.runner.run_segment(k, read) for k in range(len(plan.segments))]
-        for k, outs in enumerate(warm):
+
+        def same(k: int) -> bool:  # warm-up run, checked against the steps and let go
+            outs = self.runner.run_segment(k, read)
             bad = [v for v, a in outs.items() if not np.array_equal(a, read(v), equal_nan=True)]
             if bad:
                 logger.info("segment %d differs from its steps at %s; running its steps one by one", k, bad[0])
-                continue
-            t0 = time.perf_counter()
-            self.runner.run_segment(k, read)
-            self.segment_cost[k] = time.perf_counter() - t0
+            return not bad
+
+        ks = range(len(plan.segments))
+        for k, ok in list(zip(ks, pool.map(same, ks) if pool else map(same, ks))):
+            if ok:  # timed alone, like the steps
+                t0 = time.perf_counter()
+                self.runner.run_segment(k, read)
+                self.segment_cost[k] = time.perf_counter() - t0
 
     def _open_results(self, variants: list[Variant], out_dir, resume: bool, force: bool):
         if out_dir is None:
