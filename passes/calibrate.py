@@ -41,7 +41,7 @@ class CalibratePass(Pass):
        no stored tensors); ``method`` turns it into a threshold: ``max``, ``percentile``
        (``percentile`` option), ``kl`` (TensorRT entropy), ``mse`` (least quantization MSE).
        ``max`` on onnxruntime reduces each tensor to its min and max inside the graph, and
-       only for values whose range does not follow exactly from another observed one
+       only for values whose range does not follow from another observed one
        (:mod:`.range_propagation`).
        ``mix`` computes all four and keeps, per node, the one whose quantization of that
        node alone gives the smallest error at the outputs of the ops it feeds (measured on
