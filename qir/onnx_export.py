@@ -28,7 +28,7 @@ from . import calib_onnx
 from .graph import QIR
 from .records import CalibRecord, OpRecord
 
-__all__ = ["export_onnx", "export_subgraph", "make_attribute", "np_to_onnx_dtype", "CalibLowering"]
+__all__ = ["export_onnx", "export_subgraph", "make_attribute", "np_to_onnx_dtype", "CalibLowering", "OpLowering"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 MAX_IR_VERSION = 10
 
 CalibLowering = Callable[[QIR, CalibRecord], list[onnx.NodeProto]]
+OpLowering = Callable[[QIR, OpRecord], "list[onnx.NodeProto] | None"]
 
 
 def np_to_onnx_dtype(dtype: str) -> int:
@@ -74,14 +75,15 @@ def op_to_node(rec: OpRecord) -> onnx.NodeProto:
     return node
 
 
-def _lower_records(ir: QIR, records, lower: CalibLowering) -> list[onnx.NodeProto]:
+def _lower_records(ir: QIR, records, lower: CalibLowering, lower_op: OpLowering | None = None) -> list[onnx.NodeProto]:
     nodes: list[onnx.NodeProto] = []
     for rec in records:
         if isinstance(rec, CalibRecord):
             nodes.extend(lower(ir, rec))
         else:
             assert isinstance(rec, OpRecord)
-            nodes.append(op_to_node(rec))
+            written = lower_op(ir, rec) if lower_op is not None else None
+            nodes.extend(written if written is not None else [op_to_node(rec)])
     return nodes
 
 
@@ -101,14 +103,17 @@ def _model(ir: QIR, graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> onnx
 
 def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
                 extra_outputs: list[onnx.ValueInfoProto] | None = None,
-                extra_nodes: list[onnx.NodeProto] | None = None) -> onnx.ModelProto:
+                extra_nodes: list[onnx.NodeProto] | None = None,
+                lower_op: OpLowering | None = None) -> onnx.ModelProto:
     """Write ``ir`` as an ONNX model (see the module docstring).
 
     Args:
         lower_calibration: how to write calibration nodes (default: ``qir::Calibration``).
         extra_outputs / extra_nodes: appended as-is (used by runtimes to capture values).
+        lower_op: writes a general node another way (a runtime's choice of kernel), or
+            returns None for the node as it is.
     """
-    nodes = _lower_records(ir, ir.runnables(), lower_calibration or _as_calibration_node)
+    nodes = _lower_records(ir, ir.runnables(), lower_calibration or _as_calibration_node, lower_op)
     nodes.extend(extra_nodes or [])
     read = {i for n in nodes for i in n.input} | set(ir.outputs)
     initializers = [numpy_helper.from_array(np.asarray(w.data), w.name)
@@ -140,14 +145,15 @@ SAVED_META = ("fusion_groups", "value_aliases")
 
 def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,
                     lower_calibration: CalibLowering | None = None,
-                    constants: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
+                    constants: dict[str, np.ndarray] | None = None,
+                    lower_op: OpLowering | None = None) -> onnx.ModelProto:
     """A piece of ``ir`` as its own ONNX model: ``records`` (runnable nodes, in topological
     order) computing ``outputs`` from the graph inputs ``inputs``. Weights the nodes read
     become initializers; ``constants`` adds or replaces initializers (for example weight
     calibration outputs precomputed for a mode). The caller guarantees that ``inputs`` are
     everything the nodes read from outside (besides weights and constants)."""
     constants = constants or {}
-    nodes = _lower_records(ir, records, lower_calibration or _as_calibration_node)
+    nodes = _lower_records(ir, records, lower_calibration or _as_calibration_node, lower_op)
     read = {i for n in nodes for i in n.input}
     initializers = [numpy_helper.from_array(np.asarray(a), n) for n, a in sorted(constants.items()) if n in read]
     weights = [ir.value(v) for v in sorted(read - set(constants)) if ir.has_value(v)]  # (not all of ir.weights())

@@ -6,6 +6,9 @@ a weight, a graph output, or captured twice is returned correctly, and the resul
 back by the IR's value names. Sessions are built once per IR version and capture set and cached
 on the IR. ``session.disable_quant_qdq`` keeps onnxruntime from fusing QuantizeLinear /
 DequantizeLinear pairs into integer kernels, so fake quantization means what it says.
+With ``layout_stable`` (the analysis engine's setting), GlobalAveragePool is written as
+ReduceMean (:func:`lower_layout_stable`), so a part of a model computes exactly what the whole
+model computes there.
 """
 from __future__ import annotations
 
@@ -21,12 +24,12 @@ from qir.errors import ExecutionError, InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.onnx_export import CalibLowering, export_onnx
-from qir.records import CalibRecord
+from qir.records import CalibRecord, OpRecord
 
 from .base import LEVELS, check_capture, check_feeds
 from .numerics import QRANGE, ROUNDING, calib_scale, calib_zero_point
 
-__all__ = ["OrtRuntime", "lower_fake_quant", "new_session"]
+__all__ = ["OrtRuntime", "lower_fake_quant", "lower_layout_stable", "new_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,27 @@ def _implied_clip_nodes(rec: CalibRecord, x: str, y: str, name: str) -> list[onn
     p = name + "::"
     return [_const(p + "lo", np.array(lo, np.float32)), _const(p + "hi", np.array(hi, np.float32)),
             helper.make_node("Clip", [x, p + "lo", p + "hi"], [y], name=name)]
+
+
+def lower_layout_stable(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
+    """GlobalAveragePool as ``ReduceMean`` over the spatial axes (keepdims), else None (the
+    op as it is). At level ``all`` onnxruntime runs GlobalAveragePool with its NCHWc kernel or
+    its plain one depending on what produced the input (in PP-OCRv4 det, 2 of 10 pools are
+    NCHWc in a whole-model run and none in the analysis engine's one-step sessions), and the
+    values differ: the engine's results drifted from a whole-model run by up to 2e-3 relative
+    at the outputs. ReduceMean has one kernel whatever the layout, and computes the same mean
+    (within 1e-6, tested)."""
+    if op.op_type != "GlobalAveragePool" or op.domain:
+        return None
+    shape = ir.value(op.inputs[0]).shape
+    if shape is None or len(shape) < 3:
+        return None
+    axes = list(range(2, len(shape)))
+    if ir.opset < 18:
+        return [helper.make_node("ReduceMean", [op.inputs[0]], list(op.outputs), name=op.name, axes=axes, keepdims=1)]
+    name = f"{op.name}::axes"
+    return [_const(name, np.array(axes, np.int64)),
+            helper.make_node("ReduceMean", [op.inputs[0], name], list(op.outputs), name=op.name, keepdims=1)]
 
 
 def lower_fake_quant(ir: QIR, rec: CalibRecord, rounding: str = "half_to_even") -> list[onnx.NodeProto]:
@@ -131,13 +155,17 @@ class OrtRuntime:
         level: ``fakequant`` (calibration nodes quantize) or ``float`` (they pass through).
         rounding: fake-quant rounding, ``half_to_even`` (default), ``half_up`` or ``half_away``.
         lower_calibration: a custom lowering of calibration nodes (default: :func:`lower_fake_quant`).
+        layout_stable: write ops whose onnxruntime kernel depends on the memory layout of
+            their input so that it does not (:func:`lower_layout_stable`); the analysis
+            engine's setting, so a whole-model run computes what the engine's parts compute.
+            Off by default: the model's own ops, as an emitted model has them.
     """
 
     name = "ort"
 
     def __init__(self, threads: int | None = None, optimization: str = "all",
                  level: str = "fakequant", rounding: str = "half_to_even",
-                 lower_calibration: CalibLowering | None = None) -> None:
+                 lower_calibration: CalibLowering | None = None, layout_stable: bool = False) -> None:
         if optimization not in _LEVELS:
             raise InputError(f"unknown optimization {optimization!r}; choose {sorted(_LEVELS)}")
         if level not in LEVELS:
@@ -149,6 +177,7 @@ class OrtRuntime:
         self.level = level
         self.rounding = rounding
         self.lower_calibration = lower_calibration
+        self.layout_stable = bool(layout_stable)
 
     def min_max(self, ir: QIR, feeds: Mapping[str, np.ndarray], values: Iterable[str]) -> dict[str, tuple[float, float]]:
         """``(min, max)`` of each value, reduced inside onnxruntime (two scalars per value come
@@ -156,7 +185,8 @@ class OrtRuntime:
         tensor makes both NaN."""
         feeds = check_feeds(ir, feeds)
         names = tuple(sorted(check_capture(ir, values)))
-        key = ("ort-minmax", names, self.threads, self.optimization, self.level, self.rounding, os.getpid())
+        key = ("ort-minmax", names, self.threads, self.optimization, self.level, self.rounding,
+               self.layout_stable, os.getpid())
         session, outs, keys = ir.cached(key, lambda: self._session(ir, names, reduce_min_max=True))
         try:
             result = session.run(outs, dict(feeds))
@@ -182,7 +212,8 @@ class OrtRuntime:
             else:
                 nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
                 outputs.append(helper.make_empty_tensor_value_info(out))
-        model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs)
+        model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs,
+                            lower_op=lower_layout_stable if self.layout_stable else None)
         session = new_session(model, self.threads, self.optimization, what=f"model {ir.name!r}")
         names = [o.name for o in session.get_outputs()]
         keys = list(ir.outputs) + list(captured)  # session output i is value keys[i]
@@ -197,7 +228,7 @@ class OrtRuntime:
         captured = check_capture(ir, capture)
         ordered = tuple(sorted(captured))  # one session per capture *set*, whatever the order
         key = ("ort-session", ordered, self.threads, self.optimization, self.level, self.rounding,
-               self.lower_calibration, os.getpid())
+               self.lower_calibration, self.layout_stable, os.getpid())
         session, names, keys = ir.cached(key, lambda: self._session(ir, ordered))
         try:
             values = dict(zip(keys, session.run(names, dict(feeds))))

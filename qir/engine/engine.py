@@ -33,7 +33,10 @@ at one thread per call (PP-OCR classifier: 1.78 → 1.71 → 1.89 ms per image a
 YOLOv8n: 31 → 45 → 52 ms), so batching would only have moved work between calls.
 
 Results equal a plain evaluation (clone the IR, set the modes, run the whole model:
-:func:`evaluate_plainly`) on the same runtime; the tests check it on real models.
+:func:`evaluate_plainly`) on the same runtime; the tests check it on real models. On
+onnxruntime both write GlobalAveragePool as ReduceMean (``layout_stable``): onnxruntime picks
+that op's kernel by the layout of its input, so a whole-model run and the engine's parts would
+otherwise average differently.
 """
 from __future__ import annotations
 
@@ -147,8 +150,10 @@ def evaluate_plainly(ir: QIR, feeds: Mapping[str, np.ndarray], changes: Mapping[
                      reference: str = "float", compare: Sequence[str] | None = None,
                      runtime: str = "ort", **runtime_options: Any) -> dict[str, np.ndarray]:
     """The slow, obvious way: clone ``ir``, set every calibration node's mode, run the whole
-    model (a new session on onnxruntime). What every engine result must equal, and what the
-    peers do per node."""
+    model (a new session on onnxruntime, with the engine's ``layout_stable`` lowering). What
+    every engine result must equal, and what the peers do per node."""
+    if runtime == "ort":
+        runtime_options.setdefault("layout_stable", True)
     return _run_whole(configured_clone(ir, reference, changes), feeds, list(compare or ir.outputs),
                       get_runtime(runtime, level="fakequant", **runtime_options))
 
@@ -159,14 +164,16 @@ def _run_whole(model: QIR, feeds: Mapping[str, np.ndarray], compare: Sequence[st
     return {v: got[v] for v in compare}
 
 
-# ops onnxruntime's NCHWc layout pass folds into a preceding Conv (a sum input or an activation)
-_NCHWC_FUSED = frozenset({"Add", "Sum", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu", "Clip"})
+# ops onnxruntime's NCHWc layout pass (level ``all`` only) folds into a preceding Conv as its
+# sum input, which changes the order of the additions. (Activations fused into a Conv at
+# ``all`` give the same values as on their own, as they do at ``extended``: the same kernels.)
+_NCHWC_FUSED = frozenset({"Add", "Sum"})
 
 
 def fusable_across_calibration(ir: QIR) -> list[str]:
     """Calibration nodes sitting between a Conv and the only op reading the Conv's output
-    through them, when that op is one the ``all`` level fuses into the Conv once the node is a
-    pass-through."""
+    through them, when that op is one the ``all`` level fuses into the Conv (as its sum input)
+    once the node is a pass-through."""
     out = []
     for c in ir.calibrations("activation"):
         producer, readers = ir.producer(c.input), ir.consumers(c.output)
@@ -240,9 +247,10 @@ class Engine:
             better across variants than inside one operator.
         optimization: onnxruntime graph optimization level. ``auto`` (default) picks ``all``
             (layout/NCHWc kernels, the fastest) unless the model has a calibration node between
-            a Conv and an Add or activation: onnxruntime fuses such pairs across a pass-through
-            node in a whole-model run, which the engine's parts cannot, and results would drift
-            by ~1e-5; then ``extended``, where they stay equal to a plain run at that level.
+            a Conv and an Add: onnxruntime folds such an Add into the Conv across a
+            pass-through node in a whole-model run, which the engine's parts cannot, and
+            results would drift by ~1e-5; then ``extended``, where they stay equal to a plain
+            run at that level.
         rounding: fake-quant rounding.
         spill_dir: where cached values go past ``memory_budget`` (default: the system temp folder).
         progress: show a progress bar with ETA (on a terminal).
@@ -497,7 +505,8 @@ class Engine:
         if self.baseline != "float" or self.reference == "float" or not samples:
             return
         float_ir = configured_clone(self.ir, "float", {})
-        options = {"threads": self.threads, "optimization": self.optimization} if self.runtime == "ort" else {}
+        options = {"threads": self.threads, "optimization": self.optimization,
+                   "layout_stable": True} if self.runtime == "ort" else {}
         rt = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options)
         for s, sample in samples.items():
             self._baselines[s] = _run_whole(float_ir, check_feeds(self.ir, sample), self.compare, rt)

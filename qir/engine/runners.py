@@ -93,10 +93,11 @@ class OrtSteps:
         self._lock = threading.Lock()  # sessions built by several threads: the first one stored wins
 
     def _session(self, records, inputs, outputs, constants):
-        from ..runtimes.ort_backend import lower_fake_quant, new_session
+        from ..runtimes.ort_backend import lower_fake_quant, lower_layout_stable, new_session
 
         model = export_subgraph(self.ir, records, list(inputs), list(outputs), constants=constants,
-                                lower_calibration=lambda ir, rec: lower_fake_quant(ir, rec, self.rounding))
+                                lower_calibration=lambda ir, rec: lower_fake_quant(ir, rec, self.rounding),
+                                lower_op=lower_layout_stable)
         return new_session(model, self.threads, self.optimization, shared=True,
                            what=f"the part of {self.ir.name!r} ending at {records[-1].name!r}")
 

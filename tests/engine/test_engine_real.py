@@ -45,6 +45,11 @@ def test_engine_equals_plain_evaluation_on_real_models(case, reference, mode):
     acts = [c.name for c in ir.calibrations("activation")]
     weights = [c.name for c in ir.calibrations("weight")]
     picked = acts[:: max(1, len(acts) // 9)] + [acts[-1]]
+    # and where onnxruntime's layout choices matter: around squeeze-excite blocks (a Conv's
+    # output averaged; a Conv fused with HardSigmoid at level all)
+    layout = [c.name for c in ir.calibrations("activation")
+              if any(getattr(r, "op_type", "") in ("GlobalAveragePool", "HardSigmoid") for r in ir.consumers(c.output))]
+    picked += [c for c in layout[:4] if c not in picked]
     variants = [Variant(a, {a: mode}) for a in picked]
     variants += [Variant("weight", {weights[len(weights) // 2]: mode}),
                  Variant("two", {picked[1]: mode, picked[-2]: mode})]

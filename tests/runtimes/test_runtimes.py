@@ -164,3 +164,41 @@ def test_min_max_equals_that_of_the_captured_values_at_every_rank(opset):
     full = rt.run(ir, {"x": x}, capture=values)
     assert got == {v: (float(np.min(full[v])), float(np.max(full[v]))) for v in values}
     assert got["a"][1] == 9.5 and got["x"][0] == -9.5
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_global_average_pool_runs_as_reduce_mean_on_onnxruntime(opset):
+    """With ``layout_stable`` (the engine's setting) qir writes GlobalAveragePool as ReduceMean
+    for onnxruntime (one kernel whatever the layout; the engine's guard on PP-OCRv4 det fails
+    without it): the same mean as the original op, and a session holding only the pool
+    computes what the whole model computes."""
+    import onnx.parser
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from qir.onnx_export import export_onnx, export_subgraph
+    from qir.runtimes.ort_backend import lower_layout_stable, new_session
+
+    text = f"""
+    <ir_version: 8, opset_import: ["" : {opset}]>
+    se (float[1, 32, 24, 24] x) => (float[1, 32, 1, 1] y) {{
+        c = Conv<pads = [1, 1, 1, 1]>(x, w)
+        y = GlobalAveragePool(c)
+    }}
+    """
+    model = onnx.parser.parse_model(text)
+    rng = np.random.default_rng(opset)
+    model.graph.initializer.append(numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 3).astype(np.float32), "w"))
+    ir = qir.load(model)
+    x = (rng.standard_normal((1, 32, 24, 24)) * 10 + 5).astype(np.float32)
+    whole_model = export_onnx(ir, lower_op=lower_layout_stable)
+    assert [n.op_type for n in whole_model.graph.node if n.op_type != "Constant"] == ["Conv", "ReduceMean"]
+    whole = new_session(whole_model).run(["y"], {"x": x})[0]
+    conv, pool = ir.producer("c"), ir.producer("y")
+    c = new_session(export_subgraph(ir, [conv], ["x"], ["c"])).run(["c"], {"x": x})[0]
+    part = new_session(export_subgraph(ir, [pool], ["c"], ["y"], lower_op=lower_layout_stable)).run(["y"], {"c": c})[0]
+    assert np.array_equal(whole, part)
+    assert np.array_equal(get_runtime("ort", layout_stable=True).run(ir, {"x": x})["y"], whole)
+    assert not any(n.op_type == "ReduceMean" for n in export_onnx(ir).graph.node)  # by default, the model's own op
+    original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
+    assert rel_err(whole, original) <= 1e-6
