@@ -164,16 +164,17 @@ def _run_whole(model: QIR, feeds: Mapping[str, np.ndarray], compare: Sequence[st
     return {v: got[v] for v in compare}
 
 
-# ops onnxruntime's NCHWc layout pass (level ``all`` only) folds into a preceding Conv as its
-# sum input, which changes the order of the additions. (Activations fused into a Conv at
-# ``all`` give the same values as on their own, as they do at ``extended``: the same kernels.)
-_NCHWC_FUSED = frozenset({"Add", "Sum"})
+# ops onnxruntime's NCHWc layout pass (level ``all`` only) folds into a preceding Conv: an Add
+# as its sum input (another order of additions); Sigmoid and Tanh as its activation (not
+# checked to give the same values, so treated the same way). Relu, Clip and HardSigmoid fused
+# into a Conv give the same values as on their own (PP-OCRv4 det's guard covers HardSigmoid).
+_NCHWC_FUSED = frozenset({"Add", "Sum", "Sigmoid", "Tanh"})
 
 
 def fusable_across_calibration(ir: QIR) -> list[str]:
     """Calibration nodes sitting between a Conv and the only op reading the Conv's output
-    through them, when that op is one the ``all`` level fuses into the Conv (as its sum input)
-    once the node is a pass-through."""
+    through them, when that op is one the ``all`` level fuses into the Conv once the node is a
+    pass-through, and the fused result may differ from the two ops apart."""
     out = []
     for c in ir.calibrations("activation"):
         producer, readers = ir.producer(c.input), ir.consumers(c.output)
@@ -247,10 +248,10 @@ class Engine:
             better across variants than inside one operator.
         optimization: onnxruntime graph optimization level. ``auto`` (default) picks ``all``
             (layout/NCHWc kernels, the fastest) unless the model has a calibration node between
-            a Conv and an Add: onnxruntime folds such an Add into the Conv across a
-            pass-through node in a whole-model run, which the engine's parts cannot, and
-            results would drift by ~1e-5; then ``extended``, where they stay equal to a plain
-            run at that level.
+            a Conv and an Add, Sigmoid or Tanh: onnxruntime folds such an op into the Conv
+            across a pass-through node in a whole-model run, which the engine's parts cannot,
+            and results could drift by ~1e-5; then ``extended``, where they stay equal to a
+            plain run at that level.
         rounding: fake-quant rounding.
         spill_dir: where cached values go past ``memory_budget`` (default: the system temp folder).
         progress: show a progress bar with ETA (on a terminal).
