@@ -43,9 +43,13 @@ def _pair(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (a, d) if keep.all() else (a[keep], d[keep])
 
 
-def _norm(x: np.ndarray) -> float:
+def _sum_sq(x: np.ndarray) -> float:
     # sums, not BLAS dot/norm: a BLAS thread pool would fight the runtime's threads
-    return math.sqrt(float(np.sum(x * x)))
+    return float(np.sum(x * x))
+
+
+def _norm(x: np.ndarray) -> float:
+    return math.sqrt(_sum_sq(x))
 
 
 class _Pair:
@@ -55,7 +59,7 @@ class _Pair:
     def __init__(self, a, d) -> None:
         self.a, self.d = _pair(a, d)
         self.size = self.a.size
-        self._diff = self._na = None
+        self._diff = self._saa = None
 
     @property
     def diff(self) -> np.ndarray:
@@ -64,19 +68,25 @@ class _Pair:
         return self._diff
 
     @property
+    def sum_sq_a(self) -> float:
+        if self._saa is None:
+            self._saa = _sum_sq(self.a)
+        return self._saa
+
+    @property
     def norm_a(self) -> float:
-        if self._na is None:
-            self._na = _norm(self.a)
-        return self._na
+        return math.sqrt(self.sum_sq_a)
 
 
 def _cosine(p: _Pair) -> float:
-    na, nd = p.norm_a, _norm(p.d)
-    if na == 0.0 and nd == 0.0:
+    """``Σ a·d / sqrt(Σ a² · Σ d²)``: one square root of the product, so identical tensors give
+    exactly 1 (``sqrt(S·S) == S`` in IEEE arithmetic; ``Σ a·d / (|a|·|d|)`` can give 1 - 2e-16)."""
+    saa, sdd = p.sum_sq_a, _sum_sq(p.d)
+    if saa == 0.0 and sdd == 0.0:
         return 1.0
-    if na == 0.0 or nd == 0.0:
+    if saa == 0.0 or sdd == 0.0:
         return 0.0
-    return float(np.sum(p.a * p.d)) / (na * nd)
+    return float(np.sum(p.a * p.d)) / math.sqrt(saa * sdd)
 
 
 def _mse(p: _Pair) -> float:

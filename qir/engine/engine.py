@@ -16,21 +16,26 @@ How it is fast (``../shared/DESIGN.md`` §5):
    so the cache holds one sample.
 2. **Cone re-execution.** A variant re-executes only its cone, reading everything else from
    the cache. Values leave memory after their last reader in the cone.
-3. **Segments (onnxruntime).** Consecutive steps form segments of about equal cost, each one
-   cached session in the reference configuration. Inside the cone, a segment that holds no
-   changed node runs as one call when that is cheaper than its cone steps one by one (costs
-   are measured on the first sample). Segments are checked against the step-by-step reference
-   once; one that disagrees is not used.
-4. **Variants in parallel.** ``threads`` variants run at once, each on one core: the many
+3. **Segments and switches (onnxruntime).** Consecutive steps form segments of about equal
+   FLOPs, each one cached session. A variant that changes only activation calibration nodes
+   runs as a row of a batch: the segment holding its first change runs as one session in which
+   the changed nodes are *switches* (:mod:`.switches`) that each row turns on for itself, later
+   segments as sessions in the reference configuration (switches again where a row changes
+   more nodes), segments outside the cone not at all. Variants whose first change lies in the
+   same segment share calls, up to ``batch`` rows per call. With only such variants, the
+   reference itself runs segment by segment and keeps just the values crossing segments.
+   Each switch session is checked once against the reference (no row switched: equal within
+   1e-6 of each value's magnitude; onnxruntime may fold an Add into a Conv across a
+   pass-through calibration node of the reference, which a switch keeps apart), and batched
+   calls against single ones (equal bit for bit); what fails runs step by step, one per call.
+4. **Steps (both runtimes).** Other variants (a weight calibration node changed, the numpy
+   runtime) re-execute their cone step by step; on onnxruntime a segment of the cone that holds
+   no change runs as one call when that was measured to be cheaper.
+5. **Variants in parallel.** ``threads`` calls run at once, each on one core: the many
    small calls of a cone parallelize better across variants than inside an operator.
-5. **Resume.** With ``out_dir``, results are appended to ``engine_results.jsonl`` as they are
+6. **Resume.** With ``out_dir``, results are appended to ``engine_results.jsonl`` as they are
    produced, one line per (variant, sample); ``resume=True`` keeps the lines of the same analysis
    and computes only what is missing.
-
-Not done: running several activation-only variants as one batched call. Measured on this kind
-of machine (2 cores, onnxruntime 1.31), a batch of B images costs B single-image runs or more
-at one thread per call (PP-OCR classifier: 1.78 → 1.71 → 1.89 ms per image at B = 1, 4, 8;
-YOLOv8n: 31 → 45 → 52 ms), so batching would only have moved work between calls.
 
 Results equal a plain evaluation (clone the IR, set the modes, run the whole model:
 :func:`evaluate_plainly`) on the same runtime; the tests check it on real models. On
@@ -48,6 +53,7 @@ import os
 import resource
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +72,10 @@ from .. import metrics as qmetrics
 from ..runtimes.base import check_feeds, get_runtime
 from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, set_mode
 from .cache import ValueCache, release_free_memory
+from .cost import step_flops
 from .plan import Plan, build_plan, split_segments, weight_calibrations
 from .runners import NumpySteps, OrtSteps
+from .switches import rows_input
 
 __all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "one_at_a_time",
            "load_variants", "RESULTS_FILE"]
@@ -75,7 +83,9 @@ __all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "engine_results.jsonl"
-_TRIM_EVERY = 8  # variants between returning freed C memory to the system
+_TRIM_SECONDS = 1.0  # at most this often, freed C memory goes back to the system (a full heap walk)
+_BATCH_BYTES = 2 << 20  # default batch: its largest activation about this size (stays in cache)
+_MAX_BATCH = 32
 REFERENCES = ("float", "quantized")
 BASELINES = ("float", "reference")
 
@@ -194,6 +204,44 @@ def _decode(x: float | str) -> float:
     return float(x)
 
 
+def _nbytes(value) -> int:
+    """Bytes of an activation of static shape (0 when unknown)."""
+    shape = value.shape
+    if value.dtype is None or shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(value.dtype).itemsize
+
+
+def _part_key(k: int, switches: Mapping[str, CalibRecord] | None) -> tuple:
+    return k, tuple(sorted((n, r.mode.value) for n, r in (switches or {}).items()))
+
+
+def _equal(got: Mapping[str, np.ndarray], expect: Mapping[str, np.ndarray]) -> bool:
+    return all(np.array_equal(got[v], expect[v], equal_nan=True) for v in expect)
+
+
+def _close(got: Mapping[str, np.ndarray], expect: Mapping[str, np.ndarray], rtol: float = 1e-6) -> bool:
+    """Same shapes and NaN/Inf places, finite values within ``rtol`` of the largest |expected|
+    (the engine's promise against a plain run: a fused op rounds differently, nothing more)."""
+    for v, want in expect.items():
+        have = got[v]
+        if have.shape != want.shape:
+            return False
+        if want.dtype.kind != "f":
+            if not np.array_equal(have, want):
+                return False
+            continue
+        finite = np.isfinite(want)
+        if not np.array_equal(finite, np.isfinite(have)) or not np.array_equal(have[~finite], want[~finite],
+                                                                              equal_nan=True):
+            return False
+        if finite.any():
+            scale = float(np.abs(want[finite]).max())
+            if float(np.abs(have[finite].astype(np.float64) - want[finite]).max()) > rtol * scale:
+                return False
+    return True
+
+
 @dataclass
 class EngineResult:
     """Metrics per (variant, sample, compared value), and how the work went.
@@ -240,10 +288,14 @@ class Engine:
         compare: values to compare (default: the graph outputs); any activation may be named.
         metrics: metric names from :mod:`qir.metrics` (the first one ranks).
         memory_budget: bytes of reference values kept in memory (default 2 GiB).
-        segments: number of onnxruntime segments (default: about half the square root of the
-            number of steps; each segment boundary costs a layout reorder at level ``all``).
+        segments: number of onnxruntime segments (default: about the square root of the number
+            of steps: more segments re-run less of a variant's first segment, each boundary
+            costs a call and, at level ``all``, a layout reorder).
+        batch: most variants per onnxruntime call (default: as many as keep the largest
+            activation of a call near 2 MB, at most 32; 1 for models with large activations,
+            where a batch runs no faster per row and evicts the cache).
         data_num: use at most this many samples.
-        threads: cores to use (default: all). Variants run ``threads`` at a time, each on one
+        threads: cores to use (default: all). Calls run ``threads`` at a time, each on one
             core (onnxruntime sessions get one intra-op thread): many small calls parallelize
             better across variants than inside one operator.
         optimization: onnxruntime graph optimization level. ``auto`` (default) picks ``all``
@@ -260,7 +312,8 @@ class Engine:
     def __init__(self, ir: QIR, data: Any, *, runtime: str = "ort", reference: str = "float",
                  baseline: str = "float", compare: Sequence[str] | None = None,
                  metrics: Sequence[str] | str = ("cosine-similarity",), memory_budget: int = 2 << 30,
-                 segments: int | None = None, data_num: int | None = None, threads: int | None = None,
+                 segments: int | None = None, batch: int | None = None, data_num: int | None = None,
+                 threads: int | None = None,
                  optimization: str = "auto", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
                  progress: bool = True) -> None:
         if runtime not in ("ort", "numpy"):
@@ -287,11 +340,15 @@ class Engine:
         self.constants = {c.output: apply_calibration(self.records[c.name], ir.weight_array(c.input), rounding)
                           for c in weight_calibrations(ir)}
         self._variant_records: dict[tuple[str, str], CalibRecord] = {}
+        self.batch = self._batch_size(batch) if runtime == "ort" else 1
         if runtime == "numpy":
             self.runner = NumpySteps(ir, self.plan)
         else:
-            self.runner = OrtSteps(ir, self.plan, self.records, self.constants, 1, optimization, rounding)
-        self._segment_count = segments
+            self.runner = OrtSteps(ir, self.plan, self.records, self.constants, 1, optimization, rounding,
+                                   batch=self.batch > 1)
+        self._cut_segments(segments)
+        self._switches: dict[int, dict[str, CalibRecord]] = {}  # segment -> switch node -> its target
+        self._checked: set[tuple] = set()  # switch parts checked against the reference
         self.step_cost: np.ndarray | None = None
         self.segment_cost: dict[int, float] = {}
         self.cache = ValueCache(memory_budget, spill_dir)
@@ -299,6 +356,7 @@ class Engine:
                             if s.calib is not None and self.records[s.calib.name].mode in QRANGE}
         self._recomputable = self._values_to_recompute()
         self._baselines: dict[int, dict[str, np.ndarray]] = {}
+        self._level, self._sample = "", None  # how the reference of which sample is cached
         self._lock = threading.Lock()
         self.stats = {"steps_run": 0, "segments_run": 0, "reference_seconds": 0.0}
 
@@ -318,33 +376,49 @@ class Engine:
                    disable=None if self.progress else True)
         pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
         try:
-            self._float_baselines({s: sample for s, sample in enumerate(self.samples)
-                                   if any((v.name, s) not in done for v in variants)})
-            for s, sample in enumerate(self.samples):
-                todo = [v for v in variants if (v.name, s) not in done]
-                if not todo:
-                    continue
-                base = self._reference(s, sample, pool)
+            pending = {s: sample for s, sample in enumerate(self.samples)
+                       if any((v.name, s) not in done for v in variants)}
+            batched, single = self._route(variants)
+            baselines = pool.submit(self._float_baselines, pending) if pool else None
+            if baselines is None:
+                self._float_baselines(pending)
+            if pending:
+                self._build_parts(pool)
+            if baselines is not None:
+                baselines.result()
+            for s, sample in pending.items():
+                base = self._reference(s, sample, pool, steps=bool(single) or not self.runner.segments)
+                if self._check_parts(pool):  # a switch failed its check: its variants go step by step
+                    batched, moved = self._route(variants)
+                    if moved and not single:
+                        self._reference(s, sample, pool, steps=True)
+                    single = moved
+                jobs = self._jobs([(v, ch) for v, ch in batched if (v.name, s) not in done],
+                                  [v for v in single if (v.name, s) not in done])
 
-                def measure(variant: Variant, s=s, base=base) -> dict:
-                    got = self.run_variant(variant)
-                    return {"variant": variant.name, "sample": s,
-                            "values": finite({v: qmetrics.compute(self.metrics, base[v], got[v]) for v in self.compare})}
+                def measure(job, s=s, base=base) -> list[dict]:
+                    return [{"variant": v.name, "sample": s,
+                             "values": finite({n: qmetrics.compute(self.metrics, base[n], got[n])
+                                               for n in self.compare})}
+                            for (v, _), got in zip(job, self._run_job(job))]
 
                 release_free_memory()
-                for n, row in enumerate(pool.map(measure, todo) if pool else map(measure, todo), 1):
-                    if n % _TRIM_EVERY == 0:
+                trimmed = time.perf_counter()
+                for job_rows in pool.map(measure, jobs) if pool else map(measure, jobs):
+                    if time.perf_counter() - trimmed > _TRIM_SECONDS:
                         release_free_memory()
-                    rows.append(row)
+                        trimmed = time.perf_counter()
+                    rows.extend(job_rows)
                     if path is not None:
                         with open(path, "a") as f:
-                            f.write(json.dumps(row) + "\n")
-                    bar.update(1)
+                            f.write("".join(json.dumps(row) + "\n" for row in job_rows))
+                    bar.update(len(job_rows))
         finally:
             if pool:
                 pool.shutdown(cancel_futures=True)
             bar.close()
             self.cache.clear()
+            self._baselines.clear()
         for row in rows:
             for v in row["values"].values():
                 for m in v:
@@ -353,15 +427,148 @@ class Engine:
         rows.sort(key=lambda r: (order.get(r["variant"], len(order)), r["sample"]))
         stats = dict(self.stats, seconds=round(time.perf_counter() - start, 3),
                      sessions=getattr(self.runner, "sessions", 0), steps=len(self.plan.steps),
-                     segments=len(self.plan.segments), peak_cache_bytes=self.cache.peak,
+                     segments=len(self.plan.segments), batch=self.batch, peak_cache_bytes=self.cache.peak,
                      spilled_bytes=self.cache.spilled,
                      peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         return EngineResult(rows, self.metrics, self.compare, stats)
 
     def run_variant(self, variant: Variant) -> dict[str, np.ndarray]:
         """The compared values of ``variant`` on the current sample (after ``_reference``)."""
+        changes = self._changes(variant)
+        if self._switchable(changes):
+            return self._run_rows([changes])[0]
+        return self._run_steps(changes)
+
+    def close(self) -> None:
+        self.cache.close()
+
+    # ------------------------------------------------------------------ routing
+    def _batch_size(self, batch: int | None) -> int:
+        if batch is not None:
+            if int(batch) < 1:
+                raise InputError(f"batch must be at least 1, got {batch}")
+            return int(batch)
+        largest = max((_nbytes(v) for v in self.ir.activations()), default=0)
+        return int(max(1, min(_MAX_BATCH, _BATCH_BYTES // max(largest, 1))))
+
+    def _cut_segments(self, count: int | None) -> None:
+        """Segments of about equal FLOPs (every step also counts a tenth of the mean, so that
+        FLOP-free steps spread), and which segment reads each value last."""
+        plan, n = self.plan, len(self.plan.steps)
+        flops = step_flops(self.ir, plan)
+        count = count or max(1, int(round(math.sqrt(n))))
+        plan.segments = split_segments(list(flops + max(float(flops.sum()), 1.0) / (10 * n)), count) if n else []
+        self._segment_of = np.zeros(n, np.int64)
+        for k, (lo, hi) in enumerate(plan.segments):
+            self._segment_of[lo:hi] = k
+        self._producer = {o: step.index for step in plan.steps for o in step.outputs}
+        self._last_segment = {v: int(self._segment_of[i]) for v, i in plan.last_reader.items()}
+        self._distrusted: set[int] = set()  # segments whose switches failed their check
+
+    def _changes(self, variant: Variant) -> dict[str, CalibRecord]:
+        """``variant``'s calibration nodes whose record differs from the reference's."""
         changes = {n: self._variant_record(n, m) for n, m in variant.items()}
-        changes = {n: r for n, r in changes.items() if r is not self.records[n]}
+        return {n: r for n, r in changes.items() if r is not self.records[n]}
+
+    def _route(self, variants: list[Variant]) -> tuple[list[tuple[Variant, dict[str, CalibRecord]]], list[Variant]]:
+        """Split ``variants`` into rows of batched calls and step-by-step ones, after choosing the
+        switches: each activation calibration node that variants change is a switch to the mode
+        most of them give it (none in a segment whose switches failed their check). A variant
+        runs as a row when each of its changes is a switch to its mode."""
+        if not isinstance(self.runner, OrtSteps):
+            return [], list(variants)
+        parsed = [(v, self._changes(v)) for v in variants]
+        wanted: dict[str, Counter] = {}
+        for _, changes in parsed:
+            if all(n in self.plan.step_of for n in changes):
+                for n, rec in changes.items():
+                    wanted.setdefault(n, Counter())[rec.mode.value] += 1
+        switches: dict[int, dict[str, CalibRecord]] = {}
+        for n, modes in wanted.items():
+            k = int(self._segment_of[self.plan.step_of[n]])
+            if k not in self._distrusted:
+                switches.setdefault(k, {})[n] = self._variant_record(n, modes.most_common(1)[0][0])
+        self._switches = switches
+        batched = [(v, ch) for v, ch in parsed if self._switchable(ch)]
+        rows = {v.name for v, _ in batched}
+        return batched, [v for v in variants if v.name not in rows]
+
+    def _switchable(self, changes: Mapping[str, CalibRecord]) -> bool:
+        """True when every change is a switch to that mode (the variant can run as a row)."""
+        if not isinstance(self.runner, OrtSteps):
+            return False
+        for n, rec in changes.items():
+            i = self.plan.step_of.get(n)
+            if i is None or self._switches.get(int(self._segment_of[i]), {}).get(n) is not rec:
+                return False
+        return True
+
+    def _first_segment(self, changes: Mapping[str, CalibRecord]) -> int:
+        return min((int(self._segment_of[self.plan.step_of[n]]) for n in changes), default=len(self.plan.segments))
+
+    def _jobs(self, batched: list[tuple[Variant, dict]], single: list[Variant]) -> list[list[tuple]]:
+        """The calls to make: batched variants grouped by the segment of their first change (the
+        largest cones first), at most ``batch`` per call; then the step-by-step ones, one each."""
+        groups: dict[int, list] = {}
+        for v, changes in batched:
+            groups.setdefault(self._first_segment(changes), []).append((v, changes))
+        jobs = [g[i:i + self.batch] for _, g in sorted(groups.items()) for i in range(0, len(g), self.batch)]
+        return jobs + [[(v, None)] for v in single]
+
+    def _run_job(self, job: list[tuple[Variant, dict | None]]) -> list[dict[str, np.ndarray]]:
+        if job[0][1] is None:
+            return [self._run_steps(self._changes(job[0][0]))]
+        return self._run_rows([changes for _, changes in job])
+
+    # ------------------------------------------------------------------ execution
+    def _run_rows(self, rows: list[Mapping[str, CalibRecord]]) -> list[dict[str, np.ndarray]]:
+        """Compared values of variants given by their ``changes`` (each change a switch), run as
+        the rows of one batch: from the segment of the first change on, each segment the cone
+        reaches runs once for all rows, as a switch part where a row changes one of its nodes."""
+        plan, batch = self.plan, len(rows)
+        read = self._reader({}, {}, self.constants)
+        overlay: dict[str, np.ndarray] = {}
+        tiled: dict[str, np.ndarray] = {}  # reference values repeated for every row
+
+        def feed(v: str) -> np.ndarray:
+            if v in overlay:
+                return overlay[v]
+            if batch == 1:
+                return read(v)
+            if v not in tiled:
+                tiled[v] = np.repeat(read(v), batch, axis=0)
+            return tiled[v]
+
+        runs = 0
+        for k in range(min(map(self._first_segment, rows)), len(plan.segments)):
+            switched: dict[str, list[int]] = {}
+            for r, changes in enumerate(rows):
+                for n in changes:
+                    if self._segment_of[plan.step_of[n]] == k:
+                        switched.setdefault(n, []).append(r)
+            part = self.runner.part(k, self._switches[k] if switched else None)
+            if not switched and not any(v in overlay for v in part.inputs):
+                continue  # outside every row's cone: the reference values stand
+            feeds = {v: feed(v) for v in part.inputs}
+            for n in part.switches:
+                feeds[rows_input(n)] = np.array(switched.get(n, ()), np.int64).reshape(-1, 1)
+            overlay.update(self.runner.run(part.session, part.outputs, feeds))
+            runs += 1
+            for held in (overlay, tiled):  # free what no later segment reads
+                for v in [v for v in held if self._last_segment.get(v, -1) <= k and v not in self.compare]:
+                    del held[v]
+        with self._lock:
+            self.stats["segments_run"] += runs
+        return [{v: (overlay[v][r:r + 1] if batch > 1 else overlay[v]) if v in overlay else read(v)
+                 for v in self.compare} for r in range(batch)]
+
+    def _run_steps(self, changes: Mapping[str, CalibRecord]) -> dict[str, np.ndarray]:
+        """Compared values of a variant given by its ``changes``, its cone re-executed step by
+        step (segments of the cone that hold no change as one call where that is cheaper)."""
+        if self._level != "steps":  # a direct run_variant after a segment-level reference
+            with self._lock:
+                if self._level != "steps":
+                    self._reference(*self._sample, steps=True)
         plan = self.plan
         start = plan.start_steps(changes)
         cone = plan.cone(start)
@@ -396,8 +603,66 @@ class Engine:
             self.stats["segments_run"] += segments_run
         return {v: read(v) for v in self.compare}
 
-    def close(self) -> None:
-        self.cache.close()
+    def _build_parts(self, pool) -> None:
+        """Build every segment session the batched variants use (each segment in the reference
+        configuration, and with its switches), ``threads`` at a time. When a segment cannot
+        take a batch, ``batch`` falls to 1."""
+        if not isinstance(self.runner, OrtSteps):
+            return
+        keys = [(k, None) for k in range(len(self.plan.segments))] + sorted(self._switches.items())
+        parts = list(pool.map(lambda key: self.runner.part(*key), keys) if pool
+                     else (self.runner.part(*key) for key in keys))
+        if self.batch > 1 and not all(p.batched for p in parts):
+            logger.info("a segment cannot take a batch (a value crossing it has no leading 1): "
+                        "one variant per call")
+            self.batch = 1
+
+    def _check_parts(self, pool) -> bool:
+        """Check each part once, on the current sample's reference: a switch part with no row
+        switched must compute the reference (:func:`_close`; so must a reference part when the
+        reference ran step by step), and with batches every row of a run on two copies of the
+        inputs must equal the single run bit for bit. A switch part that fails is not used
+        (its segment's variants run step by step; returns True); a failed batch check sets
+        ``batch`` to 1."""
+        if not isinstance(self.runner, OrtSteps):
+            return False
+        keys = [(k, None) for k in range(len(self.plan.segments))] + sorted(self._switches.items())
+        todo = [key for key in keys if _part_key(*key) not in self._checked]
+        if not todo:
+            return False
+        read = self._reader({}, {}, self.constants)
+        batch = self.batch
+
+        def check(key) -> tuple[bool, bool]:
+            k, switches = key
+            part = self.runner.part(k, switches)
+            feeds = {v: read(v) for v in part.inputs}
+            feeds |= {rows_input(n): np.zeros((0, 1), np.int64) for n in part.switches}
+            is_reference = switches is None and self._level == "segments"
+            if is_reference and batch == 1:
+                return True, True
+            single = self.runner.run(part.session, part.outputs, feeds)
+            same = is_reference or _close(single, {v: read(v) for v in part.outputs})
+            if batch == 1:
+                return same, True
+            try:
+                got = self.runner.run(part.session, part.outputs, {
+                    v: a if v.endswith("::rows") else np.repeat(a, 2, axis=0) for v, a in feeds.items()})
+            except ExecutionError:
+                return same, False
+            return same, all(_equal({v: a[r:r + 1] for v, a in got.items()}, single) for r in (0, 1))
+
+        failed = False
+        for (k, switches), (same, batch_ok) in zip(todo, pool.map(check, todo) if pool else map(check, todo)):
+            self._checked.add(_part_key(k, switches))
+            if not same:
+                logger.info("segment %d computes other values as one part; its variants run step by step", k)
+                self._distrusted.update([k] if switches else range(len(self.plan.segments)))
+                failed = True
+            if not batch_ok and self.batch > 1:
+                logger.info("segment %d computes other values in a batch: one variant per call", k)
+                self.batch = 1
+        return failed
 
     # ------------------------------------------------------------------ pieces
     def _variant_record(self, name: str, mode: str) -> CalibRecord:
@@ -451,7 +716,7 @@ class Engine:
             if v in overlay:
                 return overlay[v]
             producer = self._recomputable.get(v)
-            if producer is None:
+            if producer is None or v in cache:
                 return cache.get(v)
             return self._step(producer, read, changes, constants)[v]
 
@@ -466,14 +731,31 @@ class Engine:
         key = tuple((w, changes[w].mode.value) for w in step.weight_calibs if w in changes)
         return self.runner.run_step(i, read, constants, key)
 
-    def _reference(self, s: int, sample: Mapping[str, np.ndarray], pool=None) -> dict[str, np.ndarray]:
-        """Run the reference on sample ``s`` into the cache; returns the baseline values."""
+    def _reference(self, s: int, sample: Mapping[str, np.ndarray], pool=None, steps: bool = True) -> dict[str, np.ndarray]:
+        """Run the reference on sample ``s`` into the cache, step by step (every value crossing a
+        step kept; what step-by-step variants read) or, with ``steps=False``, segment by segment
+        (only values crossing segments; what batched variants read). Returns the baseline values."""
         start = time.perf_counter()
         cache, plan = self.cache, self.plan
         cache.clear()
-        feeds = check_feeds(self.ir, sample)
-        for name, array in feeds.items():
+        for name, array in check_feeds(self.ir, sample).items():
             cache.put(name, array)
+        self._level, self._sample = ("steps" if steps else "segments"), (s, sample)
+        if steps:
+            self._reference_steps(pool)
+        else:
+            read = self._reader({}, {}, self.constants)
+            for k in range(len(plan.segments)):
+                for name, array in self.runner.run_segment(k, read).items():
+                    cache.put(name, array, self._code_scale.get(self._producer.get(name)))
+        base = self._baselines.get(s) or {v: cache.get(v) for v in self.compare}
+        self.stats["reference_seconds"] += time.perf_counter() - start
+        return base
+
+    def _reference_steps(self, pool=None) -> None:
+        """The reference, step by step, into the cache (the sample's inputs are there); the first
+        time, step costs are timed and segments checked (:meth:`_calibrate_costs`)."""
+        cache, plan = self.cache, self.plan
         timing = self.step_cost is None
         if timing and pool is not None and hasattr(self.runner, "prepare"):  # build sessions in parallel
             list(pool.map(self.runner.prepare, range(len(plan.steps))))
@@ -495,14 +777,12 @@ class Engine:
                     del transient[name]
         if timing:
             self._calibrate_costs(costs, pool)
-        base = self._baselines.pop(s, None) or {v: cache.get(v) for v in self.compare}
-        self.stats["reference_seconds"] += time.perf_counter() - start
-        return base
 
     def _float_baselines(self, samples: dict[int, Mapping[str, np.ndarray]]) -> None:
         """Compared values of the float model for ``samples`` (when the reference is not float),
         computed up front with one plain whole-model run each; the session is released before
         the reference cache fills."""
+        samples = {s: x for s, x in samples.items() if s not in self._baselines}
         if self.baseline != "float" or self.reference == "float" or not samples:
             return
         float_ir = configured_clone(self.ir, "float", {})
@@ -515,14 +795,11 @@ class Engine:
     def _calibrate_costs(self, costs: np.ndarray, pool=None) -> None:
         """Step costs as timed in the first reference pass (sessions were built beforehand; a
         session's first run is slower, which only biases the choice toward whole segments);
-        segments cut from them; each segment run once to warm it up and check it against the
-        cached step outputs, then timed."""
+        each segment run once to warm it up and check it against the cached step outputs,
+        then timed."""
         plan = self.plan
         read = self._reader({}, {}, self.constants)
         self.step_cost = costs
-        n = len(plan.steps)
-        count = self._segment_count or max(1, int(round(math.sqrt(n) / 2)))
-        plan.segments = split_segments(list(costs), count)
         if not getattr(self.runner, "segments", False):
             return
 

@@ -8,13 +8,17 @@ modes). Calibration steps are computed by the engine itself with
 - :class:`NumpySteps` calls the numpy interpreter's kernels for the ops of a step, with the same
   execution plan (BatchNorm folding included) as :class:`~qir.runtimes.numpy_ref.interpreter.NumpyRuntime`.
 - :class:`OrtSteps` builds one onnxruntime session per step (weights and weight-calibration
-  outputs as initializers, so onnxruntime pre-packs them) and one per segment (the reference
-  configuration baked in), each built on first use and reused by every variant and sample.
+  outputs as initializers, so onnxruntime pre-packs them) and one per segment and *switch
+  assignment*: the segment in the reference configuration, with the calibration nodes of the
+  assignment lowered as switches (:mod:`.switches`) that the variants of a batch turn on row by
+  row. The empty assignment is the segment as the reference runs it. Sessions are built on
+  first use (or ahead, from several threads) and reused by every variant and sample.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import numpy as np
@@ -26,8 +30,9 @@ from qir.records import CalibRecord
 
 from ..runtimes.numpy_ref.interpreter import execution_plan
 from .plan import Plan
+from .switches import make_batch_capable, rows_value_info, switch_nodes
 
-__all__ = ["NumpySteps", "OrtSteps", "Read"]
+__all__ = ["NumpySteps", "OrtSteps", "Part", "Read"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,29 +82,54 @@ class NumpySteps:
         return {o: env[o] for o in self.plan.steps[i].outputs}
 
 
+@dataclass(frozen=True)
+class Part:
+    """A segment as one session: its value inputs and outputs, the switches it takes a
+    ``rows`` input for, and whether it runs on a batch of rows."""
+
+    session: object
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    switches: tuple[str, ...] = ()
+    batched: bool = False
+
+
 class OrtSteps:
-    """Steps and segments as cached onnxruntime sessions (see the module docstring)."""
+    """Steps and segments as cached onnxruntime sessions (see the module docstring).
+
+    ``batch``: export segments batch-capable (:func:`.switches.make_batch_capable`), so a
+    segment session also runs many variants in one call."""
 
     segments = True
 
     def __init__(self, ir: QIR, plan: Plan, reference: Mapping[str, CalibRecord],
                  constants: Mapping[str, np.ndarray], threads: int | None = None,
-                 optimization: str = "all", rounding: str = "half_to_even") -> None:
+                 optimization: str = "all", rounding: str = "half_to_even", batch: bool = False) -> None:
         self.ir, self.plan, self.reference = ir, plan, reference
         self.constants = constants
         self.threads, self.optimization, self.rounding = threads, optimization, rounding
+        self.batch = batch
         self._steps: dict[tuple, object] = {}
-        self._segments: dict[int, tuple] = {}
+        self._parts: dict[tuple, Part] = {}
         self._lock = threading.Lock()  # sessions built by several threads: the first one stored wins
 
-    def _session(self, records, inputs, outputs, constants):
-        from ..runtimes.ort_backend import lower_fake_quant, lower_layout_stable, new_session
+    def _lower(self, ir: QIR, rec: CalibRecord):
+        from ..runtimes.ort_backend import lower_fake_quant
+
+        return lower_fake_quant(ir, rec, self.rounding)
+
+    def _session(self, records, inputs, outputs, constants, lower=None, switches=(), batch=False):
+        """A session for ``records``; with ``batch``, batch-capable when the part allows it.
+        Returns ``(session, batched)``."""
+        from ..runtimes.ort_backend import lower_layout_stable, new_session
 
         model = export_subgraph(self.ir, records, list(inputs), list(outputs), constants=constants,
-                                lower_calibration=lambda ir, rec: lower_fake_quant(ir, rec, self.rounding),
-                                lower_op=lower_layout_stable)
-        return new_session(model, self.threads, self.optimization, shared=True,
-                           what=f"the part of {self.ir.name!r} ending at {records[-1].name!r}")
+                                lower_calibration=lower or self._lower, lower_op=lower_layout_stable)
+        model.graph.input.extend(rows_value_info(n, k) for k, n in enumerate(switches))
+        batched = batch and make_batch_capable(model, self.ir)
+        session = new_session(model, self.threads, self.optimization, shared=True,
+                              what=f"the part of {self.ir.name!r} ending at {records[-1].name!r}")
+        return session, batched
 
     def prepare(self, i: int) -> None:
         """Build step ``i``'s reference session now (callable from several threads)."""
@@ -111,8 +141,8 @@ class OrtSteps:
         if entry is None:
             step = self.plan.steps[i]
             wanted = {self.reference[w].output for w in step.weight_calibs}
-            entry = self._session(step.records, step.inputs, step.outputs,
-                                  {n: a for n, a in constants.items() if n in wanted})
+            entry, _ = self._session(step.records, step.inputs, step.outputs,
+                                     {n: a for n, a in constants.items() if n in wanted})
             with self._lock:
                 entry = self._steps.setdefault((i, key), entry)
         return entry
@@ -122,25 +152,43 @@ class OrtSteps:
         """Step ``i``; ``key`` names the weight-calibration modes in ``constants`` (sessions are
         cached per step and key)."""
         step = self.plan.steps[i]
-        return self._run(self._step_session(i, constants, key), step.inputs, step.outputs, read)
+        return self.run(self._step_session(i, constants, key), step.outputs, {v: read(v) for v in step.inputs})
 
-    def run_segment(self, k: int, read: Read) -> dict[str, np.ndarray]:
-        """Segment ``k`` as one session in the reference configuration."""
-        entry = self._segments.get(k)
-        if entry is None:  # (session, inputs, outputs), worked out once per segment
+    def part(self, k: int, switches: Mapping[str, CalibRecord] | None = None) -> Part:
+        """Segment ``k`` in the reference configuration, with the calibration nodes of
+        ``switches`` (node -> its record in the variants' mode) as switches."""
+        switches = dict(switches or {})
+        key = (k, tuple(sorted((n, r.mode.value) for n, r in switches.items())))
+        entry = self._parts.get(key)
+        if entry is None:
             inputs, outputs = self.plan.segment_io(k)
             lo, hi = self.plan.segments[k]
             records = [self.reference.get(r.name, r) if isinstance(r, CalibRecord) else r
                        for s in self.plan.steps[lo:hi] for r in s.records]
-            entry = (self._session(records, inputs, outputs, dict(self.constants)), inputs, outputs)
+            names = tuple(r.name for r in records if r.name in switches)
+
+            def lower(ir: QIR, rec: CalibRecord):
+                if rec.name in switches:
+                    return switch_nodes(ir, rec, switches[rec.name], self.rounding)
+                return self._lower(ir, rec)
+
+            session, batched = self._session(records, inputs, outputs, dict(self.constants), lower,
+                                             names, self.batch)
+            entry = Part(session, tuple(inputs), tuple(outputs), names, batched)
             with self._lock:
-                entry = self._segments.setdefault(k, entry)
-        return self._run(*entry, read)
+                entry = self._parts.setdefault(key, entry)
+        return entry
+
+    def run_segment(self, k: int, read: Read) -> dict[str, np.ndarray]:
+        """Segment ``k`` as one session in the reference configuration."""
+        part = self.part(k)
+        return self.run(part.session, part.outputs, {v: read(v) for v in part.inputs})
 
     @staticmethod
-    def _run(session, inputs, outputs, read: Read) -> dict[str, np.ndarray]:
+    def run(session, outputs, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``outputs`` of ``session`` on ``feeds`` (onnxruntime errors as ExecutionError)."""
         try:
-            got = session.run(list(outputs), {v: read(v) for v in inputs})
+            got = session.run(list(outputs), dict(feeds))
         except QirError:
             raise
         except Exception as exc:
@@ -150,4 +198,4 @@ class OrtSteps:
 
     @property
     def sessions(self) -> int:
-        return len(self._steps) + len(self._segments)
+        return len(self._steps) + len(self._parts)

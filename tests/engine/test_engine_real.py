@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import qir
+from qir import metrics as qmetrics
 from qir.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
 from qir.passes import PassManager, get_pass
 
@@ -57,12 +58,17 @@ def test_engine_equals_plain_evaluation_on_real_models(case, reference, mode):
     result = engine.evaluate(variants)
     engine._reference(0, sample)
     options = {"threads": 2, "optimization": engine.optimization} if runtime == "ort" else {}
+    baseline = evaluate_plainly(ir, sample, {}, reference="float", runtime=runtime, **options)
     for v in variants:
         plain = evaluate_plainly(ir, sample, v.changes, reference=reference, runtime=runtime, **options)
         got = engine.run_variant(v)
+        row = next(r for r in result.rows if r["variant"] == v.name)
         for out in ir.outputs:
             scale = float(np.abs(plain[out]).max())
             assert float(np.abs(got[out] - plain[out]).max()) <= 1e-6 * scale, (name, v.name, out)
+            expected = qmetrics.compute(result.metrics, baseline[out], plain[out])
+            for m, value in expected.items():  # the rows evaluate() wrote
+                assert row["values"][out][m] == pytest.approx(value, abs=1e-6), (name, v.name, out, m)
     assert len(result.rows) == len(variants)
     assert result.stats["segments_run"] + result.stats["steps_run"] > 0
 

@@ -37,6 +37,13 @@ def test_edge_cases():
     assert M.compute("sqnr", empty, empty)["sqnr"] == math.inf
 
 
+def test_identical_tensors_have_cosine_exactly_one(rng):
+    # analyses read "1.0" as "this value did not change"; |a|·|a| != Σa² in floating point
+    for _ in range(200):
+        x = (rng.standard_normal(int(rng.integers(1, 4000))) * 10.0 ** rng.uniform(-20, 20)).astype(np.float32)
+        assert M.cosine_similarity(x, x.copy()) == 1.0
+
+
 def test_non_finite_positions_are_left_out():
     a = np.array([1.0, 2.0, np.nan, 4.0])
     d = np.array([1.0, 2.5, 3.0, np.inf])
