@@ -18,8 +18,10 @@ each computed two ways:
 - qir: ``qir.engine.Engine`` over all N nodes, from scratch (plan, sessions, reference run
   included), median of ``--repeats`` runs.
 
-Also printed: F, one float forward of the whole model (onnxruntime, same threads, median of 20),
-and the quantized forward, which sets the speed at which (c) re-runs its cones;
+Also printed: F, one float forward of the whole model (onnxruntime, same threads; the median
+over ``--repeats`` measurements of 10 runs each, taken right before each qir run, so that both
+see the same machine on a noisy one), and the quantized forward, which sets the speed at which
+(c) re-runs its cones;
 N×F; the cone floor Σ_i (FLOPs downstream of node i / all FLOPs)·F (FLOPs as in
 ``qir.engine.cost``); qir's ratio to each; the peak RSS of the process during the qir runs
 (the kernel's counter is reset before them, so model loading and calibration do not count).
@@ -61,15 +63,15 @@ def _peak_rss_mb(field: str = "VmHWM") -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _forward_time(model, sample, threads: int) -> float:
-    """One whole-model onnxruntime forward (median of 20, after 3 warm-ups)."""
+def _forward_time(model, sample, threads: int, runs: int = 10) -> float:
+    """One whole-model onnxruntime forward (median of ``runs``, after 3 warm-ups)."""
     from qir.runtimes.base import get_runtime
 
     rt = get_runtime("ort", threads=threads)
     for _ in range(3):
         rt.run(model, sample)
     times = []
-    for _ in range(20):
+    for _ in range(runs):
         t0 = time.perf_counter()
         rt.run(model, sample)
         times.append(time.perf_counter() - t0)
@@ -108,13 +110,19 @@ def main() -> None:
         nodes = [c.name for c in ir.calibrations("activation")]
         n = len(nodes)
 
-        forward, quantized_forward = (_forward_time(model, sample, args.threads)
-                                      for model in (configured_clone(ir, "float", {}), ir))
-        ir.touch()  # drop the whole-model session (and its memory arena) cached in the IR
-        gc.collect()
+        float_ir = configured_clone(ir, "float", {})
+        forwards, quantized_forwards = [], []
+
+        def measure_forwards() -> None:
+            forwards.append(_forward_time(float_ir, sample, args.threads))
+            quantized_forwards.append(_forward_time(ir, sample, args.threads))
+            for model in (float_ir, ir):
+                model.touch()  # drop the whole-model session (and its memory arena) cached in the IR
+            gc.collect()
+
         plan = build_plan(ir)
         flops = step_flops(ir, plan)
-        floor = sum(cone_fraction(plan, flops, [c]) for c in nodes) * forward
+        cone = sum(cone_fraction(plan, flops, [c]) for c in nodes)
 
         picked = nodes[:: max(1, n // args.naive_nodes)][: args.naive_nodes]
         for job, reference, mode in (("(b) quantize", "float", "int8"), ("(c) to float", "quantized", "float")):
@@ -123,6 +131,8 @@ def main() -> None:
             _reset_peak_rss()
             base_rss = _peak_rss_mb("VmRSS")
             for _ in range(args.repeats):
+                measure_forwards()
+                _reset_peak_rss()
                 t0 = time.perf_counter()
                 engine = Engine(ir, [sample], reference=reference, threads=args.threads, progress=False)
                 result = engine.evaluate(variants)
@@ -131,6 +141,8 @@ def main() -> None:
                 engine.close()
             took = statistics.median(runs)
             rss = _peak_rss_mb()
+            forward, quantized_forward = statistics.median(forwards), statistics.median(quantized_forwards)
+            floor = cone * forward
             t0 = time.perf_counter()
             for c in picked:
                 evaluate_plainly(ir, sample, {c: mode}, reference=reference, runtime="ort", threads=args.threads)
@@ -140,7 +152,8 @@ def main() -> None:
                   f"{took / floor:>10.2f}{rss:>8.0f}", flush=True)
             del result
         print(f"{'':<12}cone floor / N*F = {floor / (n * forward):.2f}; naive timed on {len(picked)} "
-              f"of {n} nodes; qir median of {args.repeats} (onnxruntime level {level}); F median of 20; "
+              f"of {n} nodes; qir median of {args.repeats} (onnxruntime level {level}); F median of "
+              f"{len(forwards)} measurements (10 runs each) taken between the qir runs; "
               f"RSS: peak of the whole process, which held {base_rss:.0f} MB before qir started", flush=True)
         print(f"{'':<12}the quantized forward takes {quantized_forward * 1e3:.1f} ms = "
               f"{quantized_forward / forward:.2f} F: (c) re-runs its cones quantized, so its floor at that speed "

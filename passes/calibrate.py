@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -137,10 +138,13 @@ class CalibratePass(Pass):
                 raise InputError(f"calibration sample {i}: {exc}") from exc
             if fast_max:  # reduced inside onnxruntime; NaN/Inf fall back to the full tensor
                 ranges = derive(rt.min_max(ir, feed, observed), rules)
-                bad = [v for v in values if not np.all(np.isfinite(ranges[v]))]
+                bad = [v for v in values if not (math.isfinite(ranges[v][0]) and math.isfinite(ranges[v][1]))]
                 full = rt.run(ir, feed, capture=bad) if bad else {}
                 for v in values:
-                    hists[v].update(full[v] if v in full else np.asarray(ranges[v], np.float32))
+                    if v in full:
+                        hists[v].update(full[v])
+                    else:
+                        hists[v].update_range(*ranges[v])
                 continue
             out = rt.run(ir, feed, capture=values)
             for v in values:

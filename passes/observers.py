@@ -149,6 +149,19 @@ class AbsMaxObserver:
             self.zero_count += arr.size if amax == 0 else int(np.count_nonzero(arr == 0))
         return self
 
+    def update_range(self, lo: float, hi: float) -> "AbsMaxObserver":
+        """Observe a tensor known only by its ``lo`` = min and ``hi`` = max (as float32): what
+        ``update([lo, hi])`` records (two values), without building arrays. Returns self."""
+        lo, hi = float(np.float32(lo)), float(np.float32(hi))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return self.update(np.array([lo, hi], np.float32))
+        self.count += 2
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+        self.abs_max = max(self.abs_max, hi, -lo, 0.0)
+        self.zero_count += (lo == 0) + (hi == 0)
+        return self
+
     # -- combine / save
     def _merge_scalars(self, other: "AbsMaxObserver") -> None:
         self.count += other.count
@@ -305,6 +318,10 @@ class AbsHistogram(AbsMaxObserver):
         elif new_exp > self.range_exp:
             self.hist = _halve(self.hist, new_exp - self.range_exp)
             self.range_exp = new_exp
+
+    def update_range(self, lo: float, hi: float) -> "AbsHistogram":
+        """``update([lo, hi])``: the two values go into the bins too."""
+        return self.update(np.array([lo, hi], np.float32))
 
     def update(self, x: Any) -> "AbsHistogram":
         """Observe one tensor (any shape; NaN/Inf counted and ignored). Returns self.

@@ -180,20 +180,21 @@ class OrtRuntime:
         self.layout_stable = bool(layout_stable)
 
     def min_max(self, ir: QIR, feeds: Mapping[str, np.ndarray], values: Iterable[str]) -> dict[str, tuple[float, float]]:
-        """``(min, max)`` of each value, reduced inside onnxruntime (two scalars per value come
-        back instead of the whole tensor, so the model runs near its plain speed). NaN in a
-        tensor makes both NaN."""
+        """``(min, max)`` of each value, reduced inside onnxruntime (two vectors come back, the
+        minima and the maxima of all values, instead of the tensors, so the model runs near its
+        plain speed). NaN in a tensor makes both NaN."""
         feeds = check_feeds(ir, feeds)
         names = tuple(sorted(check_capture(ir, values)))
+        if not names:
+            return {}
         key = ("ort-minmax", names, self.threads, self.optimization, self.level, self.rounding,
                self.layout_stable, os.getpid())
-        session, outs, keys = ir.cached(key, lambda: self._session(ir, names, reduce_min_max=True))
+        session, outs, _ = ir.cached(key, lambda: self._session(ir, names, reduce_min_max=True))
         try:
-            result = session.run(outs, dict(feeds))
+            lows, highs = session.run(outs, dict(feeds))
         except Exception as exc:
             raise ExecutionError(f"onnxruntime failed on model {ir.name!r}: {_first_line(exc)}") from exc
-        got = dict(zip(outs, result))
-        return {v: (float(got[f"{k}.min"]), float(got[f"{k}.max"])) for v, k in zip(names, keys)}
+        return dict(zip(names, zip(lows.tolist(), highs.tolist())))
 
     def _session(self, ir: QIR, captured: tuple[str, ...], reduce_min_max: bool = False):
         if self.level == "float":
@@ -204,21 +205,19 @@ class OrtRuntime:
         else:
             lower = self.lower_calibration or (lambda ir_, rec: lower_fake_quant(ir_, rec, self.rounding))
         nodes, outputs = [], []
-        for k, name in enumerate(captured):
+        if reduce_min_max:
+            nodes, outputs = _min_max_outputs(ir, captured)
+        for k, name in enumerate(() if reduce_min_max else captured):
             out = f"qir.capture.{k}"
-            if reduce_min_max:
-                nodes += _min_max_nodes(name, out, len(ir.value(name).shape or ()), ir.opset)
-                outputs += [helper.make_empty_tensor_value_info(f"{out}.{t}") for t in ("min", "max")]
-            else:
-                nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
-                outputs.append(helper.make_empty_tensor_value_info(out))
+            nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
+            outputs.append(helper.make_empty_tensor_value_info(out))
         model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs,
                             lower_op=lower_layout_stable if self.layout_stable else None)
         session = new_session(model, self.threads, self.optimization, what=f"model {ir.name!r}")
         names = [o.name for o in session.get_outputs()]
         keys = list(ir.outputs) + list(captured)  # session output i is value keys[i]
-        if reduce_min_max:  # only the reductions are fetched; keys: each value's output prefix
-            names, keys = names[len(ir.outputs):], [f"qir.capture.{k}" for k in range(len(captured))]
+        if reduce_min_max:  # only the two vectors of minima and maxima are fetched
+            names, keys = names[len(ir.outputs):], []
         return session, names, keys
 
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
@@ -237,27 +236,52 @@ class OrtRuntime:
         return {name: values[name] for name in (*ir.outputs, *captured)}
 
 
-def _min_max_nodes(value: str, out: str, rank: int, opset: int) -> list[onnx.NodeProto]:
-    """``out.min`` / ``out.max`` of ``value``. A tensor of rank >= 2 is first viewed as rows
-    (``Flatten``: ``[N·C, H·W]`` for NCHW) and reduced per row, then over the rows: onnxruntime
-    splits a row-wise reduction across its threads, while a reduction to one scalar runs on one
-    (measured: max calibration of PP-OCRv4 det 3.3x -> 2.5x a plain forward)."""
+_ROW_REDUCTION_MIN = 1 << 16  # elements from which min/max are reduced row-wise first
+
+
+def _min_max_outputs(ir: QIR, values: tuple[str, ...]) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto]]:
+    """Nodes computing ``qir.capture.min`` / ``qir.capture.max``: the minima and the maxima of
+    ``values``, in their order, as two vectors. Each value is viewed as rows and reduced per
+    row, then over the rows. A tensor of 64K values or more becomes ``[N·C, H·W]`` rows
+    (``Flatten`` at axis 2 for rank >= 3): onnxruntime splits a row-wise reduction across its
+    threads, while a reduction to one number runs on one (measured: max calibration of
+    PP-OCRv4 det 3.3x -> 2.5x a plain forward). A smaller one is one row (``Flatten`` at axis
+    0), which one thread reduces as fast. Two outputs instead of two per value: fetching each
+    result as its own array cost more than the reductions on small models."""
     make = helper.make_node
-    src, nodes = value, []
-    if rank >= 2:
-        src = f"{out}.rows"
-        nodes.append(make("Flatten", [value], [src], name=src, axis=2 if rank >= 3 else 1))
-        if opset >= 18:  # axes became an input in opset 18
-            nodes.append(make("Constant", [], [f"{out}.axes"], name=f"{out}.axes",
-                              value=numpy_helper.from_array(np.array([1], np.int64))))
-        for op in ("ReduceMax", "ReduceMin"):
-            row = f"{out}.{op}.rows"
-            nodes.append(make(op, [src, f"{out}.axes"], [row], name=row, keepdims=0) if opset >= 18
-                         else make(op, [src], [row], name=row, axes=[1], keepdims=0))
-    for op, tag in (("ReduceMax", "max"), ("ReduceMin", "min")):
-        nodes.append(make(op, [f"{out}.{op}.rows" if rank >= 2 else src], [f"{out}.{tag}"], name=f"{out}.{tag}",
-                          keepdims=0))
-    return nodes
+    p = "qir.capture"
+    nodes = []
+    if ir.opset >= 18:  # axes became an input in opset 18
+        nodes.append(make("Constant", [], [f"{p}.axes"], name=f"{p}.axes",
+                          value=numpy_helper.from_array(np.array([1], np.int64))))
+
+    def reduce(op: str, src: str, dst: str) -> onnx.NodeProto:
+        if ir.opset >= 18:
+            return make(op, [src, f"{p}.axes"], [dst], name=dst, keepdims=0)
+        return make(op, [src], [dst], name=dst, axes=[1], keepdims=0)
+
+    lows, highs = [], []
+    for k, value in enumerate(values):
+        out = f"{p}.{k}"
+        shape = ir.value(value).shape or ()
+        rows = len(shape) >= 2 and not _smaller_than(shape, _ROW_REDUCTION_MIN)
+        nodes.append(make("Flatten", [value], [f"{out}.rows"], name=f"{out}.rows",
+                          axis=(2 if len(shape) >= 3 else 1) if rows else 0))
+        for op, tag, acc in (("ReduceMin", "min", lows), ("ReduceMax", "max", highs)):
+            row = f"{out}.{tag}.rows"
+            nodes.append(reduce(op, f"{out}.rows", row))  # one number per row
+            if rows:  # and one over the rows, kept as a vector of one
+                nodes.append(make(op, [row], [f"{out}.{tag}"], name=f"{out}.{tag}", keepdims=1))
+                row = f"{out}.{tag}"
+            acc.append(row)
+    nodes += [make("Concat", lows, [f"{p}.min"], name=f"{p}.min", axis=0),
+              make("Concat", highs, [f"{p}.max"], name=f"{p}.max", axis=0)]
+    return nodes, [helper.make_empty_tensor_value_info(f"{p}.{t}") for t in ("min", "max")]
+
+
+def _smaller_than(shape, elements: int) -> bool:
+    """True when ``shape`` is static and holds fewer than ``elements`` values."""
+    return all(isinstance(d, int) for d in shape) and int(np.prod(shape, dtype=np.int64)) < elements
 
 
 def new_session(model: onnx.ModelProto, threads: int | None = None, optimization: str = "all", *,

@@ -92,6 +92,18 @@ def _all_thresholds(h, qmax=127):
 
 # ----------------------------------------------------------------------------- histogram
 
+@pytest.mark.parametrize("kind", ["absmax", "hist"])
+def test_update_range_records_what_update_of_the_two_values_records(rng, kind):
+    make = AbsMaxObserver if kind == "absmax" else (lambda: AbsHistogram(64))
+    ranges = [(-1.5, 2.25), (0.0, 0.0), (0.0, 3.0), (-4.0, -0.5), (1e-3, 7.0), (-np.inf, 1.0), (np.nan, 2.0),
+              (float(np.float64(0.1)), 0.3)]  # float64 bounds are seen as float32, like update's array
+    by_range, by_array = make(), make()
+    for lo, hi in ranges:
+        by_range.update_range(lo, hi)
+        by_array.update(np.array([lo, hi], np.float32))
+    assert by_range.to_dict() == by_array.to_dict()
+
+
 def test_bins_match_np_histogram_and_range_is_the_next_power_of_two(rng):
     x = (rng.standard_normal((4, 8, 16, 16)) * 0.7).astype(np.float32)
     x.flat[:4] = [0.0, -0.0, 2.0 ** -3, -(2.0 ** -2)]      # values sitting exactly on bin edges

@@ -4,9 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import qir
 from qir import QIR, CalibMode, CalibRole, NodeKind, verify
+from qir.passes import PassManager
 from qir.records import ValueRecord
 from qir.errors import NotFoundError, QirError
+
+from ..conftest import REPO
 
 
 def small_ir() -> QIR:
@@ -121,6 +125,22 @@ def test_topological_order_is_deterministic_and_cached():
     ir.add_op("neg", "Neg", ["y"], ["z"])
     assert ir.version > version
     assert [r.name for r in ir.runnables()] == ["mul", "add", "neg"]
+
+
+def test_topological_order_is_networkx_lexicographical_order():
+    import networkx as nx
+
+    from qir.graph import _topological_keys
+
+    ir = qir.load(REPO / "qir" / "examples" / "digits" / "model.onnx")
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    for model in (small_ir(), ir):  # Mul(x, x): parallel edges; calibration nodes: inserted ordinals
+        ords = nx.get_node_attributes(model.graph, "ord")
+        assert _topological_keys(model.graph) == list(nx.lexicographical_topological_sort(
+            model.graph, key=lambda k: ords[k]))
+    ir.graph.add_edge("%" + ir.outputs[0], ir.runnables()[0].name, key=9)  # a cycle
+    with pytest.raises(QirError, match="cycle"):
+        _topological_keys(ir.graph)
 
 
 def test_omitted_optional_outputs_create_no_value():
