@@ -75,16 +75,31 @@ def op_to_node(rec: OpRecord) -> onnx.NodeProto:
     return node
 
 
-def _lower_records(ir: QIR, records, lower: CalibLowering, lower_op: OpLowering | None = None) -> list[onnx.NodeProto]:
+def _lower_records(ir: QIR, records, lower: CalibLowering, lower_op: OpLowering | None = None,
+                   memo: dict | None = None) -> list[onnx.NodeProto]:
     nodes: list[onnx.NodeProto] = []
     for rec in records:
         if isinstance(rec, CalibRecord):
             nodes.extend(lower(ir, rec))
-        else:
-            assert isinstance(rec, OpRecord)
-            written = lower_op(ir, rec) if lower_op is not None else None
-            nodes.extend(written if written is not None else [op_to_node(rec)])
+            continue
+        assert isinstance(rec, OpRecord)
+        written = memo.get(("op", rec.name)) if memo is not None else None
+        if written is None:
+            written = (lower_op(ir, rec) if lower_op is not None else None) or [op_to_node(rec)]
+            if memo is not None:
+                memo[("op", rec.name)] = written
+        nodes.extend(written)
     return nodes
+
+
+def _initializer(name: str, array: np.ndarray, memo: dict | None) -> onnx.TensorProto:
+    """``array`` as an initializer called ``name`` (converted once per array with a ``memo``)."""
+    if memo is None:
+        return numpy_helper.from_array(np.asarray(array), name)
+    key = ("init", name, id(array))
+    if key not in memo:
+        memo[key] = (numpy_helper.from_array(np.asarray(array), name), array)  # (keeps id(array) alive)
+    return memo[key][0]
 
 
 def _model(ir: QIR, graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
@@ -146,18 +161,20 @@ SAVED_META = ("fusion_groups", "value_aliases")
 def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,
                     lower_calibration: CalibLowering | None = None,
                     constants: dict[str, np.ndarray] | None = None,
-                    lower_op: OpLowering | None = None) -> onnx.ModelProto:
+                    lower_op: OpLowering | None = None, memo: dict | None = None) -> onnx.ModelProto:
     """A piece of ``ir`` as its own ONNX model: ``records`` (runnable nodes, in topological
     order) computing ``outputs`` from the graph inputs ``inputs``. Weights the nodes read
     become initializers; ``constants`` adds or replaces initializers (for example weight
     calibration outputs precomputed for a mode). The caller guarantees that ``inputs`` are
-    everything the nodes read from outside (besides weights and constants)."""
+    everything the nodes read from outside (besides weights and constants). ``memo``: a dict
+    kept by a caller exporting many pieces of an unchanging ``ir``; general nodes and
+    initializers are converted once and reused from it."""
     constants = constants or {}
-    nodes = _lower_records(ir, records, lower_calibration or _as_calibration_node, lower_op)
+    nodes = _lower_records(ir, records, lower_calibration or _as_calibration_node, lower_op, memo)
     read = {i for n in nodes for i in n.input}
-    initializers = [numpy_helper.from_array(np.asarray(a), n) for n, a in sorted(constants.items()) if n in read]
+    initializers = [_initializer(n, a, memo) for n, a in sorted(constants.items()) if n in read]
     weights = [ir.value(v) for v in sorted(read - set(constants)) if ir.has_value(v)]  # (not all of ir.weights())
-    initializers += [numpy_helper.from_array(np.asarray(w.data), w.name) for w in weights if w.is_weight]
+    initializers += [_initializer(w.name, w.data, memo) for w in weights if w.is_weight]
     boundary = set(inputs) | set(outputs)
     produced = {o for n in nodes for o in n.output}
     value_info = [_value_info(ir, v) for v in sorted(produced - boundary)

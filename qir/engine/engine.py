@@ -780,13 +780,14 @@ class Engine:
 
     def _float_baselines(self, samples: dict[int, Mapping[str, np.ndarray]]) -> None:
         """Compared values of the float model for ``samples`` (when the reference is not float),
-        computed up front with one plain whole-model run each; the session is released before
-        the reference cache fills."""
+        computed up front with one plain whole-model run each, on one core (it runs beside the
+        engine's own sessions being built); the session is released before the reference
+        cache fills."""
         samples = {s: x for s, x in samples.items() if s not in self._baselines}
         if self.baseline != "float" or self.reference == "float" or not samples:
             return
         float_ir = configured_clone(self.ir, "float", {})
-        options = {"threads": self.threads, "optimization": self.optimization,
+        options = {"threads": 1, "optimization": self.optimization,
                    "layout_stable": True} if self.runtime == "ort" else {}
         rt = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options)
         for s, sample in samples.items():

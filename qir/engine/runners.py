@@ -111,6 +111,7 @@ class OrtSteps:
         self.batch = batch
         self._steps: dict[tuple, object] = {}
         self._parts: dict[tuple, Part] = {}
+        self._memo: dict = {}  # nodes and initializers exported once for all parts (the IR does not change)
         self._lock = threading.Lock()  # sessions built by several threads: the first one stored wins
 
     def _lower(self, ir: QIR, rec: CalibRecord):
@@ -124,7 +125,8 @@ class OrtSteps:
         from ..runtimes.ort_backend import lower_layout_stable, new_session
 
         model = export_subgraph(self.ir, records, list(inputs), list(outputs), constants=constants,
-                                lower_calibration=lower or self._lower, lower_op=lower_layout_stable)
+                                lower_calibration=lower or self._lower, lower_op=lower_layout_stable,
+                                memo=self._memo)
         model.graph.input.extend(rows_value_info(n, k) for k, n in enumerate(switches))
         batched = batch and make_batch_capable(model, self.ir)
         session = new_session(model, self.threads, self.optimization, shared=True,
