@@ -65,6 +65,13 @@ def digits_calibrated():
     return calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA)
 
 
+@pytest.fixture(scope="session")
+def digits_samples():
+    """Three evaluation images of the digits model, as samples."""
+    images = np.load(DIGITS / "eval_images.npy")[:3].astype(np.float32)
+    return [{"input": image} for image in images]
+
+
 def calibrated_real(name: str, shape: list[int], images: list[str] | None = None, count: int = 2):
     """A real model from ../shared/models calibrated for nash-e on ``count`` real images (``images``
     by file name, default the calibration set), and those samples."""

@@ -291,7 +291,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     engine = Engine(ir, args.data, runtime=args.runtime, reference=args.reference, baseline=args.baseline,
                     compare=args.compare, metrics=metrics, data_num=args.data_num, threads=args.threads,
-                    memory_budget=int(args.memory_budget * 2**20), progress=not args.quiet)
+                    batch=args.batch, memory_budget=int(args.memory_budget * 2**20), progress=not args.quiet)
     try:
         result = engine.evaluate(variants, out, resume=args.resume, force=args.force)
     finally:
@@ -632,6 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-num", type=_positive_int, help="use at most N samples")
     p.add_argument("--threads", type=_positive_int, help="cores to use (default: all)")
     p.add_argument("--memory-budget", type=float, default=2048, help="MB of cached reference values (default 2048)")
+    p.add_argument("--batch", type=_positive_int,
+                   help="most variants per onnxruntime call (default: from the model's activation sizes)")
     p.add_argument("--top", type=int, default=20, help="rows to print")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in the same folder")
     p.add_argument("--force", action="store_true", help="overwrite the results of an earlier run")

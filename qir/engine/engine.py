@@ -62,7 +62,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from qir.data import model_samples
-from qir.errors import InputError
+from qir.errors import ExecutionError, InputError
 from qir.graph import QIR
 from qir.json_dump import finite
 from qir.kinds import CalibMode

@@ -155,6 +155,22 @@ def test_evaluate_ranks_variants_writes_files_and_resumes(tmp_path, capsys):
     assert "expected" in capsys.readouterr().err
 
 
+def test_evaluate_batches_variants_on_onnxruntime(tmp_path, capsys):
+    data, calibrated = _calibrated(tmp_path)
+    tables = {}
+    for batch in ("1", "3"):
+        out = tmp_path / f"batch{batch}"
+        assert main(["evaluate", str(calibrated), data, "-o", str(out), "--data-num", "2", "--quiet",
+                     "--metrics", "mse", "--batch", batch]) == 0
+        stats = json.loads((out / "engine_stats.json").read_text())
+        assert stats["batch"] == int(batch) and stats["steps_run"] == 0
+        tables[batch] = (out / "variants.csv").read_text()
+    assert tables["1"] == tables["3"]  # rows of one call give what one call per variant gives
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", str(calibrated), data, "-o", str(tmp_path / "x"), "--batch", "0"])
+    assert exit_.value.code == 2 and "positive integer" in capsys.readouterr().err
+
+
 def test_sensitivity_hmct_flags_and_list_syntax(tmp_path, capsys):
     data, calibrated = _calibrated(tmp_path)
     capsys.readouterr()
