@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ValueCache", "release_free_memory"]
+__all__ = ["ValueCache", "release_free_memory", "resident_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,18 @@ def release_free_memory() -> None:
     temporaries per model run; glibc's per-thread arenas would otherwise keep them as RSS."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class _Codes:

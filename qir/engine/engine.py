@@ -29,8 +29,10 @@ How it is fast (``../shared/DESIGN.md`` §5):
    pass-through calibration node of the reference, which a switch keeps apart), and batched
    calls against single ones (equal bit for bit); what fails runs step by step, one per call.
 4. **Steps (both runtimes).** Other variants (a weight calibration node changed, the numpy
-   runtime) re-execute their cone step by step; on onnxruntime a segment of the cone that holds
-   no change runs as one call when that was measured to be cheaper.
+   runtime) re-execute their cone step by step, on a reference kept step by step; on
+   onnxruntime a segment of the cone that holds no change runs as one call when that was
+   measured to be cheaper. They run after all the batched ones, once the segment sessions are
+   let go, so the two sets of sessions never fill memory together.
 5. **Variants in parallel.** ``threads`` calls run at once, each on one core: the many
    small calls of a cone parallelize better across variants than inside an operator.
 6. **Resume.** With ``out_dir``, results are appended to ``engine_results.jsonl`` as they are
@@ -71,7 +73,7 @@ from qir.records import CalibRecord, copy_record
 from .. import metrics as qmetrics
 from ..runtimes.base import check_feeds, get_runtime
 from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, set_mode
-from .cache import ValueCache, release_free_memory
+from .cache import ValueCache, release_free_memory, resident_bytes
 from .cost import step_flops
 from .plan import Plan, build_plan, split_segments, weight_calibrations
 from .runners import NumpySteps, OrtSteps
@@ -83,7 +85,7 @@ __all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "engine_results.jsonl"
-_TRIM_SECONDS = 1.0  # at most this often, freed C memory goes back to the system (a full heap walk)
+_TRIM_GROWTH = 256 << 20  # freed C memory goes back to the system once the process grew this much
 _BATCH_BYTES = 2 << 20  # default batch: its largest activation about this size (stays in cache)
 _MAX_BATCH = 32
 REFERENCES = ("float", "quantized")
@@ -375,6 +377,25 @@ class Engine:
         bar = tqdm(total=total, initial=len(done), desc="variants", unit="run", leave=False,
                    disable=None if self.progress else True)
         pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+
+        def run(jobs: list[list[tuple]], s: int, base: dict[str, np.ndarray]) -> None:
+            def measure(job) -> list[dict]:
+                return [{"variant": v.name, "sample": s,
+                         "values": finite({n: qmetrics.compute(self.metrics, base[n], got[n]) for n in self.compare})}
+                        for (v, _), got in zip(job, self._run_job(job))]
+
+            release_free_memory()
+            floor = resident_bytes()
+            for job_rows in pool.map(measure, jobs) if pool else map(measure, jobs):
+                if resident_bytes() - floor > _TRIM_GROWTH:  # (a trim walks the whole heap: not every call)
+                    release_free_memory()
+                    floor = resident_bytes()
+                rows.extend(job_rows)
+                if path is not None:
+                    with open(path, "a") as f:
+                        f.write("".join(json.dumps(row) + "\n" for row in job_rows))
+                bar.update(len(job_rows))
+
         try:
             pending = {s: sample for s, sample in enumerate(self.samples)
                        if any((v.name, s) not in done for v in variants)}
@@ -382,37 +403,21 @@ class Engine:
             baselines = pool.submit(self._float_baselines, pending) if pool else None
             if baselines is None:
                 self._float_baselines(pending)
-            if pending:
+            if batched and pending:
                 self._build_parts(pool)
             if baselines is not None:
                 baselines.result()
-            for s, sample in pending.items():
-                base = self._reference(s, sample, pool, steps=bool(single) or not self.runner.segments)
-                if self._check_parts(pool):  # a switch failed its check: its variants go step by step
-                    batched, moved = self._route(variants)
-                    if moved and not single:
-                        self._reference(s, sample, pool, steps=True)
-                    single = moved
-                jobs = self._jobs([(v, ch) for v, ch in batched if (v.name, s) not in done],
-                                  [v for v in single if (v.name, s) not in done])
-
-                def measure(job, s=s, base=base) -> list[dict]:
-                    return [{"variant": v.name, "sample": s,
-                             "values": finite({n: qmetrics.compute(self.metrics, base[n], got[n])
-                                               for n in self.compare})}
-                            for (v, _), got in zip(job, self._run_job(job))]
-
-                release_free_memory()
-                trimmed = time.perf_counter()
-                for job_rows in pool.map(measure, jobs) if pool else map(measure, jobs):
-                    if time.perf_counter() - trimmed > _TRIM_SECONDS:
-                        release_free_memory()
-                        trimmed = time.perf_counter()
-                    rows.extend(job_rows)
-                    if path is not None:
-                        with open(path, "a") as f:
-                            f.write("".join(json.dumps(row) + "\n" for row in job_rows))
-                    bar.update(len(job_rows))
+            if batched:  # first every sample's rows of batched calls, on a segment-level reference
+                for s, sample in pending.items():
+                    base = self._reference(s, sample, pool, steps=False)
+                    if self._check_parts(pool):  # a switch failed its check: its variants go step by step
+                        batched, single = self._route(variants)
+                    run(self._jobs([(v, ch) for v, ch in batched if (v.name, s) not in done], []), s, base)
+                if single:  # then the step-by-step variants: the segment sessions make way for theirs
+                    self.runner.release_parts()
+            for s, sample in pending.items() if single else ():
+                base = self._reference(s, sample, pool, steps=True)
+                run(self._jobs([], [v for v in single if (v.name, s) not in done]), s, base)
         finally:
             if pool:
                 pool.shutdown(cancel_futures=True)
@@ -618,12 +623,11 @@ class Engine:
             self.batch = 1
 
     def _check_parts(self, pool) -> bool:
-        """Check each part once, on the current sample's reference: a switch part with no row
-        switched must compute the reference (:func:`_close`; so must a reference part when the
-        reference ran step by step), and with batches every row of a run on two copies of the
-        inputs must equal the single run bit for bit. A switch part that fails is not used
-        (its segment's variants run step by step; returns True); a failed batch check sets
-        ``batch`` to 1."""
+        """Check each part once, on the current sample's segment-level reference: a switch part
+        with no row switched must compute the reference (:func:`_close`), and with batches every
+        row of a run on two copies of the inputs must equal the single run bit for bit. A switch
+        part that fails is not used (its segment's variants run step by step; returns True); a
+        failed batch check sets ``batch`` to 1."""
         if not isinstance(self.runner, OrtSteps):
             return False
         keys = [(k, None) for k in range(len(self.plan.segments))] + sorted(self._switches.items())
@@ -638,11 +642,10 @@ class Engine:
             part = self.runner.part(k, switches)
             feeds = {v: read(v) for v in part.inputs}
             feeds |= {rows_input(n): np.zeros((0, 1), np.int64) for n in part.switches}
-            is_reference = switches is None and self._level == "segments"
-            if is_reference and batch == 1:
-                return True, True
+            if switches is None and batch == 1:
+                return True, True  # the reference part: what the reference ran
             single = self.runner.run(part.session, part.outputs, feeds)
-            same = is_reference or _close(single, {v: read(v) for v in part.outputs})
+            same = switches is None or _close(single, {v: read(v) for v in part.outputs})
             if batch == 1:
                 return same, True
             try:
@@ -657,7 +660,7 @@ class Engine:
             self._checked.add(_part_key(k, switches))
             if not same:
                 logger.info("segment %d computes other values as one part; its variants run step by step", k)
-                self._distrusted.update([k] if switches else range(len(self.plan.segments)))
+                self._distrusted.add(k)
                 failed = True
             if not batch_ok and self.batch > 1:
                 logger.info("segment %d computes other values in a batch: one variant per call", k)

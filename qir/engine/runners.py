@@ -112,6 +112,7 @@ class OrtSteps:
         self._steps: dict[tuple, object] = {}
         self._parts: dict[tuple, Part] = {}
         self._memo: dict = {}  # nodes and initializers exported once for all parts (the IR does not change)
+        self.sessions = 0  # sessions built
         self._lock = threading.Lock()  # sessions built by several threads: the first one stored wins
 
     def _lower(self, ir: QIR, rec: CalibRecord):
@@ -131,6 +132,8 @@ class OrtSteps:
         batched = batch and make_batch_capable(model, self.ir)
         session = new_session(model, self.threads, self.optimization, shared=True,
                               what=f"the part of {self.ir.name!r} ending at {records[-1].name!r}")
+        with self._lock:
+            self.sessions += 1
         return session, batched
 
     def prepare(self, i: int) -> None:
@@ -181,6 +184,12 @@ class OrtSteps:
                 entry = self._parts.setdefault(key, entry)
         return entry
 
+    def release_parts(self) -> None:
+        """Let every segment session go (and the nodes and weights exported for them)."""
+        with self._lock:
+            self._parts.clear()
+            self._memo.clear()
+
     def run_segment(self, k: int, read: Read) -> dict[str, np.ndarray]:
         """Segment ``k`` as one session in the reference configuration."""
         part = self.part(k)
@@ -197,7 +206,3 @@ class OrtSteps:
             raise ExecutionError(f"onnxruntime failed on the part ending at {outputs[-1]!r}: "
                                  f"{str(exc).strip().splitlines()[0]}") from exc
         return dict(zip(outputs, got))
-
-    @property
-    def sessions(self) -> int:
-        return len(self._steps) + len(self._parts)
