@@ -77,7 +77,7 @@ from .cache import ValueCache, release_free_memory, resident_bytes
 from .cost import step_flops
 from .plan import Plan, build_plan, split_segments, weight_calibrations
 from .runners import NumpySteps, OrtSteps
-from .switches import rows_input
+from .switches import is_rows_input, rows_input
 
 __all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "one_at_a_time",
            "load_variants", "RESULTS_FILE"]
@@ -650,7 +650,7 @@ class Engine:
                 return same, True
             try:
                 got = self.runner.run(part.session, part.outputs, {
-                    v: a if v.endswith("::rows") else np.repeat(a, 2, axis=0) for v, a in feeds.items()})
+                    v: a if is_rows_input(v) else np.repeat(a, 2, axis=0) for v, a in feeds.items()})
             except ExecutionError:
                 return same, False
             return same, all(_equal({v: a[r:r + 1] for v, a in got.items()}, single) for r in (0, 1))

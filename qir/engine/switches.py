@@ -11,18 +11,18 @@ rows whose variant changes the node; ``ref`` and ``target`` are the node's fake-
 (:func:`qir.runtimes.ort_backend.lower_fake_quant`) in the two modes. Rows not listed get
 ``ref(x)``, listed rows ``target(x)``: what a session with the node in that mode computes
 (gathering and scattering rows copies values; only a fusion the switch keeps onnxruntime from
-making, such as an Add folded into the Conv before a pass-through node, rounds differently). ``n = 0`` makes the switch the
-reference. Each ``rows`` input has a symbolic length of its own: onnxruntime plans buffers by
-symbolic shape, and one shared name would make it assume every switch changes as many rows.
+making, such as an Add folded into the Conv before a pass-through node, rounds differently).
+``n = 0`` makes the switch the reference. Each ``rows`` input has a symbolic length of its own:
+onnxruntime plans buffers by symbolic shape, and one shared name would make it assume every
+switch changes as many rows.
 
 **Batch-capable parts.** A part of a batch-1 model runs on a batch of ``B`` rows when every
 value crossing its boundary has a leading dimension of 1 or a free one (declared as the
-symbolic ``batch``)
-and no Reshape pins that dimension: a shape constant's leading ``1`` becomes ``0`` ("copy the
-input's dimension") where the Reshape's input has a leading 1 and ``allowzero`` is off. Other
-ops that could pin the batch (Expand, Tile, a Concat with a constant on another axis) are not
-rewritten; the engine checks each part once (every row of a batched run equal to the batch-1
-run, bit for bit) before relying on it.
+symbolic ``batch``) and no Reshape pins that dimension: a shape constant's leading ``1``
+becomes ``0`` ("copy the input's dimension") where the Reshape's input has a leading 1 and
+``allowzero`` is off. Other ops that could pin the batch (Expand, Tile, a Concat with a
+constant on another axis) are not rewritten; the engine checks each part once (every row of a
+batched run equal to the batch-1 run, bit for bit) before relying on it.
 """
 from __future__ import annotations
 
@@ -36,14 +36,20 @@ from qir.records import CalibRecord
 
 from ..runtimes.ort_backend import lower_fake_quant
 
-__all__ = ["rows_input", "rows_value_info", "switch_nodes", "make_batch_capable", "BATCH"]
+__all__ = ["rows_input", "is_rows_input", "rows_value_info", "switch_nodes", "make_batch_capable", "BATCH"]
 
 BATCH = "batch"  # the symbolic leading dimension of a batch-capable part
+_ROWS = "::rows"
 
 
 def rows_input(node: str) -> str:
     """The session input listing the rows that switch calibration node ``node``."""
-    return f"{node}::rows"
+    return node + _ROWS
+
+
+def is_rows_input(name: str) -> bool:
+    """True for a session input made by :func:`rows_input` (not a value of the model)."""
+    return name.endswith(_ROWS)
 
 
 def switch_nodes(ir: QIR, ref: CalibRecord, target: CalibRecord, rounding: str) -> list[onnx.NodeProto]:
@@ -73,7 +79,7 @@ def make_batch_capable(model: onnx.ModelProto, ir: QIR) -> bool:
     docstring). False, with ``model`` unchanged, when a boundary value has no leading 1 (or free)
     dimension."""
     graph = model.graph
-    boundary = [vi for vi in (*graph.input, *graph.output) if not vi.name.endswith("::rows")]
+    boundary = [vi for vi in (*graph.input, *graph.output) if not is_rows_input(vi.name)]
     for vi in boundary:
         dims = vi.type.tensor_type.shape.dim
         if not len(dims) or (dims[0].HasField("dim_value") and dims[0].dim_value != 1):
