@@ -22,10 +22,11 @@ from qir.records import OpRecord
 
 from .plan import Plan
 
-__all__ = ["op_flops", "step_flops", "cone_fraction"]
+__all__ = ["elements", "op_flops", "step_flops", "cone_fraction"]
 
 
-def _elements(ir: QIR, value: str) -> int:
+def elements(ir: QIR, value: str) -> int:
+    """Elements of ``value`` (0 when its shape is not static)."""
     shape = ir.value(value).shape if value and ir.has_value(value) else None
     if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
         return 0
@@ -34,19 +35,19 @@ def _elements(ir: QIR, value: str) -> int:
 
 def op_flops(ir: QIR, op: OpRecord) -> int:
     """FLOPs of one general node (see the module docstring)."""
-    out = _elements(ir, op.outputs[0]) if op.outputs else 0
+    out = elements(ir, op.outputs[0]) if op.outputs else 0
     w_shape = ir.value(op.inputs[1]).shape if len(op.inputs) > 1 and op.inputs[1] else None
     known = w_shape is not None and all(isinstance(d, int) for d in w_shape)
     if op.op_type == "Conv" and known:
         return 2 * out * int(np.prod(w_shape[1:], dtype=np.int64))
     if op.op_type == "ConvTranspose" and known:
-        return 2 * _elements(ir, op.inputs[0]) * int(np.prod(w_shape[1:], dtype=np.int64))
+        return 2 * elements(ir, op.inputs[0]) * int(np.prod(w_shape[1:], dtype=np.int64))
     if op.op_type in ("MatMul", "Gemm"):
         a_shape = ir.value(op.inputs[0]).shape
         if a_shape and isinstance(a_shape[-1], int) and isinstance(a_shape[0], int):
             k = a_shape[0] if op.op_type == "Gemm" and op.attrs.get("transA") else a_shape[-1]
             return 2 * out * int(k)
-    return sum(_elements(ir, o) for o in op.outputs if o)
+    return sum(elements(ir, o) for o in op.outputs if o)
 
 
 def step_flops(ir: QIR, plan: Plan) -> np.ndarray:

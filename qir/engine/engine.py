@@ -74,9 +74,9 @@ from .. import metrics as qmetrics
 from ..runtimes.base import check_feeds, get_runtime
 from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, set_mode
 from .cache import ValueCache, release_free_memory, resident_bytes
-from .cost import step_flops
+from .cost import elements, step_flops
 from .plan import Plan, build_plan, split_segments, weight_calibrations
-from .runners import NumpySteps, OrtSteps
+from .runners import NumpySteps, OrtSteps, part_key
 from .switches import is_rows_input, rows_input
 
 __all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "one_at_a_time",
@@ -204,18 +204,6 @@ def _scale_of(rec: CalibRecord, ir: QIR) -> np.ndarray:
 
 def _decode(x: float | str) -> float:
     return float(x)
-
-
-def _nbytes(value) -> int:
-    """Bytes of an activation of static shape (0 when unknown)."""
-    shape = value.shape
-    if value.dtype is None or shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
-        return 0
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(value.dtype).itemsize
-
-
-def _part_key(k: int, switches: Mapping[str, CalibRecord] | None) -> tuple:
-    return k, tuple(sorted((n, r.mode.value) for n, r in (switches or {}).items()))
 
 
 def _equal(got: Mapping[str, np.ndarray], expect: Mapping[str, np.ndarray]) -> bool:
@@ -453,7 +441,8 @@ class Engine:
             if int(batch) < 1:
                 raise InputError(f"batch must be at least 1, got {batch}")
             return int(batch)
-        largest = max((_nbytes(v) for v in self.ir.activations()), default=0)
+        largest = max((elements(self.ir, v.name) * np.dtype(v.dtype).itemsize
+                       for v in self.ir.activations() if v.dtype is not None), default=0)
         return int(max(1, min(_MAX_BATCH, _BATCH_BYTES // max(largest, 1))))
 
     def _cut_segments(self, count: int | None) -> None:
@@ -608,13 +597,18 @@ class Engine:
             self.stats["segments_run"] += segments_run
         return {v: read(v) for v in self.compare}
 
+    def _part_keys(self) -> list[tuple[int, dict[str, CalibRecord] | None]]:
+        """``(segment, switches)`` of every part the batched variants use: each segment in the
+        reference configuration, and each segment holding switches with them."""
+        return [(k, None) for k in range(len(self.plan.segments))] + sorted(self._switches.items())
+
     def _build_parts(self, pool) -> None:
         """Build every segment session the batched variants use (each segment in the reference
         configuration, and with its switches), ``threads`` at a time. When a segment cannot
         take a batch, ``batch`` falls to 1."""
         if not isinstance(self.runner, OrtSteps):
             return
-        keys = [(k, None) for k in range(len(self.plan.segments))] + sorted(self._switches.items())
+        keys = self._part_keys()
         parts = list(pool.map(lambda key: self.runner.part(*key), keys) if pool
                      else (self.runner.part(*key) for key in keys))
         if self.batch > 1 and not all(p.batched for p in parts):
@@ -630,8 +624,7 @@ class Engine:
         failed batch check sets ``batch`` to 1."""
         if not isinstance(self.runner, OrtSteps):
             return False
-        keys = [(k, None) for k in range(len(self.plan.segments))] + sorted(self._switches.items())
-        todo = [key for key in keys if _part_key(*key) not in self._checked]
+        todo = [key for key in self._part_keys() if part_key(*key) not in self._checked]
         if not todo:
             return False
         read = self._reader({}, {}, self.constants)
@@ -657,7 +650,7 @@ class Engine:
 
         failed = False
         for (k, switches), (same, batch_ok) in zip(todo, pool.map(check, todo) if pool else map(check, todo)):
-            self._checked.add(_part_key(k, switches))
+            self._checked.add(part_key(k, switches))
             if not same:
                 logger.info("segment %d computes other values as one part; its variants run step by step", k)
                 self._distrusted.add(k)
@@ -786,7 +779,6 @@ class Engine:
         computed up front with one plain whole-model run each, on one core (it runs beside the
         engine's own sessions being built); the session is released before the reference
         cache fills."""
-        samples = {s: x for s, x in samples.items() if s not in self._baselines}
         if self.baseline != "float" or self.reference == "float" or not samples:
             return
         float_ir = configured_clone(self.ir, "float", {})

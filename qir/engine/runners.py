@@ -29,10 +29,11 @@ from qir.onnx_export import export_subgraph
 from qir.records import CalibRecord
 
 from ..runtimes.numpy_ref.interpreter import execution_plan
+from ..runtimes.ort_backend import lower_fake_quant, lower_layout_stable, new_session
 from .plan import Plan
 from .switches import make_batch_capable, rows_value_info, switch_nodes
 
-__all__ = ["NumpySteps", "OrtSteps", "Part", "Read"]
+__all__ = ["NumpySteps", "OrtSteps", "Part", "Read", "part_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,11 @@ class NumpySteps:
         return {o: env[o] for o in self.plan.steps[i].outputs}
 
 
+def part_key(k: int, switches: Mapping[str, CalibRecord] | None) -> tuple:
+    """What tells two parts apart: the segment and the mode each switch turns on."""
+    return k, tuple(sorted((n, r.mode.value) for n, r in (switches or {}).items()))
+
+
 @dataclass(frozen=True)
 class Part:
     """A segment as one session: its value inputs and outputs, the switches it takes a
@@ -116,15 +122,11 @@ class OrtSteps:
         self._lock = threading.Lock()  # sessions built by several threads: the first one stored wins
 
     def _lower(self, ir: QIR, rec: CalibRecord):
-        from ..runtimes.ort_backend import lower_fake_quant
-
         return lower_fake_quant(ir, rec, self.rounding)
 
     def _session(self, records, inputs, outputs, constants, lower=None, switches=(), batch=False):
         """A session for ``records``; with ``batch``, batch-capable when the part allows it.
         Returns ``(session, batched)``."""
-        from ..runtimes.ort_backend import lower_layout_stable, new_session
-
         model = export_subgraph(self.ir, records, list(inputs), list(outputs), constants=constants,
                                 lower_calibration=lower or self._lower, lower_op=lower_layout_stable,
                                 memo=self._memo)
@@ -163,7 +165,7 @@ class OrtSteps:
         """Segment ``k`` in the reference configuration, with the calibration nodes of
         ``switches`` (node -> its record in the variants' mode) as switches."""
         switches = dict(switches or {})
-        key = (k, tuple(sorted((n, r.mode.value) for n, r in switches.items())))
+        key = part_key(k, switches)
         entry = self._parts.get(key)
         if entry is None:
             inputs, outputs = self.plan.segment_io(k)
