@@ -77,6 +77,7 @@ def _onnxruntime_minmax(ir, samples) -> float:
 
     import onnx
     from onnxruntime.quantization.calibrate import CalibrationDataReader, CalibrationMethod, create_calibrator
+
     from qir.passes import get_pass
     from qir.passes.emit import export_qdq
 

@@ -32,7 +32,7 @@ def main() -> None:
 
     import numpy as np
 
-    from qir.passes.observers import METHODS, AbsHistogram, AbsMaxObserver, compute_threshold
+    from qir.passes.lib.observers import METHODS, AbsHistogram, AbsMaxObserver, compute_threshold
 
     def timed(fn, repeat=args.repeat) -> float:
         fn()

@@ -28,7 +28,7 @@ def main() -> None:
 
     import qir
     from qir.runtimes.numpy_ref.interpreter import NumpyRuntime
-    from qir.runtimes.ort_backend import OrtRuntime
+    from qir.runtimes.ort.backend import OrtRuntime
 
     rm = realmodels()
 

@@ -15,7 +15,7 @@ each computed two ways:
   run the whole model (what hmct-debugger and plain onnxruntime scripts do). Timed on
   ``--naive-nodes`` nodes spread over the graph and scaled to N (every node costs about the
   same: one session build plus one forward);
-- qir: ``qir.engine.Engine`` over all N nodes, from scratch (plan, sessions, reference run
+- qir: ``qir.runtimes.engine.Engine`` over all N nodes, from scratch (plan, sessions, reference run
   included), median of ``--repeats`` runs.
 
 Also printed: F, one float forward of the whole model (onnxruntime, same threads; measured
@@ -24,7 +24,7 @@ on a noisy machine a slow period only ever adds time, so the fastest is the best
 compute limit, and the floor it gives is the strictest), and the quantized forward (likewise),
 which sets the speed at which (c) re-runs its cones;
 N×F; the cone floor Σ_i (FLOPs downstream of node i / all FLOPs)·F (FLOPs as in
-``qir.engine.cost``); qir's ratio to each; the peak RSS of the process during the qir runs
+``qir.runtimes.engine.cost``); qir's ratio to each; the peak RSS of the process during the qir runs
 (the kernel's counter is reset before them, so model loading and calibration do not count).
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ CASES = {  # model: (preprocessing, input shape, the sample: a text page for the
 def _reset_peak_rss() -> None:
     """Restart the kernel's peak-RSS counter (VmHWM) so it measures what follows (Linux), after
     handing memory freed by earlier work (model loading, calibration, F) back to the system."""
-    from qir.engine.cache import release_free_memory
+    from qir.runtimes.engine.cache import release_free_memory
 
     gc.collect()
     release_free_memory()
@@ -88,10 +88,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import qir
-    from qir.engine import Engine, Variant, configured_clone, evaluate_plainly
-    from qir.engine.cost import cone_fraction, step_flops
-    from qir.engine.plan import build_plan
     from qir.passes import PassManager, get_pass
+    from qir.runtimes.engine import Engine, Variant, configured_clone, evaluate_plainly
+    from qir.runtimes.engine.cost import cone_fraction, step_flops
+    from qir.runtimes.engine.plan import build_plan
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
     import realmodels as rm

@@ -24,32 +24,21 @@ from typing import Any
 
 import numpy as np
 
-from qir.errors import InputError
+from qir import metrics as qmetrics
 from qir.api import as_ir
+from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import CalibMode
-from qir.records import CalibRecord
-
-from .. import metrics as qmetrics
-from ..engine import Engine, Variant
-from .base import AnalysisPass, PassResult, register_pass
-from .set_mode import select_calibrations
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.selection import calibrations_of
+from qir.runtimes.engine import Engine, Variant
 
 __all__ = ["AccErrorPass", "plot_acc_error", "write_report"]
 
 logger = logging.getLogger(__name__)
 
 SPECIAL = ("weight", "activation")
-
-
-def calibrations_of(ir: QIR, name: str) -> list[CalibRecord]:
-    """A calibration node itself, or the calibration nodes serving a general node (by name or
-    module path)."""
-    cals = select_calibrations(ir, [name])
-    if not cals:
-        raise InputError(f"node {name!r} has no calibration nodes")
-    return cals
 
 
 def _entries(value) -> list:

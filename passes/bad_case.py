@@ -22,51 +22,20 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from qir.api import as_ir
+from qir import metrics as qmetrics
 from qir.data import model_samples, save_npz
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import write_json
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.model_pair import BAD_CASE_METRICS, model_pair, replay_setup
+from qir.runtimes.base import get_runtime
 
-from .. import metrics as qmetrics
-from ..runtimes.base import get_runtime
-
-__all__ = ["find_bad_cases", "model_pair", "replay_setup", "write_report", "save_bad_case", "load_bad_case",
-           "BAD_CASE_METRICS"]
+__all__ = ["find_bad_cases", "write_report", "save_bad_case", "load_bad_case"]
 
 logger = logging.getLogger(__name__)
 
 # seed names -> qir.metrics names
-BAD_CASE_METRICS = {"Cosine": "cosine-similarity", "MSE": "mse", "L1": "l1", "KL": "kl", "SQNR": "sqnr-db",
-                    "ATOL": "atol"}
-
-
-def model_pair(baseline: QIR | str | Path, analysis: QIR | str | Path | None) -> list[tuple[QIR, str]]:
-    """``[(baseline IR, level), (analysis IR, level)]``: both run as they are (fake-quantized;
-    a model without calibration nodes is float), or, with ``analysis=None``, the baseline run in
-    float against itself fake-quantized."""
-    base_ir = as_ir(baseline)
-    if analysis is None:
-        return [(base_ir, "float"), (base_ir, "fakequant")]
-    return [(base_ir, "fakequant"), (as_ir(analysis), "fakequant")]
-
-
-def replay_setup(base_ir: QIR, analy_ir: QIR) -> tuple[QIR, list[str]]:
-    """The analysis model with its discrete index outputs as inputs and the names of those
-    values (fed from the baseline's run); the model unchanged and ``[]`` when it has none or the
-    baseline lacks one of them."""
-    from .discrete import index_values, replayed
-
-    names = index_values(analy_ir)
-    if not names:
-        return analy_ir, []
-    missing = [v for v in names if not base_ir.has_value(v)]
-    if missing:
-        logger.warning("not replaying discrete ops: the baseline has no values %s", missing[:3])
-        return analy_ir, []
-    return replayed(analy_ir), names
-
-
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
                    post_process: Callable[[dict], dict] | None = None, runtime: str = "ort",
@@ -156,3 +125,21 @@ def load_bad_case(path: str | Path) -> dict[str, np.ndarray]:
         raise InputError(f"no bad case file at {path}")
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
+
+
+@register_pass
+class BadCasePass(AnalysisPass):
+    """``bad-case``: the worst sample per output and metric (:func:`find_bad_cases`), with the
+    IR as the analysis model against ``baseline`` (None: the IR run in float)."""
+
+    name = "bad-case"
+
+    def __init__(self, data: Any, baseline: QIR | str | Path | None = None, *, num_steps: int | None = None,
+                 metric: str = "L1", runtime: str = "ort", replay_discrete: bool = True) -> None:
+        self.data, self.baseline = data, baseline
+        self.options = {"num_steps": num_steps, "metric": metric, "runtime": runtime,
+                        "replay_discrete": replay_discrete}
+
+    def run(self, ir: QIR) -> PassResult:
+        pair = (ir, None) if self.baseline is None else (self.baseline, ir)
+        return PassResult(ir, False, find_bad_cases(*pair, self.data, **self.options))

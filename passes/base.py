@@ -88,7 +88,7 @@ def pass_options(cls: type[Pass]) -> dict[str, inspect.Parameter]:
 
 def get_pass(name: str, **options: Any) -> Pass:
     """An instance of the pass ``name`` with ``options``; unknown names/options are explained."""
-    from . import _load_passes
+    from qir.passes import _load_passes
 
     _load_passes()
     if name not in PASSES:

@@ -8,18 +8,18 @@ from typing import Any
 
 import numpy as np
 
+from qir.calibration import QRANGE
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
+from qir.passes.base import Pass, PassResult, register_pass
+from qir.passes.lib.observers import AbsHistogram, AbsMaxObserver, channel_abs_max, compute_threshold
+from qir.passes.lib.range_propagation import derivations, derive
 from qir.records import CalibRecord, OpRecord
-
-from ..runtimes.base import check_feeds, get_runtime
-from ..runtimes.numerics import QRANGE, fake_quant
-from ..runtimes.numpy_ref.registry import lookup
-from .base import Pass, PassResult, register_pass
-from .observers import AbsHistogram, AbsMaxObserver, channel_abs_max, compute_threshold
-from .range_propagation import derivations, derive
+from qir.runtimes.base import check_feeds, get_runtime
+from qir.runtimes.numerics import fake_quant
+from qir.runtimes.numpy_ref.registry import lookup
 
 __all__ = ["CalibratePass", "METHODS"]
 

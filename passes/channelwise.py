@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.api import as_ir
+from qir.calibration import max_threshold
+from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import NodeKind
+from qir.naming import safe_filename
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.capture import clipped_fraction, collect
 from qir.records import CalibRecord
-
-from ..runtimes.numerics import max_threshold
-from .base import AnalysisPass, PassResult, register_pass
-from .distribution import clipped_fraction, collect, safe_filename
 
 __all__ = ["ChannelwisePass", "get_channelwise_data_distribution"]
 

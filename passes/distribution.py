@@ -17,59 +17,30 @@ written as ``distribution.json`` (schema ``qir.distribution`` v1).
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.api import as_ir
+from qir.calibration import max_threshold
+from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import NodeKind
+from qir.naming import safe_filename
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.capture import clipped_fraction, collect
 from qir.records import CalibRecord
+from qir.runtimes.numerics import apply_calibration
 
-from ..engine import configured_clone
-from ..runtimes.base import get_runtime
-from ..runtimes.numerics import apply_calibration, max_threshold
-from .base import AnalysisPass, PassResult, register_pass
-
-__all__ = ["DistributionPass", "plot_distribution", "collect", "safe_filename", "clipped_fraction"]
+__all__ = ["DistributionPass", "plot_distribution"]
 
 logger = logging.getLogger(__name__)
 
 
-def safe_filename(name: str) -> str:
-    """A node name as a file name (path separators and odd characters become ``_``)."""
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "node"
-
-
-def collect(ir: QIR, data: Any, values: list[str], *, quantized: bool, data_num: int | None,
-            runtime: str = "ort") -> dict[str, list[np.ndarray]]:
-    """``values`` on each of the first ``data_num`` samples (one model run per sample), in the
-    calibrated model (``quantized``) or the float one."""
-    from qir.data import model_samples
-
-    model = ir if quantized else configured_clone(ir, "float", {})
-    rt = get_runtime(runtime, level="fakequant")
-    parts: dict[str, list[np.ndarray]] = {v: [] for v in values}
-    for sample in model_samples(ir, data, data_num):
-        got = rt.run(model, sample, capture=values)
-        for v in values:
-            parts[v].append(np.asarray(got[v]))
-    return parts
-
-
 def _flat(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
-
-
-def clipped_fraction(x: np.ndarray, threshold: float | None) -> float | None:
-    """Share of the values beyond ±threshold (what the quantizer clips)."""
-    if threshold is None or not x.size:
-        return None
-    return float(np.mean(np.abs(x) > threshold))
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:

@@ -5,7 +5,7 @@ Every calibration node is written by its mode (nothing else in the model changes
 * ``int8`` / ``int16``: ``QuantizeLinear → DequantizeLinear`` with scale = ``threshold / qmax``
   or the stored (imported) scale, and the zero point as stored (else 0) in the mode's type
   (int8 / int16; imported uint8/uint16 quantizers are kept in that signed frame, which computes
-  the same values — :mod:`qir.qdq_import`; at opset >= 21 int8 activations are written as
+  the same values — :mod:`qir.io.qdq_import`; at opset >= 21 int8 activations are written as
   uint8, see onnxruntime below). A constant weight is stored quantized instead: an
   int8/int16 initializer ``<weight>_quantized`` (``clip(round_half_even(W / s) + zp)``, the
   same float32 steps as qir's fake quantization) read by one DequantizeLinear, so the model
@@ -28,7 +28,7 @@ are the Identity nodes replaced — so no attribute is ever written that the dec
 **Round trip.** The model's metadata ``qir.calibrations`` holds every calibration node's state
 as JSON (name, mode, role, threshold/scale/zero point/axis, fixed, feeds, implied clip, and for
 float nodes the reads to restore). ``qir.load`` of the emitted model gives back the same
-calibration nodes (:mod:`qir.qdq_import`), except that an int weight comes back as its
+calibration nodes (:mod:`qir.io.qdq_import`), except that an int weight comes back as its
 dequantized values (the model stores only the integers), which fake-quantize to the same result.
 
 **onnxruntime.** The model means exactly qir's fake quantization when its ops run as written
@@ -45,7 +45,7 @@ session rewrites QDQ groups, which changes some results:
 * at opset 21 its QDQ propagation plus int8→uint8 conversion of activations writes an invalid
   QuantizeLinear (``output_dtype`` INT8 with a uint8 zero point) and the session fails to load;
   so at opset >= 21 int8 *activation* quantizers are written as uint8 with zero point + 128 (the
-  same values; :mod:`qir.qdq_import` reads them back into the int8 frame). Weights stay int8.
+  same values; :mod:`qir.io.qdq_import` reads them back into the int8 frame). Weights stay int8.
 """
 from __future__ import annotations
 
@@ -58,17 +58,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qir.calibration import QRANGE, along_axis, calib_scale, set_mode
 from qir.errors import InputError, QirError
 from qir.graph import QIR
-from qir.naming import fresh_name
+from qir.io.onnx_export import export_onnx
+from qir.io.qdq_import import EMIT_METADATA_KEY
 from qir.kinds import CalibMode, CalibRole
-from qir.onnx_export import export_onnx
-from qir.qdq_import import EMIT_METADATA_KEY
+from qir.naming import fresh_name
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.selection import as_name_list, select_calibrations
 from qir.records import CalibRecord, OpRecord
-
-from ..runtimes.numerics import QRANGE, along_axis, calib_scale, set_mode
-from .base import AnalysisPass, PassResult, register_pass
-from .set_mode import as_name_list, select_calibrations
 
 __all__ = ["EmitPass", "export_qdq", "emit_model", "required_opset", "onnxruntime_caveats", "quantize_weight",
            "OPSET_PER_CHANNEL", "OPSET_INT16"]

@@ -4,12 +4,11 @@ from __future__ import annotations
 import logging
 
 from qir.graph import QIR
-from qir.naming import fresh_name
 from qir.kinds import NodeKind
+from qir.naming import fresh_name
+from qir.passes.base import Pass, PassResult, register_pass
 from qir.records import OpRecord
-
-from ..runtimes.numerics import fold_batchnorm
-from .base import Pass, PassResult, register_pass
+from qir.runtimes.numerics import fold_batchnorm
 
 __all__ = ["FoldBatchNormPass"]
 

@@ -6,13 +6,12 @@ import logging
 import numpy as np
 
 from qir.graph import QIR
-from qir.naming import fresh_name
 from qir.kinds import CalibMode, CalibRole, NodeKind
+from qir.naming import fresh_name
+from qir.passes.base import Pass, PassResult, register_pass
+from qir.passes.lib.fusion import inside_fusion
 from qir.records import CalibRecord, OpRecord
-
-from ..runtimes.profiles import OpClass, get_profile, op_class
-from .base import Pass, PassResult, register_pass
-from .fuse import inside_fusion
+from qir.runtimes.profiles import OpClass, get_profile, op_class
 
 __all__ = ["InsertCalibrationPass", "weight_axis", "calibration_name"]
 

@@ -19,9 +19,8 @@ from typing import Any, Iterable, Mapping
 
 from qir.errors import QirError
 from qir.graph import QIR
+from qir.passes.base import Pass, PassError, PassResult, get_pass, pass_options
 from qir.verify import verify
-
-from .base import Pass, PassError, PassResult, get_pass, pass_options
 
 __all__ = ["PassManager", "parse_pipeline", "build_pipeline"]
 
@@ -82,8 +81,8 @@ def parse_pipeline(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 def build_pipeline(text: str, context: Mapping[str, Any] | None = None) -> list[Pass]:
     """Pass instances for a pipeline string; ``context`` options go to passes that take them."""
-    from .base import PASSES
-    from . import _load_passes
+    from qir.passes import _load_passes
+    from qir.passes.base import PASSES
 
     _load_passes()
     passes = []

@@ -25,11 +25,10 @@ from qir.api import as_ir
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import CalibMode, NodeKind
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.fusion import META_KEY, match_pattern
 from qir.records import CalibRecord, OpRecord
-
-from ..runtimes.profiles import OpClass, get_profile, op_class
-from .base import AnalysisPass, PassResult, register_pass
-from .fuse import META_KEY, match_pattern
+from qir.runtimes.profiles import OpClass, get_profile, op_class
 
 __all__ = ["ModelCheckPass", "check_model", "format_report", "write_report"]
 
@@ -155,9 +154,9 @@ class ModelCheckPass(AnalysisPass):
             for i, cal in acts:
                 mode = _DTYPE[cal.mode]
                 if mode == "fp16" and prof.fp16_support(op.op_type) != "native":
+                    lacks = "does not have" if prof.fp16_support(op.op_type) == "none" else "does not guarantee"
                     found.append({"kind": "fp16 not native", "node": op.name,
-                                  "detail": f"{cal.name} feeds {op.op_type} in fp16, which {prof.name} "
-                                            f"{'does not have' if prof.fp16_support(op.op_type) == 'none' else 'does not guarantee'}"})
+                                  "detail": f"{cal.name} feeds {op.op_type} in fp16, which {prof.name} {lacks}"})
                 elif mode in ("int8", "int16") and op_class(op.op_type) is not OpClass.GEMM \
                         and mode not in prof.allowed_act_dtypes(op.op_type, i):
                     found.append({"kind": "activation dtype", "node": op.name,

@@ -28,18 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from qir.errors import InputError, NotFoundError, did_you_mean
+from qir import metrics as qmetrics
 from qir.api import as_ir
+from qir.calibration import max_threshold
+from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import CalibMode
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.selection import calibrations_of
 from qir.records import CalibRecord, OpRecord
-
-from .. import metrics as qmetrics
-from ..engine import Engine, Variant
-from .acc_error import calibrations_of
-from ..runtimes.numerics import max_threshold
-from .base import AnalysisPass, PassResult, register_pass
+from qir.runtimes.engine import Engine, Variant
 
 __all__ = ["NodeSensitivityPass", "get_sensitivity_of_nodes", "NODE_TYPES"]
 

@@ -1,7 +1,7 @@
 """Numeric-suite comparisons (PyTorch Numeric Suite jobs, seed 004) on any float/quantized pair.
 
 Each function takes two models: two ``torch.nn.Module`` (an eager model and its
-``torch.ao``-quantized version: done by :mod:`qir.torch_numeric`, with qir's own hooks and the
+``torch.ao``-quantized version: done by :mod:`qir.passes.lib.torch_hooks`, with qir's own hooks and the
 same results as ``torch.ao.ns._numeric_suite``), or anything :func:`qir.api.as_ir` imports (a
 float ONNX model and a calibrated or QDQ model; ``float_model=None`` compares a calibrated
 model run in float with itself fake-quantized). Every entry is ``{"float": [...], "quantized":
@@ -31,15 +31,16 @@ import numpy as np
 
 from qir.api import as_ir
 from qir.errors import InputError
+from qir.graph import QIR
+from qir.io.torch_import import is_torch_module as _is_torch
 from qir.json_dump import write_json
-from qir.tables import format_table
-from qir.torch_import import is_torch_module as _is_torch
 from qir.kinds import NodeKind
+from qir.metrics import sqnr_db
+from qir.passes import layer_compare as lc
+from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.records import OpRecord
-
-from ..metrics import sqnr_db
-from ..runtimes.numerics import apply_calibration
-from . import layer_compare as lc
+from qir.runtimes.numerics import apply_calibration
+from qir.tables import format_table
 
 __all__ = ["compare_weights", "compare_model_outputs", "compare_model_stub", "summary", "write_report"]
 
@@ -50,9 +51,9 @@ def _key(op: OpRecord, k: int = 0) -> str:
 
 def compare_weights(float_model: Any, quantized_model: Any) -> dict[str, dict]:
     """Per quantized weight: float vs quantized array and SQNR (see the module docstring).
-    Two PyTorch models (or their state dicts) go to :func:`qir.torch_numeric.compare_weights`."""
+    Two PyTorch models (or their state dicts) go to :func:`qir.passes.lib.torch_hooks.compare_weights`."""
     if _is_torch(quantized_model) or isinstance(quantized_model, dict):
-        from qir.torch_numeric import compare_weights as torch_weights
+        from qir.passes.lib.torch_hooks import compare_weights as torch_weights
 
         sd = [m if isinstance(m, dict) else m.state_dict() for m in (float_model, quantized_model)]
         return torch_weights(*sd)
@@ -105,7 +106,7 @@ def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, 
     """Matched layer outputs of both models on each input (see the module docstring);
     ``allow_list`` (IR: op types) restricts the layers."""
     if _is_torch(quantized_model):
-        from qir.torch_numeric import compare_model_outputs as torch_outputs
+        from qir.passes.lib.torch_hooks import compare_model_outputs as torch_outputs
 
         return torch_outputs(float_model, quantized_model, *inputs, allow_list=allow_list)
     found: dict[str, dict] = {}
@@ -128,7 +129,7 @@ def compare_model_stub(float_model: Any, quantized_model: Any, module_swap_list=
     docstring). ``module_swap_list``: for PyTorch the module types to shadow (required); for an
     IR, op types (None: every layer with a quantized input)."""
     if _is_torch(quantized_model):
-        from qir.torch_numeric import compare_model_stub as torch_stub
+        from qir.passes.lib.torch_hooks import compare_model_stub as torch_stub
 
         return torch_stub(float_model, quantized_model, module_swap_list, *inputs)
     found: dict[str, dict] = {}
@@ -167,3 +168,21 @@ def write_report(results: dict[str, dict[str, dict]], out_dir: str | Path) -> li
     txt.write_text("\n".join(format_table(["name", "sqnr_db"], rows, f"{kind}: SQNR (dB), worst first")
                              for kind, rows in tables.items()))
     return [txt, write_json(out / "numeric_suite.json", "qir.numeric_suite", tables)]
+
+
+@register_pass
+class NumericSuitePass(AnalysisPass):
+    """``numeric-suite``: the Numeric Suite comparisons of ``float_model`` with the IR (the
+    quantized model): ``weights`` always, ``outputs`` and ``stub`` on ``inputs`` when given."""
+
+    name = "numeric-suite"
+
+    def __init__(self, float_model: Any, inputs: Iterable[dict] = (), *, runtime: str = "ort") -> None:
+        self.float_model, self.inputs, self.runtime = float_model, list(inputs), runtime
+
+    def run(self, ir: QIR) -> PassResult:
+        report = {"weights": compare_weights(self.float_model, ir)}
+        if self.inputs:
+            report["outputs"] = compare_model_outputs(self.float_model, ir, *self.inputs, runtime=self.runtime)
+            report["stub"] = compare_model_stub(self.float_model, ir, None, *self.inputs, runtime=self.runtime)
+        return PassResult(ir, False, report)

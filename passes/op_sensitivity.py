@@ -14,7 +14,7 @@ the analysis engine from the float configuration of the calibrated model:
    worse; Cosine, SQNR: smaller is worse); ``reverse=True`` puts the least sensitive first (to
    pick int16 nodes that can go back to int8).
 4. Columns: ``op_name, sensitive_type, op_type, <metric>, quant_dtype, flops`` with flops as
-   ``N(p%)`` of the whole model (:func:`qir.engine.cost.op_flops`).
+   ``N(p%)`` of the whole model (:func:`qir.runtimes.engine.cost.op_flops`).
 
 ``sensitive_ops.txt`` holds a table per output, ``sensitive_ops.json`` (schema
 ``qir.sensitive_ops`` v1) the rows with their calibration node names, which
@@ -23,24 +23,23 @@ the analysis engine from the float configuration of the calibrated model:
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from qir import metrics as qmetrics
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import NodeKind
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.fusion import unit_of, unit_type
+from qir.passes.lib.model_pair import BAD_CASE_METRICS, replay_setup
 from qir.records import OpRecord
+from qir.runtimes.engine import Engine, Variant
+from qir.runtimes.engine.cost import op_flops
 from qir.tables import format_table
 
-from .. import metrics as qmetrics
-from ..engine import Engine, Variant
-from ..engine.cost import op_flops
-from .bad_case import BAD_CASE_METRICS, replay_setup
-from .fuse import unit_of, unit_type
-
-__all__ = ["op_sensitivity", "write_report", "select_sensitive", "load_report", "FILE_STEM"]
+__all__ = ["op_sensitivity", "write_report", "FILE_STEM"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", re
     variants = [Variant(f"{c['op_name']}|{c['sensitive_type']}", {n: model.calibration(n).mode.value
                                                                   for n in c["calibrations"]}) for c in cands]
     if replay:
-        from .discrete import with_replay
+        from qir.passes.lib.discrete import with_replay
 
         sample = with_replay(ir, "float", [sample], replay, runtime)[0]
     engine = Engine(model, [dict(sample)], runtime=runtime, reference="float", metrics=[qname], threads=threads,
@@ -124,35 +123,19 @@ def write_report(report: dict, save_dir: str | Path) -> list[Path]:
     return [txt, write_json(out / f"{FILE_STEM}.json", "qir.sensitive_ops", report)]
 
 
-def load_report(path: str | Path) -> dict:
-    import json
+@register_pass
+class OpSensitivityPass(AnalysisPass):
+    """``op-sensitivity``: each op's activation and weight quantizers alone, ranked by the
+    output error they cause on ``sample`` (:func:`op_sensitivity`)."""
 
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"no sensitivity report at {p}; run qir compare (or op_sensitivity) first")
-    try:
-        doc = json.loads(p.read_text())
-    except ValueError as exc:
-        raise InputError(f"{p} is not a JSON sensitivity report: {exc}") from None
-    if doc.get("schema") != "qir.sensitive_ops":
-        raise InputError(f"{p} is not a sensitive_ops.json report (schema {doc.get('schema')!r})")
-    return doc
+    name = "op-sensitivity"
 
+    def __init__(self, sample: Mapping[str, Any], metric: str = "L1", *, reverse: bool = False,
+                 runtime: str = "ort", threads: int | None = None, progress: bool = True,
+                 replay_discrete: bool = True) -> None:
+        self.sample = sample
+        self.options = {"metric": metric, "reverse": reverse, "runtime": runtime, "threads": threads,
+                        "progress": progress, "replay_discrete": replay_discrete}
 
-def select_sensitive(report: dict, top_k: int | None = None, ratio: float | None = None) -> list[str]:
-    """The calibration nodes of the ``top_k`` (or the top ``ratio`` share of) rows of every
-    output's table, most sensitive first, without repeats."""
-    if (top_k is None) == (ratio is None):
-        raise InputError("choose the sensitive rows with exactly one of --top-k N or --ratio R (top_k / ratio)")
-    if top_k is not None and top_k < 1:
-        raise InputError(f"--top-k must be >= 1, got {top_k}")
-    if ratio is not None and not 0 < ratio <= 1:
-        raise InputError(f"--ratio must be in (0, 1], got {ratio}")
-    chosen: dict[str, None] = {}
-    for rows in report["outputs"].values():
-        n = top_k if top_k is not None else max(1, math.ceil(ratio * len(rows)))
-        for row in rows[:n]:
-            chosen.update(dict.fromkeys(row["calibrations"]))
-    if not chosen:
-        raise InputError("the sensitivity report has no rows to choose from")
-    return list(chosen)
+    def run(self, ir: QIR) -> PassResult:
+        return PassResult(ir, False, op_sensitivity(ir, self.sample, **self.options))

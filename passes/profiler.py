@@ -23,15 +23,16 @@ from typing import Any
 import numpy as np
 
 from qir.api import as_ir
+from qir.calibration import QRANGE, calib_scale
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
+from qir.naming import safe_filename
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.capture import collect
 from qir.records import CalibRecord
+from qir.runtimes.numerics import apply_calibration
 from qir.tables import write_table
-
-from ..runtimes.numerics import QRANGE, apply_calibration, calib_scale
-from .base import AnalysisPass, PassResult, register_pass
-from .distribution import collect, safe_filename
 
 __all__ = ["ProfilerPass", "profile_model", "COLUMNS"]
 

@@ -21,17 +21,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from qir.errors import InputError
+from qir import metrics as qmetrics
 from qir.api import as_ir
+from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import write_json
 from qir.kinds import CalibMode
-
-from .. import metrics as qmetrics
-from ..engine import Engine, Variant
-from .acc_error import calibrations_of
-from .base import AnalysisPass, PassResult, register_pass
-from .node_sensitivity import NodeSensitivityPass
+from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.selection import calibrations_of
+from qir.passes.node_sensitivity import NodeSensitivityPass
+from qir.runtimes.engine import Engine, Variant
 
 __all__ = ["SensitivityAnalysisPass", "sensitivity_analysis", "write_report"]
 

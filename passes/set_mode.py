@@ -1,36 +1,21 @@
 """``set-mode``: choose calibration nodes and set their mode or a fixed threshold."""
 from __future__ import annotations
 
-import fnmatch
 import logging
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
-from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.calibration import set_mode
+from qir.errors import InputError
 from qir.graph import QIR
-from qir.kinds import CalibMode, CalibRole
-from qir.records import CalibRecord
+from qir.kinds import CalibMode
+from qir.passes.base import Pass, PassResult, register_pass
+from qir.passes.lib.selection import as_name_list, select_calibrations
 
-from ..runtimes.numerics import set_mode
-from .base import Pass, PassResult, register_pass
-
-__all__ = ["SetModePass", "select_calibrations", "as_name_list"]
+__all__ = ["SetModePass"]
 
 logger = logging.getLogger(__name__)
-
-_GLOB = set("*?[")
-
-
-def as_name_list(value: str | Iterable[str] | None) -> list[str]:
-    """Names from a comma-separated string or a list (None → [])."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
-
 
 def _names_from_file(path: str | Path) -> list[str]:
     p = Path(path)
@@ -38,43 +23,6 @@ def _names_from_file(path: str | Path) -> list[str]:
         raise InputError(f"node list file not found: {p}")
     lines = (line.split("#", 1)[0].strip() for line in p.read_text().splitlines())
     return [line for line in lines if line]
-
-
-def select_calibrations(ir: QIR, nodes: Iterable[str] = (), op_types: Iterable[str] = (),
-                        role: str | None = None) -> list[CalibRecord]:
-    """Calibration nodes chosen by every criterion given (criteria combine with AND).
-
-    ``nodes``: names or globs, each matching calibration nodes by their own name, or the
-    calibration nodes that feed a general node matched by name or module path. ``op_types``:
-    the calibration nodes feeding ops of those types. ``role``: ``weight`` or ``activation``.
-    A plain name that matches nothing is an error with suggestions.
-    """
-    chosen = ir.calibrations()
-    nodes, op_types = list(nodes), list(op_types)
-    if nodes:
-        picked: dict[str, CalibRecord] = {}
-        ops = ir.ops()
-        for pattern in nodes:
-            is_glob = bool(_GLOB & set(pattern))
-            match = (lambda n, p=pattern: fnmatch.fnmatchcase(n, p)) if is_glob else (lambda n, p=pattern: n == p)
-            targets = {o.name for o in ops if match(o.name) or (o.module and match(o.module))}
-            hits = [c for c in chosen if match(c.name) or targets & set(c.feeds)]
-            if not hits and not is_glob:
-                names = [c.name for c in chosen] + [o.name for o in ops]
-                raise NotFoundError(did_you_mean(pattern, names, "calibration node or op"))
-            picked.update((c.name, c) for c in hits)
-        chosen = [c for c in chosen if c.name in picked]
-    if op_types:
-        known = {o.op_type for o in ir.ops()}
-        for t in op_types:
-            if t not in known:
-                raise NotFoundError(did_you_mean(t, known, "op type in this model"))
-        feeding = {o.name for o in ir.ops() if o.op_type in op_types}
-        chosen = [c for c in chosen if feeding & set(c.feeds)]
-    if role is not None:
-        r = CalibRole(role)
-        chosen = [c for c in chosen if c.role is r]
-    return chosen
 
 
 @register_pass
@@ -107,7 +55,7 @@ class SetModePass(Pass):
             raise InputError(f"role must be 'weight' or 'activation', got {role!r}")
         self.nodes = as_name_list(nodes) + (_names_from_file(from_file) if from_file else [])
         if sensitive is not None:
-            from .op_sensitivity import load_report, select_sensitive
+            from qir.passes.lib.sensitivity_table import load_report, select_sensitive
 
             self.nodes += select_sensitive(load_report(sensitive), top_k, ratio)
         elif top_k is not None or ratio is not None:

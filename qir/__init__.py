@@ -9,13 +9,13 @@ it (:mod:`qir.runtimes`: a numpy reference interpreter and onnxruntime).
 """
 from __future__ import annotations
 
-from .api import from_torch, load, run, save
-from .errors import QirError
-from .graph import QIR
-from .kinds import CalibMode, CalibRole, NodeKind
-from .onnx_export import export_onnx
-from .onnx_import import import_onnx
-from .verify import verify
+from qir.api import from_torch, load, run, save
+from qir.errors import QirError
+from qir.graph import QIR
+from qir.io.onnx_export import export_onnx
+from qir.io.onnx_import import import_onnx
+from qir.kinds import CalibMode, CalibRole, NodeKind
+from qir.verify import verify
 
 __all__ = ["QIR", "NodeKind", "CalibMode", "CalibRole", "QirError", "load", "run", "save", "from_torch",
            "import_onnx", "export_onnx", "verify", "__version__"]

@@ -7,9 +7,9 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from .graph import QIR
-from .onnx_export import export_onnx
-from .onnx_import import import_onnx
+from qir.graph import QIR
+from qir.io.onnx_export import export_onnx
+from qir.io.onnx_import import import_onnx
 
 __all__ = ["load", "run", "save", "from_torch", "as_ir"]
 
@@ -29,7 +29,7 @@ def load(model: str | Path | onnx.ModelProto, *,
 def as_ir(model: QIR | str | Path | onnx.ModelProto, *, calibrated: bool = False) -> QIR:
     """``model`` itself when it is a QIR, else :func:`load` of it; with ``calibrated``, a model
     without calibration nodes is an InputError (every analysis needs a calibrated model)."""
-    from .errors import InputError
+    from qir.errors import InputError
 
     ir = model if isinstance(model, QIR) else load(model)
     if calibrated and not ir.calibrations():
@@ -39,8 +39,8 @@ def as_ir(model: QIR | str | Path | onnx.ModelProto, *, calibrated: bool = False
 
 def from_torch(module, example_inputs, **options) -> QIR:
     """A PyTorch ``nn.Module`` as a QIR, with module paths on every op (needs the torch extra;
-    see :func:`qir.torch_import.from_torch` for the options)."""
-    from .torch_import import from_torch as _from_torch
+    see :func:`qir.io.torch_import.from_torch` for the options)."""
+    from qir.io.torch_import import from_torch as _from_torch
 
     return _from_torch(module, example_inputs, **options)
 
@@ -54,7 +54,7 @@ def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = "numpy",
         level: ``fakequant`` applies calibration nodes, ``float`` ignores them.
         capture: names of intermediate values to return as well.
     """
-    from .runtimes.base import get_runtime
+    from qir.runtimes.base import get_runtime
 
     return get_runtime(runtime, level=level).run(ir, feeds, capture=capture)
 

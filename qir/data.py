@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .errors import InputError, did_you_mean
+from qir.errors import InputError, did_you_mean
 
 __all__ = ["Samples", "load_samples", "model_samples", "save_outputs", "save_npz"]
 

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .errors import QirError
-from .printer import format_type
-from .records import CalibRecord
+from qir.errors import QirError
+from qir.printer import format_type
+from qir.records import CalibRecord
 
 __all__ = ["to_dot", "render"]
 

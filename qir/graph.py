@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import networkx as nx
 import numpy as np
 
-from .errors import NotFoundError, QirError, did_you_mean
-from .kinds import CalibMode, CalibRole, NodeKind
-from .records import CalibRecord, OpRecord, Record, Shape, ValueRecord, copy_record
+from qir.errors import NotFoundError, QirError, did_you_mean
+from qir.kinds import CalibMode, CalibRole, NodeKind
+from qir.records import CalibRecord, OpRecord, Record, Shape, ValueRecord, copy_record
 
 __all__ = ["QIR", "value_key"]
 
@@ -131,11 +131,11 @@ class QIR:
         return self._cache[key]
 
     def __str__(self) -> str:
-        from .printer import format_ir
+        from qir.printer import format_ir
         return format_ir(self)
 
     def __repr__(self) -> str:
-        from .printer import summary
+        from qir.printer import summary
         return summary(self)
 
     # ------------------------------------------------------------------ lookups
@@ -471,12 +471,12 @@ class QIR:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON-able dump (schema in :mod:`qir.json_dump`)."""
-        from .json_dump import to_json
+        from qir.json_dump import to_json
         return to_json(self)
 
     def to_dot(self, **kwargs: Any) -> str:
         """Graphviz DOT text of the model (see :func:`qir.dot.to_dot`)."""
-        from .dot import to_dot
+        from qir.dot import to_dot
         return to_dot(self, **kwargs)
 
     # ------------------------------------------------------------------ internals

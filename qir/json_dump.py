@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from .printer import MAX_INLINE
-from .records import CalibRecord
+from qir.printer import MAX_INLINE
+from qir.records import CalibRecord
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable", "finite", "write_json"]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .kinds import NodeKind, short_dtype
-from .records import CalibRecord, OpRecord, ValueRecord
+from qir.kinds import NodeKind, short_dtype
+from qir.records import CalibRecord, OpRecord, ValueRecord
 
 __all__ = ["format_ir", "format_node", "format_type", "format_value", "summary"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import networkx as nx
 
-from .kinds import CalibMode, CalibRole, NodeKind
-from .records import CalibRecord, OpRecord, ValueRecord
+from qir.kinds import CalibMode, CalibRole, NodeKind
+from qir.records import CalibRecord, OpRecord, ValueRecord
 
 __all__ = ["verify"]
 

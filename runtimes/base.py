@@ -41,7 +41,7 @@ def get_runtime(name: str, **options) -> Runtime:
 
 RUNTIMES = {
     "numpy": ("qir.runtimes.numpy_ref.interpreter", "NumpyRuntime"),
-    "ort": ("qir.runtimes.ort_backend", "OrtRuntime"),
+    "ort": ("qir.runtimes.ort.backend", "OrtRuntime"),
 }
 
 

@@ -1,6 +1,6 @@
 """``python -m qir.tools`` runs the ``qir`` command line."""
 import sys
 
-from .cli import main
+from qir.tools.cli import main
 
 sys.exit(main())

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from qir.errors import InputError, QirError
+from qir.tools.progress import run_samples
 
 __all__ = ["main", "build_parser"]
 
@@ -53,7 +54,7 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | li
 def _resolve_shapes(model: str, given, data: str | None = None) -> dict[str, list[int]] | None:
     """Input shapes to import with: as given, else (for dynamic inputs) from the first sample."""
     from qir.data import load_samples
-    from qir.onnx_import import read_onnx
+    from qir.io.onnx_proto import read_onnx
 
     if given is None and data is None:
         return None
@@ -139,18 +140,6 @@ def _stats_table(results: list[dict[str, np.ndarray]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def run_samples(ir, samples, runtime: str, *, desc: str = "run", capture=(),
-                level: str = "fakequant") -> list[dict]:
-    """Run every sample with a progress bar on stderr (shown on terminals only)."""
-    from tqdm import tqdm
-
-    from qir.runtimes.base import get_runtime
-
-    rt = get_runtime(runtime, level=level)
-    return [rt.run(ir, s, capture=capture)
-            for s in tqdm(samples, desc=desc, unit="sample", disable=None, leave=False)]
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     import qir
     from qir.data import load_samples, save_outputs
@@ -181,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- demo
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from qir.tools.demo import run_demo
 
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and any(out.iterdir()) and not args.force:
@@ -278,7 +267,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     import csv
 
     import qir
-    from qir.engine import Engine, load_variants, one_at_a_time
+    from qir.runtimes.engine import Engine, load_variants, one_at_a_time
 
     out = Path(args.output)
     ir = qir.load(args.model)
@@ -409,7 +398,7 @@ def cmd_sensitivity_analysis(args: argparse.Namespace) -> int:
 
 
 def cmd_runall(args: argparse.Namespace) -> int:
-    from .runall import runall
+    from qir.tools.runall import runall
 
     runall(args.model, args.data, save_dir=args.save_dir, ns_metrics=parse_list(args.ns_metrics),
            output_node=args.output_node, node_type=parse_list(args.node_type), data_num=args.data_num,
@@ -424,7 +413,8 @@ def cmd_runall(args: argparse.Namespace) -> int:
 
 def cmd_import_torch(args: argparse.Namespace) -> int:
     import qir
-    from qir.torch_import import _torch, check_against_torch, from_torch, load_factory
+    from qir.io.torch_import import _torch, from_torch, load_factory
+    from qir.runtimes.torch_check import check_against_torch
 
     out = _check_writable(Path(args.output), args.force)
     torch = _torch()
@@ -484,7 +474,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import compare
+    from qir.tools.compare import compare
 
     analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
     summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
@@ -504,10 +494,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_numeric_suite(args: argparse.Namespace) -> int:
+    import qir
     from qir.data import model_samples
     from qir.passes import numeric_suite as ns
-
-    import qir
 
     quantized = qir.load(args.quantized)
     float_model = None if _same_file(args.float_model, args.quantized) else qir.load(args.float_model)

@@ -15,7 +15,7 @@ fake-quant version, exported with the first sample once the data is known); ``an
 (on the command line: the same file twice) compares the baseline run in float with itself fake-quantized. Sensitivity toggles the
 analysis model's calibration nodes, so it needs a calibrated (or QDQ-imported) analysis model.
 Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices unless
-``replay_discrete=False`` (:mod:`qir.passes.discrete`).
+``replay_discrete=False`` (:mod:`qir.passes.lib.discrete`).
 """
 from __future__ import annotations
 
@@ -27,10 +27,9 @@ import numpy as np
 
 from qir.api import as_ir
 from qir.errors import InputError
+from qir.io.torch_import import is_torch_module as _is_torch
 from qir.json_dump import write_json
-from qir.torch_import import is_torch_module as _is_torch
-
-from ..passes import bad_case, layer_compare, op_sensitivity
+from qir.passes import bad_case, layer_compare, op_sensitivity
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
 
@@ -74,7 +73,7 @@ class QuantAnalysis:
                 return None if model is None else as_ir(model)
             import torch
 
-            from qir.torch_import import from_torch
+            from qir.io.torch_import import from_torch
 
             return from_torch(model, {k: torch.from_numpy(np.asarray(v)) for k, v in example.items()})
 

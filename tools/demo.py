@@ -33,9 +33,8 @@ def example_dir() -> Path:
 def run_demo(out: Path | None, runtimes: list[str]) -> int:
     import qir
     from qir.data import save_outputs
+    from qir.tools.progress import run_samples
     from qir.verify import verify
-
-    from .cli import run_samples
 
     root = example_dir()
     ir = qir.load(root / "model.onnx")
@@ -81,9 +80,8 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     """Steps 3 and 4 of the module docstring on the least accurate calibrated model."""
     import qir
     from qir.passes.emit import emit_model
-
-    from .cli import run_samples
-    from .runall import runall
+    from qir.tools.progress import run_samples
+    from qir.tools.runall import runall
 
     method, (model, acc) = min(calibrated.items(), key=lambda kv: kv[1][1])
     print(f"debug   the {method} model ({acc:.4f}): runall")
@@ -112,8 +110,7 @@ def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path |
     Returns ``{method: (calibrated IR, accuracy)}``."""
     import qir
     from qir.passes import PassManager
-
-    from .cli import run_samples
+    from qir.tools.progress import run_samples
 
     base = ir.clone()
     PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(base)

@@ -26,10 +26,9 @@ from qir.errors import ExecutionError, InputError, QirError, UnsupportedOpError
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.records import CalibRecord, OpRecord
-
-from ..base import LEVELS, check_capture, check_feeds
-from ..numerics import ROUNDING, apply_calibration, apply_implied_clip, fold_batchnorm
-from .registry import lookup
+from qir.runtimes.base import LEVELS, check_capture, check_feeds
+from qir.runtimes.numerics import ROUNDING, apply_calibration, apply_implied_clip, fold_batchnorm
+from qir.runtimes.numpy_ref.registry import lookup
 
 __all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "run_op", "ExecutionPlan", "PlanStep"]
 

@@ -9,7 +9,9 @@ its inputs and attributes declares it in ``context`` and receives it as a keywor
 * ``_opset``: the model's default-domain opset version (Softmax before/after 13, ...);
 * ``_num_outputs``: how many outputs the node has (Split without split sizes, ...).
 
-Kernels never see IR nodes, so each one is a small function testable against onnxruntime.
+The table is filled when :mod:`qir.runtimes.numpy_ref` is imported (its ``__init__`` imports
+the kernel modules, which register themselves here). Kernels never see IR nodes, so each one is
+a small function testable against onnxruntime.
 """
 from __future__ import annotations
 
@@ -60,7 +62,6 @@ def kernel(*op_types: str, domain: str = "", context: tuple[str, ...] = ()) -> C
 
 def lookup(op_type: str, domain: str = "") -> KernelSpec | None:
     """The kernel registered for ``op_type`` (``ai.onnx`` is the default domain), or None."""
-    _load_kernels()
     if domain == "ai.onnx":
         domain = ""
     return _KERNELS.get((domain, op_type))
@@ -68,10 +69,4 @@ def lookup(op_type: str, domain: str = "") -> KernelSpec | None:
 
 def registered_op_types(domain: str = "") -> list[str]:
     """Sorted op types that have a kernel in ``domain``."""
-    _load_kernels()
     return sorted(op for d, op in _KERNELS if d == domain)
-
-
-def _load_kernels() -> None:
-    # Importing the package registers every kernel module (see kernels/__init__.py).
-    from . import kernels  # noqa: F401

@@ -1,5 +1,5 @@
 """Batched variants on onnxruntime: activation-only variants run as rows of segment sessions
-whose changed calibration nodes are switches (qir.engine.switches). Their results equal the
+whose changed calibration nodes are switches (qir.runtimes.ort.switches). Their results equal the
 plain "clone, set the modes, run the whole model" evaluation and the step-by-step path, at any
 batch size; variants the switches cannot run, and parts that fail their check, go step by step."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 from onnx import helper, numpy_helper
 
 import qir
-from qir.engine import Engine, Variant, evaluate_plainly
-from qir.engine import engine as engine_module
-from qir.engine.switches import is_rows_input, make_batch_capable
+from qir.runtimes.engine import Engine, Variant, evaluate_plainly
+from qir.runtimes.engine import engine as engine_module
+from qir.runtimes.ort.switches import is_rows_input, make_batch_capable
+
 
 @pytest.fixture(scope="module")
 def calibrated(digits_calibrated):
@@ -131,8 +132,8 @@ def test_a_batch_differing_from_single_runs_falls_back_to_one_per_call(calibrate
 
 
 def test_a_part_refusing_a_batch_falls_back_to_one_per_call(calibrated, samples, monkeypatch):
-    from qir.engine.runners import OrtSteps
     from qir.errors import ExecutionError
+    from qir.runtimes.engine.runners import OrtSteps
 
     ir = calibrated
     variants = one_at_a_time(ir, "int8")

@@ -8,9 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from qir.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
 from qir.errors import InputError, NotFoundError
-
+from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 
 import qir
 from qir import metrics as qmetrics
-from qir.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
 from qir.passes import PassManager, get_pass
+from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
 
 from ..conftest import real_models
 

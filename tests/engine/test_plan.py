@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import qir
-from qir.engine.cost import cone_fraction, op_flops, step_flops
-from qir.engine.plan import build_plan, split_segments
 from qir.graph import value_key
 from qir.passes import PassManager
 from qir.records import OpRecord
+from qir.runtimes.engine.cost import cone_fraction, op_flops, step_flops
+from qir.runtimes.engine.plan import build_plan, split_segments
 
 from ..conftest import REPO, model_from_text
 

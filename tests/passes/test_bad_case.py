@@ -19,7 +19,7 @@ def test_bad_case_is_the_worst_sample_and_the_tables_are_written(digits_calibrat
     ir = digits_calibrated
     report = find_bad_cases(ir, None, DIGITS_DATA, num_steps=12, metric="Cosine", runtime="numpy")
     samples = qir.data.model_samples(ir, DIGITS_DATA, 12)
-    float_ir = qir.engine.configured_clone(ir, "float", {})
+    float_ir = qir.runtimes.engine.configured_clone(ir, "float", {})
     cos = [M.cosine_similarity(qir.run(float_ir, s)["logits"], qir.run(ir, s)["logits"]) for s in samples]
     assert report["bad_case"]["logits"]["Cosine"] == int(np.argmin(cos)) == report["chosen"]
     assert report["values"]["logits"]["Cosine"] == pytest.approx(cos, abs=1e-12)

@@ -7,11 +7,11 @@ import onnx
 import pytest
 
 import qir
-from qir.engine import configured_clone
 from qir.passes import get_pass
 from qir.passes.bad_case import find_bad_cases
-from qir.passes.discrete import index_values, replayed
+from qir.passes.lib.discrete import index_values, replayed
 from qir.passes.op_sensitivity import op_sensitivity
+from qir.runtimes.engine import configured_clone
 
 from ..conftest import DIGITS
 

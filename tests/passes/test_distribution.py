@@ -36,7 +36,7 @@ def test_distribution_statistics_match_the_data(calibrated, tmp_path):
     assert nodes["conv2.weight_calib"]["original"]["std"] == pytest.approx(float(w.std()))
     assert nodes["conv2.weight_calib"]["calibrated"]["mean"] == pytest.approx(float(apply_calibration(cal, w).mean()))
     out = ir.op("conv2").outputs[0]
-    float_ir = qir.engine.configured_clone(ir, "float", {})
+    float_ir = qir.runtimes.engine.configured_clone(ir, "float", {})
     err = np.concatenate([(qir.run(ir, s, capture=[out])[out] - qir.run(float_ir, s, capture=[out])[out]).ravel()
                           for s in samples])
     assert nodes["conv2"]["error"]["abs_max"] == pytest.approx(float(np.abs(err).max()), rel=1e-6)

@@ -11,17 +11,26 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import qir
+from qir.calibration import calib_scale
 from qir.errors import InputError, NotFoundError, QirError
+from qir.io.qdq_import import EMIT_METADATA_KEY
 from qir.kinds import CalibMode, CalibRole
 from qir.passes import PassManager, get_pass
 from qir.passes.emit import EmitPass, emit_model, export_qdq, quantize_weight, required_opset
-from qir.qdq_import import EMIT_METADATA_KEY
 from qir.runtimes.base import get_runtime
-from qir.runtimes.numerics import apply_calibration, calib_scale
+from qir.runtimes.numerics import apply_calibration
 
 from ..conftest import REPO, real_models
-from ..qir.test_qdq_import import (REAL, calibration_samples, clip_model, clip_samples, cosine, quantize,
-                                   reference_session, yolo_detections)
+from ..qir.test_qdq_import import (
+    REAL,
+    calibration_samples,
+    clip_model,
+    clip_samples,
+    cosine,
+    quantize,
+    reference_session,
+    yolo_detections,
+)
 
 DIGITS = REPO / "qir" / "examples" / "digits"
 

@@ -9,10 +9,11 @@ import pytest
 
 import qir
 from qir import metrics as M
+from qir.calibration import QRANGE, calib_scale
 from qir.data import model_samples
-from qir.engine import configured_clone
 from qir.passes import layer_compare as lc
-from qir.runtimes.numerics import QRANGE, calib_scale
+from qir.passes.lib import layer_run as lr
+from qir.runtimes.engine import configured_clone
 
 from ..conftest import DIGITS, DIGITS_DATA
 
@@ -33,7 +34,7 @@ def _planted_clip(ir, factor=0.2):
 
 def test_rows_match_independent_runs_and_shares_add_up(digits):
     ir, sample = digits
-    run = lc.run_layers(ir, None, sample, runtime="numpy")
+    run = lr.run_layers(ir, None, sample, runtime="numpy")
     rows = lc.compare_per_layer(run)
     values = [v for op in ir.ops() for v in op.outputs]
     flt = qir.run(configured_clone(ir, "float", {}), sample, runtime="numpy", capture=values)
@@ -56,8 +57,8 @@ def test_rows_match_independent_runs_and_shares_add_up(digits):
 def test_shadow_equals_only_that_units_quantizers_on(digits):
     """f(Q(x_b)) is what the float model computes with only the unit's input quantizers on."""
     ir, sample = digits
-    run = lc.run_layers(ir, None, sample, runtime="numpy")
-    shadows = lc.shadow_outputs(run)
+    run = lr.run_layers(ir, None, sample, runtime="numpy")
+    shadows = lr.shadow_outputs(run)
     assert "relu2" in shadows and "dw3" not in shadows  # dw3 is inside the group ending at relu3
     for name in ("relu2", "relu5", "fc"):  # (relu4's Add reads relu2_out_calib, shared with dw3 upstream)
         op = ir.op(name)
@@ -72,7 +73,7 @@ def test_shadow_equals_only_that_units_quantizers_on(digits):
 def test_planted_clipping_is_flagged_with_the_fixed_threshold(digits, tmp_path):
     ir, sample = digits
     cal = _planted_clip(ir)
-    run = lc.run_layers(ir, None, sample)
+    run = lr.run_layers(ir, None, sample)
     rows = lc.compare_per_layer(run)
     findings = lc.advise(run, rows)
     x = run.base_values["relu2_out"]
@@ -102,7 +103,7 @@ def test_planted_nan_is_flagged_at_its_layer_first(digits):
     w.flat[0] = np.nan
     analysis = ir.clone()
     analysis.set_weight(name, w)
-    run = lc.run_layers(ir, analysis, sample)
+    run = lr.run_layers(ir, analysis, sample)
     findings = lc.advise(run, lc.compare_per_layer(run))
     assert findings[0]["kind"] == "nan/inf" and findings[0]["layer"] == "conv2"  # found before its Relu hides it
 
@@ -114,7 +115,7 @@ def test_range_and_input_and_output_advice(digits):
     out_cal = ir.insert_calibration("logits", "logits_calib", role="activation", rewire_outputs=True)
     out_cal.threshold, out_cal.mode = np.float32(20.0), qir.kinds.CalibMode.INT8
     ir.touch()
-    run = lc.run_layers(ir, None, sample)
+    run = lr.run_layers(ir, None, sample)
     kinds = {(f["kind"], f.get("calibration")) for f in lc.advise(run, lc.compare_per_layer(run))}
     assert ("range too large for dtype", cal.name) in kinds
     assert ("output not high precision", "logits_calib") in kinds
@@ -128,11 +129,11 @@ def test_fold_bn_outputs_match_the_unfolded_model_after_save_and_load(digits_cal
     assert loaded.meta["fusion_groups"] == digits_calibrated.meta["fusion_groups"]
     assert loaded.meta["value_aliases"] == digits_calibrated.meta["value_aliases"]
     sample = model_samples(loaded, DIGITS_DATA, 1)[0]
-    run = lc.run_layers(DIGITS / "model.onnx", loaded, sample)
+    run = lr.run_layers(DIGITS / "model.onnx", loaded, sample)
     rows = lc.compare_per_layer(run)
     assert rows[0]["mod_name"] == "relu1" and rows[0]["base_op_type"] == "Relu"
     assert min(r["Cosine"] for r in rows) > 0.99  # the folded convs are compared with their BN outputs
-    lc.save_layers(run, tmp_path / "layers")
+    lr.save_layers(run, tmp_path / "layers")
     index = json.loads((tmp_path / "layers" / "layers.json").read_text())["files"]["analysis"]
     assert {op.outputs[0] for op in loaded.ops()} <= set(index)
     for value, file in index.items():
@@ -143,8 +144,8 @@ def test_stored_runs_in_chunks_give_the_same_table(digits_calibrated, tmp_path):
     """With a store and a tiny memory budget each model runs once per chunk of values, written
     to .npy files and read back memory-mapped; the table is the in-memory one."""
     sample = model_samples(digits_calibrated, DIGITS_DATA, 1)[0]
-    memory = lc.run_layers(digits_calibrated, None, sample)
-    stored = lc.run_layers(digits_calibrated, None, sample, store=tmp_path / "layers", memory_budget=16 << 10)
+    memory = lr.run_layers(digits_calibrated, None, sample)
+    stored = lr.run_layers(digits_calibrated, None, sample, store=tmp_path / "layers", memory_budget=16 << 10)
     assert all(isinstance(a, np.memmap) for a in stored.analy_values.values() if a.ndim)
     assert len(list((tmp_path / "layers" / "baseline").glob("*.npy"))) == len(memory.base_values)
     # each chunk's session captures other values, so onnxruntime fuses a little differently:
@@ -163,7 +164,7 @@ def test_stored_runs_in_chunks_give_the_same_table(digits_calibrated, tmp_path):
 
 def test_prefix_and_type_filters(digits):
     ir, sample = digits
-    run = lc.run_layers(ir, None, sample)
+    run = lr.run_layers(ir, None, sample)
     assert [r["mod_name"] for r in lc.compare_per_layer(run, types=["MaxPool"])] == ["pool4"]
     # a fused layer matches through any of its ops
     assert [r["mod_name"] for r in lc.compare_per_layer(run, types=["Add"])] == ["relu4"]
@@ -182,10 +183,10 @@ def test_fakequant_against_its_emitted_qdq_model_is_exact(digits_calibrated, tmp
     qir.save(digits_calibrated, cal)
     assert main(["emit", str(cal), "-o", str(qdq)]) == 0
     sample = model_samples(digits_calibrated, DIGITS_DATA, 1)[0]
-    run = lc.run_layers(cal, qdq, sample)
+    run = lr.run_layers(cal, qdq, sample)
     rows = lc.compare_per_layer(run)
     assert len(rows) == 9 and all(r["Atol"] == 0.0 for r in rows)
-    assert [r["quant_dtype"] for r in rows] == [r["quant_dtype"] for r in lc.compare_per_layer(lc.run_layers(cal, None, sample))]
+    assert [r["quant_dtype"] for r in rows] == [r["quant_dtype"] for r in lc.compare_per_layer(lr.run_layers(cal, None, sample))]
     assert not [f for f in lc.advise(run, rows) if f["kind"].startswith("own error")]
 
 
@@ -209,7 +210,7 @@ def test_scalar_outputs_and_unsplittable_layers(tmp_path):
     data = [{"x": np.random.default_rng(i).standard_normal((1, 8)).astype(np.float32)} for i in range(4)]
     get_pass("insert-calibration")(ir)
     get_pass("calibrate", data=data, method="max", progress=False)(ir)
-    run = lc.run_layers(ir, None, data[0])
+    run = lr.run_layers(ir, None, data[0])
     rows = {r["value"]: r for r in lc.compare_per_layer(run)}
     assert rows["total"]["shape"] == [] and rows["total"]["Atol"] == pytest.approx(
         abs(float(run.analy_values["total"]) - float(run.base_values["total"])))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
 import qir
 from qir.passes import PassManager, get_pass
 from qir.passes.model_check import check_model, format_report

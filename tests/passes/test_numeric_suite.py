@@ -9,9 +9,9 @@ import pytest
 import qir
 from qir import metrics as M
 from qir.data import model_samples
-from qir.engine import configured_clone
 from qir.errors import InputError
 from qir.passes import numeric_suite as ns
+from qir.runtimes.engine import configured_clone
 
 from ..conftest import DIGITS, DIGITS_DATA
 

@@ -13,12 +13,23 @@ import warnings
 import numpy as np
 import pytest
 
-from qir.passes.observers import (METHODS, ZERO_DATA_THRESHOLD, AbsHistogram, AbsMaxObserver,
-                                  ObserverError, ObserverWarning, channel_abs_max,
-                                  compute_threshold, expected_quant_mse, kl_divergence_curve,
-                                  make_observer,
-                                  threshold_kl, threshold_max, threshold_mse,
-                                  threshold_percentile)
+from qir.passes.lib.observers import (
+    METHODS,
+    ZERO_DATA_THRESHOLD,
+    AbsHistogram,
+    AbsMaxObserver,
+    ObserverError,
+    ObserverWarning,
+    channel_abs_max,
+    compute_threshold,
+    expected_quant_mse,
+    kl_divergence_curve,
+    make_observer,
+    threshold_kl,
+    threshold_max,
+    threshold_mse,
+    threshold_percentile,
+)
 
 HIST_METHODS = ["max", "percentile", "kl", "mse"]
 
@@ -528,7 +539,7 @@ def test_max_calibration_derives_monotone_ranges_exactly():
 
     import qir
     from qir.passes import get_pass
-    from qir.passes.range_propagation import derivations
+    from qir.passes.lib.range_propagation import derivations
     from qir.runtimes.base import get_runtime
 
     model = onnx.parser.parse_model(MONOTONE)

@@ -9,9 +9,10 @@ import pytest
 import qir
 from qir import metrics as M
 from qir.data import model_samples
-from qir.engine import configured_clone
 from qir.errors import InputError
-from qir.passes.op_sensitivity import load_report, op_sensitivity, select_sensitive, write_report
+from qir.passes.lib.sensitivity_table import load_report, select_sensitive
+from qir.passes.op_sensitivity import op_sensitivity, write_report
+from qir.runtimes.engine import configured_clone
 from qir.tools.cli import main
 
 from ..conftest import DIGITS_DATA

@@ -39,7 +39,7 @@ def test_picks_sensitive_nodes_and_recovers(faulty, tmp_path):
         assert values["single"] == pytest.approx(ns[node]["cosine-similarity"])
     # cumulative k: the calibrated model with nodes 1..k back to float, computed plainly
     sample = qir.data.model_samples(ir, DATA, 1)[0]
-    float_out = qir.run(qir.engine.configured_clone(ir, "float", {}), sample)[ir.outputs[0]]
+    float_out = qir.run(qir.runtimes.engine.configured_clone(ir, "float", {}), sample)[ir.outputs[0]]
     raised: set[str] = set()
     for node, values in result.items():
         raised |= {c.name for c in ir.calibrations() if node in c.feeds}

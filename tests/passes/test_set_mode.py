@@ -6,7 +6,7 @@ import pytest
 import qir
 from qir.errors import InputError, NotFoundError
 from qir.passes import PassManager, get_pass
-from qir.passes.set_mode import select_calibrations
+from qir.passes.lib.selection import select_calibrations
 
 from ..conftest import REPO
 

@@ -6,9 +6,9 @@ import pytest
 
 import qir
 from qir import QIR, CalibMode, CalibRole, NodeKind, verify
+from qir.errors import NotFoundError, QirError
 from qir.passes import PassManager
 from qir.records import ValueRecord
-from qir.errors import NotFoundError, QirError
 
 from ..conftest import REPO
 

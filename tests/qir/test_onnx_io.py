@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import qir
 from qir.errors import ImportError_, InputError, UnsupportedOpError
-from qir.onnx_export import export_onnx
+from qir.io.onnx_export import export_onnx
 
 from ..conftest import REPO, model_from_text
 
@@ -178,7 +178,7 @@ def test_export_of_values_with_unknown_types_runs():
     np.testing.assert_array_equal(z, -np.ones((1, 16), np.float32))
 
 
-def test_constant_value_float_and_ints_keep_their_types():
+def testconstant_value_float_and_ints_keep_their_types():
     import onnx.parser
 
     model = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>

@@ -19,10 +19,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import qir
+from qir.calibration import calib_scale
 from qir.errors import ImportError_
+from qir.io.onnx_import import import_qdq
+from qir.io.qdq_import import convert_qdq, dequantize
 from qir.kinds import CalibMode, CalibRole
-from qir.qdq_import import convert_qdq, dequantize, import_qdq
-from qir.runtimes.numerics import apply_calibration, calib_scale
+from qir.runtimes.numerics import apply_calibration
 
 from ..conftest import REPO, real_models
 

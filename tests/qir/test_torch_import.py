@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from qir.torch_import import check_against_torch, from_torch, torch_outputs  # noqa: E402
+from qir.io.torch_import import from_torch, torch_outputs  # noqa: E402
+from qir.runtimes.torch_check import check_against_torch  # noqa: E402
 
 
 class ConvNet(nn.Module):
@@ -107,8 +108,13 @@ def _qat_model(qconfig):
 
 
 def test_torch_ao_fake_quant_imports_with_stored_scales():
-    from torch.ao.quantization import (FakeQuantize, MovingAverageMinMaxObserver,
-                                       MovingAveragePerChannelMinMaxObserver, QConfig, get_default_qat_qconfig)
+    from torch.ao.quantization import (
+        FakeQuantize,
+        MovingAverageMinMaxObserver,
+        MovingAveragePerChannelMinMaxObserver,
+        QConfig,
+        get_default_qat_qconfig,
+    )
 
     per_channel = QConfig(
         activation=FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,

@@ -6,10 +6,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from qir.calibration import calib_scale
 from qir.errors import QirError
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
-from qir.runtimes.numerics import apply_calibration, calib_scale, fake_quant
+from qir.runtimes.numerics import apply_calibration, fake_quant
 
 
 def cal(mode="int8", **state):
@@ -90,7 +91,7 @@ def test_fp16_round_trip_overflows_to_inf_and_keeps_precision_in_range():
 
 @pytest.mark.parametrize("zero_point", [None, -128])
 def test_switching_an_imported_node_to_int16_keeps_its_range_with_a_finer_step(zero_point):
-    from qir.runtimes.numerics import set_mode
+    from qir.calibration import set_mode
     c = cal(scale=np.float32(0.05), zero_point=zero_point)
     x = np.linspace(-8, 8, 2001, dtype=np.float32)
     y8 = apply_calibration(c, x)

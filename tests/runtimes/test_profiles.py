@@ -13,8 +13,18 @@ from qir.kinds import CalibMode
 from qir.runtimes import profiles as P
 from qir.runtimes.numpy_ref.registry import registered_op_types
 from qir.runtimes.profiles import (
-    GENERIC, NASH_E, NASH_M, NASH_P, PARAM_FIELDS, PROFILES, OpClass, Status,
-    UnknownProfileError, format_profiles, get_profile, op_class,
+    GENERIC,
+    NASH_E,
+    NASH_M,
+    NASH_P,
+    PARAM_FIELDS,
+    PROFILES,
+    OpClass,
+    Status,
+    UnknownProfileError,
+    format_profiles,
+    get_profile,
+    op_class,
 )
 
 NASH = (NASH_E, NASH_M, NASH_P)

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import qir
-from qir.onnx_export import export_onnx
+from qir.io.onnx_export import export_onnx
 
 from ..conftest import real_models
 

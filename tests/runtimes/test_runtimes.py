@@ -176,8 +176,8 @@ def test_global_average_pool_runs_as_reduce_mean_on_onnxruntime(opset):
     import onnxruntime as ort
     from onnx import numpy_helper
 
-    from qir.onnx_export import export_onnx, export_subgraph
-    from qir.runtimes.ort_backend import lower_layout_stable, new_session
+    from qir.io.onnx_export import export_onnx, export_subgraph
+    from qir.runtimes.ort.backend import lower_layout_stable, new_session
 
     text = f"""
     <ir_version: 8, opset_import: ["" : {opset}]>

@@ -10,7 +10,6 @@ results: every element is computed by the same ufunc loop either way. The thread
 from __future__ import annotations
 
 import math
-
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor

@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 
-from ..registry import kernel
-from . import _parallel
-from .elementwise import erf_array
+from qir.runtimes.numpy_ref.kernels import _parallel
+from qir.runtimes.numpy_ref.kernels.elementwise import erf_array
+from qir.runtimes.numpy_ref.registry import kernel
 
 
 def _c(value, x: np.ndarray):

@@ -5,15 +5,14 @@ Everything stays in the input dtype (float32 in, float32 BLAS out); no float64 u
 """
 from __future__ import annotations
 
-import math
-
 import itertools
+import math
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..registry import kernel
-from . import _parallel
+from qir.runtimes.numpy_ref.kernels import _parallel
+from qir.runtimes.numpy_ref.registry import kernel
 
 # Upper bound, in bytes, of one im2col buffer; larger convolutions are done in row bands.
 _IM2COL_BYTES = 8 << 20

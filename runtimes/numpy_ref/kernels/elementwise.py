@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import kernel
-from . import _parallel
+from qir.runtimes.numpy_ref.kernels import _parallel
+from qir.runtimes.numpy_ref.registry import kernel
 
 # --------------------------------------------------------------------------------------
 # binary arithmetic

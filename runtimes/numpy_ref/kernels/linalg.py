@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import kernel
+from qir.runtimes.numpy_ref.registry import kernel
 
 
 @kernel("MatMul")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import kernel
+from qir.runtimes.numpy_ref.registry import kernel
 
 
 def _channel_shape(x: np.ndarray) -> tuple[int, ...]:

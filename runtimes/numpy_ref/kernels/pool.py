@@ -11,8 +11,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..registry import kernel
-from .conv import _ints, pad_constant, resolve_pads
+from qir.runtimes.numpy_ref.kernels.conv import _ints, pad_constant, resolve_pads
+from qir.runtimes.numpy_ref.registry import kernel
 
 
 def pool_geometry(in_spatial, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..registry import kernel
+from qir.runtimes.numpy_ref.registry import kernel
 
 
 def _reduce_axes(x: np.ndarray, axes, noop_with_empty_axes) -> tuple[int, ...] | None:
@@ -132,5 +132,6 @@ def cumsum(x, axis, *, exclusive=0, reverse=0):
     y = np.flip(x, axis=ax) if reverse else x
     out = np.cumsum(y, axis=ax, dtype=x.dtype)
     if exclusive:
-        out = np.concatenate([np.zeros_like(np.take(out, [0], axis=ax)), np.take(out, np.arange(x.shape[ax] - 1), axis=ax)], axis=ax)
+        head = np.zeros_like(np.take(out, [0], axis=ax))
+        out = np.concatenate([head, np.take(out, np.arange(x.shape[ax] - 1), axis=ax)], axis=ax)
     return np.flip(out, axis=ax) if reverse else out

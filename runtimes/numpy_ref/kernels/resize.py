@@ -36,8 +36,8 @@ import math
 
 import numpy as np
 
-from ..registry import kernel
-from . import _parallel
+from qir.runtimes.numpy_ref.kernels import _parallel
+from qir.runtimes.numpy_ref.registry import kernel
 
 _F = np.float32
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..registry import kernel
+from qir.runtimes.numpy_ref.registry import kernel
 
 
 def _ints(values) -> list[int]:

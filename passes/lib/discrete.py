@@ -76,7 +76,7 @@ def _replace(ir: QIR, op: OpRecord) -> None:
 def with_replay(baseline: QIR, level: str, samples: list[Mapping[str, Any]], values: list[str],
                 runtime: str = "ort") -> list[dict[str, np.ndarray]]:
     """``samples`` with the baseline's ``values`` (run at ``level``) added to each."""
-    from ..runtimes.base import get_runtime
+    from qir.runtimes.base import get_runtime
 
     rt = get_runtime(runtime, level=level)
     out = []

@@ -27,9 +27,9 @@ import sys
 import warnings
 from typing import Any, Mapping, Sequence
 
-from .errors import ImportError_, InputError, QirError
+from qir.errors import ImportError_, InputError, QirError
 
-__all__ = ["from_torch", "is_torch_module", "module_path", "torch_outputs", "check_against_torch", "load_factory"]
+__all__ = ["from_torch", "is_torch_module", "module_path", "torch_outputs", "load_factory", "split_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +93,13 @@ def _flatten(value, prefix: str) -> list[tuple[str, Any]]:
 def torch_outputs(module, example_inputs) -> dict[str, Any]:
     """Run ``module`` on the example inputs; ``{output name: numpy array}`` named as the IR's."""
     torch = _torch()
-    args, kwargs = _split(example_inputs)
+    args, kwargs = split_inputs(example_inputs)
     with torch.no_grad():
         out = module(*args, **kwargs)
     return {n: v.detach().cpu().numpy() for n, v in _flatten(out, "output")}
 
 
-def _split(example_inputs) -> tuple[tuple, dict]:
+def split_inputs(example_inputs) -> tuple[tuple, dict]:
     torch = _torch()
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs,), {}
@@ -124,14 +124,14 @@ def from_torch(module, example_inputs, *, opset: int = 17, input_names: Sequence
     torch = _torch()
     import onnx
 
-    from .onnx_import import import_onnx
+    from qir.io.onnx_import import import_onnx
 
     if not isinstance(module, torch.nn.Module):
         raise InputError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
     was_training = module.training
     module.eval()
     try:
-        args, kwargs = _split(example_inputs)
+        args, kwargs = split_inputs(example_inputs)
         names = list(input_names or _parameter_names(module, len(args), kwargs))
         calls = _count_calls(module, args, kwargs)
         with torch.no_grad():
@@ -262,26 +262,6 @@ def _positional_class():
 
 def _Positional(module, keys):  # noqa: N802 - a class built on first use (torch is optional)
     return _positional_class()(module, keys)
-
-
-def check_against_torch(ir, module, example_inputs, runtime: str = "ort") -> dict[str, float]:
-    """Run ``module`` (torch, the reference) and ``ir`` (``runtime``) on the example inputs;
-    ``{output: max |qir - torch| / max |torch|}``. An import is trusted at ≤ 1e-4."""
-    import numpy as np
-
-    from .runtimes.base import get_runtime
-
-    ref = torch_outputs(module, example_inputs)
-    args, kwargs = _split(example_inputs)
-    feeds = dict(zip(ir.inputs, [t.detach().cpu().numpy() for t in list(args) + list(kwargs.values())]))
-    got = get_runtime(runtime, level="float").run(ir, feeds)
-    out = {}
-    for name, want in ref.items():
-        if name not in got:
-            raise InputError(f"torch output {name!r} is not an output of the IR ({list(ir.outputs)})")
-        scale = max(float(np.abs(want).max()), 1e-12)
-        out[name] = float(np.abs(got[name].astype(np.float64) - want).max()) / scale
-    return out
 
 
 def load_factory(spec: str):

@@ -10,7 +10,7 @@ Rules:
 4. Source-framework module paths of general nodes (PyTorch ``layer1.0.conv1``) are kept in the
    metadata entry ``qir.modules`` (``{node: module}``), which the importer reads back.
 5. Calibration nodes are lowered by ``lower_calibration``. The default writes them as
-   ``qir::Calibration`` nodes (:mod:`qir.calib_onnx`): the calibrated-model format, which
+   ``qir::Calibration`` nodes (:mod:`qir.io.calib_onnx`): the calibrated-model format, which
    ``import_onnx`` reads back exactly. Runtimes pass their own lowering (fake quantization as
    standard ops); the emit pass writes QuantizeLinear/DequantizeLinear.
 """
@@ -24,9 +24,9 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
-from . import calib_onnx
-from .graph import QIR
-from .records import CalibRecord, OpRecord
+from qir.graph import QIR
+from qir.io import calib_onnx
+from qir.records import CalibRecord, OpRecord
 
 __all__ = ["export_onnx", "export_subgraph", "make_attribute", "np_to_onnx_dtype", "CalibLowering", "OpLowering"]
 

@@ -1,8 +1,8 @@
 """ONNX QDQ models (e.g. onnxruntime's ``quantize_static``, ``QuantFormat.QDQ``) → calibration nodes.
 
 :func:`convert_qdq` rewrites the ``ModelProto`` before the normal import
-(:func:`qir.onnx_import.import_onnx` calls it first), so the importer only ever sees float ops
-and ``qir::Calibration`` nodes (:mod:`qir.calib_onnx`):
+(:func:`qir.io.onnx_import.import_onnx` calls it first), so the importer only ever sees float ops
+and ``qir::Calibration`` nodes (:mod:`qir.io.calib_onnx`):
 
 1. **Activations**: ``x → QuantizeLinear(s, zp) → DequantizeLinear(s, zp) → y`` becomes one
    calibration node ``x → <x>_calib → y`` holding the stored scale ``s`` (used as stored), the
@@ -62,15 +62,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import calib_onnx
-from .errors import ImportError_
-from .kinds import CalibMode, CalibRole
-from .naming import fresh_name
-from .records import CalibRecord
-from .runtimes.numerics import along_axis
+from qir.calibration import along_axis
+from qir.errors import ImportError_
+from qir.io import calib_onnx
+from qir.kinds import CalibMode, CalibRole
+from qir.naming import fresh_name
+from qir.records import CalibRecord
 
-__all__ = ["convert_qdq", "import_qdq", "is_qdq_model", "NONNEGATIVE_OPS", "CLIP_TOPS",
-           "EMIT_METADATA_KEY", "dequantize"]
+__all__ = ["convert_qdq", "is_qdq_model", "NONNEGATIVE_OPS", "CLIP_TOPS", "EMIT_METADATA_KEY", "dequantize"]
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +158,8 @@ class _Graph:
             if name in self.inits:
                 self._arrays[name] = numpy_helper.to_array(self.inits[name])
             elif name in self.constant_nodes:
-                from .onnx_import import _constant_value
-                self._arrays[name] = _constant_value(self.constant_nodes[name], self.where)
+                from qir.io.onnx_proto import constant_value
+                self._arrays[name] = constant_value(self.constant_nodes[name], self.where)
             else:
                 return None
         return self._arrays[name]
@@ -275,7 +274,7 @@ def _range_clip(state: dict[str, Any]) -> tuple[float, float] | None:
 
 def _float_clips(float_model: str | Path | onnx.ModelProto) -> dict[str, tuple[float, float]]:
     """``{output: (lo, hi)}`` of every Relu/Clip in the float model."""
-    from .onnx_import import read_onnx
+    from qir.io.onnx_proto import read_onnx
     proto = read_onnx(float_model)
     opset = {o.domain: o.version for o in proto.opset_import}.get("", 13)
     g = _Graph(proto, str(float_model) if not isinstance(float_model, onnx.ModelProto) else "float model")
@@ -327,7 +326,7 @@ def _entry_state(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 def _consistent(entry_state: Mapping[str, Any], found: Mapping[str, Any]) -> bool:
     """Does the quantizer found in the file compute what the metadata entry says?"""
-    from .runtimes.numerics import calib_scale
+    from qir.calibration import calib_scale
 
     if entry_state["mode"] is not found["mode"]:
         return False
@@ -706,16 +705,16 @@ def convert_qdq(proto: onnx.ModelProto, where: str = "model", *,
     """
     if not is_qdq_model(proto):
         return proto
-    from .onnx_import import _fix_input_shapes, _name_unnamed_nodes
+    from qir.io.onnx_proto import fix_input_shapes, name_unnamed_nodes
 
-    _name_unnamed_nodes(proto)
+    name_unnamed_nodes(proto)
     if input_shapes:
-        _fix_input_shapes(proto, input_shapes)
+        fix_input_shapes(proto, input_shapes)
     emitted = any(p.key == EMIT_METADATA_KEY for p in proto.metadata_props)
     if normalize and not emitted:  # qir wrote emitted models from a normalized IR: keep their order
-        from .onnx_import import _normalize
+        from qir.io.onnx_proto import normalize_proto
 
-        proto = _normalize(proto, keep_ops=("QuantizeLinear", "DequantizeLinear"))
+        proto = normalize_proto(proto, keep_ops=("QuantizeLinear", "DequantizeLinear"))
     clips = _float_clips(float_model) if float_model is not None else None
     rewrite = _Rewrite(proto, where, clips)
     result = rewrite.run()
@@ -725,20 +724,3 @@ def convert_qdq(proto: onnx.ModelProto, where: str = "model", *,
     return result
 
 
-def import_qdq(model: str | Path | onnx.ModelProto, *, float_model: str | Path | onnx.ModelProto | None = None,
-               input_shapes: Mapping[str, Sequence[int]] | None = None, normalize: bool = True,
-               name: str | None = None):
-    """Import a QDQ model, optionally taking implied clips from its ``float_model``.
-
-    ``qir.load`` does the same without ``float_model`` (implied clips then come from the ranges).
-    """
-    from .onnx_import import _check_model, import_onnx, read_onnx
-
-    where = str(model) if not isinstance(model, onnx.ModelProto) else "model"
-    proto = onnx.ModelProto()
-    proto.CopyFrom(read_onnx(model))
-    _check_model(proto, where)
-    proto = convert_qdq(proto, where, input_shapes=input_shapes, normalize=normalize, float_model=float_model)
-    if name is None and not isinstance(model, onnx.ModelProto) and not proto.graph.name:
-        name = Path(model).stem
-    return import_onnx(proto, input_shapes=input_shapes, name=name)

@@ -25,13 +25,12 @@ import numpy as np
 
 from qir.errors import ExecutionError, QirError
 from qir.graph import QIR
-from qir.onnx_export import export_subgraph
+from qir.io.onnx_export import export_subgraph
 from qir.records import CalibRecord
-
-from ..runtimes.numpy_ref.interpreter import execution_plan
-from ..runtimes.ort_backend import lower_fake_quant, lower_layout_stable, new_session
-from .plan import Plan
-from .switches import make_batch_capable, rows_value_info, switch_nodes
+from qir.runtimes.engine.plan import Plan
+from qir.runtimes.numpy_ref.interpreter import execution_plan
+from qir.runtimes.ort.backend import lower_fake_quant, lower_layout_stable, new_session
+from qir.runtimes.ort.switches import make_batch_capable, rows_value_info, switch_nodes
 
 __all__ = ["NumpySteps", "OrtSteps", "Part", "Read", "part_key"]
 

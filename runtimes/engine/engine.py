@@ -63,21 +63,21 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from qir import metrics as qmetrics
+from qir.calibration import QRANGE, along_axis, calib_scale, set_mode
 from qir.data import model_samples
 from qir.errors import ExecutionError, InputError
 from qir.graph import QIR
 from qir.json_dump import finite
 from qir.kinds import CalibMode
 from qir.records import CalibRecord, copy_record
-
-from .. import metrics as qmetrics
-from ..runtimes.base import check_feeds, get_runtime
-from ..runtimes.numerics import QRANGE, along_axis, apply_calibration, calib_scale, set_mode
-from .cache import ValueCache, release_free_memory, resident_bytes
-from .cost import elements, step_flops
-from .plan import Plan, build_plan, split_segments, weight_calibrations
-from .runners import NumpySteps, OrtSteps, part_key
-from .switches import is_rows_input, rows_input
+from qir.runtimes.base import check_feeds, get_runtime
+from qir.runtimes.engine.cache import ValueCache, release_free_memory, resident_bytes
+from qir.runtimes.engine.cost import elements, step_flops
+from qir.runtimes.engine.plan import Plan, build_plan, split_segments, weight_calibrations
+from qir.runtimes.engine.runners import NumpySteps, OrtSteps, part_key
+from qir.runtimes.numerics import apply_calibration
+from qir.runtimes.ort.switches import is_rows_input, rows_input
 
 __all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "one_at_a_time",
            "load_variants", "RESULTS_FILE"]
@@ -673,7 +673,7 @@ class Engine:
         names: set[str] = set()
         for v in variants:
             if not isinstance(v, Variant):
-                raise InputError(f"variants must be qir.engine.Variant objects, got {type(v).__name__}")
+                raise InputError(f"variants must be qir.runtimes.engine.Variant objects, got {type(v).__name__}")
             if v.name in names:
                 raise InputError(f"two variants are named {v.name!r}; variant names must be unique")
             names.add(v.name)

@@ -20,14 +20,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qir.calibration import QRANGE, calib_scale, calib_zero_point
 from qir.errors import ExecutionError, InputError
 from qir.graph import QIR
+from qir.io.onnx_export import CalibLowering, export_onnx
 from qir.kinds import CalibMode
-from qir.onnx_export import CalibLowering, export_onnx
 from qir.records import CalibRecord, OpRecord
-
-from .base import LEVELS, check_capture, check_feeds
-from .numerics import QRANGE, ROUNDING, calib_scale, calib_zero_point
+from qir.runtimes.base import LEVELS, check_capture, check_feeds
+from qir.runtimes.numerics import ROUNDING
 
 __all__ = ["OrtRuntime", "lower_fake_quant", "lower_layout_stable", "new_session"]
 

@@ -19,8 +19,7 @@ import numpy as np
 
 from qir.graph import QIR
 from qir.records import OpRecord
-
-from .plan import Plan
+from qir.runtimes.engine.plan import Plan
 
 __all__ = ["elements", "op_flops", "step_flops", "cone_fraction"]
 

@@ -74,7 +74,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import ExecutionError, ImportError_, InputError
+from qir.errors import ExecutionError, ImportError_, InputError
 
 __all__ = ["compare_weights", "compare_model_outputs", "compare_model_stub", "sqnr_db"]
 
@@ -99,7 +99,7 @@ def _is_torch_tensor(value) -> bool:
 
 def _tensor_to_numpy(t) -> np.ndarray:
     """A torch tensor (quantized ones dequantized) as a numpy array; half types become float32."""
-    torch = _torch("qir.torch_numeric")
+    torch = _torch("qir.passes.lib.torch_hooks")
     t = t.detach()
     if t.is_quantized:
         t = t.dequantize()
@@ -253,7 +253,7 @@ def compare_weights(float_state_dict: Mapping[str, Any],
 # models: shared helpers
 
 
-def _check_models(torch, what: str, float_model, quantized_model, inputs) -> None:
+def check_models(torch, what: str, float_model, quantized_model, inputs) -> None:
     for name, model in (("float_model", float_model), ("quantized_model", quantized_model)):
         if not isinstance(model, torch.nn.Module):
             raise InputError(f"{what}: {name} is a {type(model).__name__}, not a torch.nn.Module; "
@@ -402,7 +402,7 @@ def compare_model_outputs(float_model, quantized_model, *inputs, allow_list=None
     docstring): ``{name: {"float": [...], "quantized": [...], "sqnr_db": [...]}}``."""
     torch = _torch("compare_model_outputs")
     what = "compare_model_outputs"
-    _check_models(torch, what, float_model, quantized_model, inputs)
+    check_models(torch, what, float_model, quantized_model, inputs)
     if allow_list is None:
         from torch.ao.quantization.quantization_mappings import get_default_compare_output_module_list
         allow = set(get_default_compare_output_module_list())
@@ -475,7 +475,7 @@ def compare_model_stub(float_model, quantized_model, module_swap_list, *inputs) 
     ``{name: {"float": [...], "quantized": [...], "sqnr_db": [...]}}``."""
     torch = _torch("compare_model_stub")
     what = "compare_model_stub"
-    _check_models(torch, what, float_model, quantized_model, inputs)
+    check_models(torch, what, float_model, quantized_model, inputs)
     swap = _class_set(what, "module_swap_list", module_swap_list, "[torch.nn.Conv2d, torch.nn.Linear]")
     from torch.ao.nn.quantized import FloatFunctional, QFunctional
 

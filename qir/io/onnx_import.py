@@ -12,7 +12,7 @@ Steps:
    rounds of ONNX shape inference, so ``Shape→Gather→Concat→Reshape`` chains become constants.
 4. Lower: initializers and ``Constant`` nodes (Paddle exports keep weights there) become WEIGHT
    values; graph inputs become inputs; ``qir::Calibration`` nodes (a saved calibrated model,
-   :mod:`qir.calib_onnx`) become CALIBRATION nodes; every other node a GENERAL op with its ONNX
+   :mod:`qir.io.calib_onnx`) become CALIBRATION nodes; every other node a GENERAL op with its ONNX
    name (``OpType_N`` when it has none, N counting per op type) and attributes decoded to Python.
 """
 from __future__ import annotations
@@ -25,40 +25,25 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
-from . import calib_onnx
-from .errors import ImportError_, InputError, UnsupportedOpError, did_you_mean
-from .graph import QIR
-from .naming import fresh_name
-from .onnx_export import SAVED_META
-from .records import OpRecord
+from qir.errors import ImportError_
+from qir.graph import QIR
+from qir.io import calib_onnx
+from qir.io.onnx_export import SAVED_META
+from qir.io.onnx_proto import (
+    _infer_shapes,
+    check_model,
+    constant_value,
+    fix_input_shapes,
+    name_unnamed_nodes,
+    normalize_proto,
+    read_onnx,
+)
+from qir.naming import fresh_name
+from qir.records import OpRecord
 
-__all__ = ["import_onnx", "read_onnx", "decode_attribute", "onnx_dtype", "KNOWN_DOMAINS"]
+__all__ = ["import_onnx", "decode_attribute", "onnx_dtype"]
 
 logger = logging.getLogger(__name__)
-
-MIN_OPSET = 11
-KNOWN_DOMAINS = {"", "ai.onnx", "com.microsoft", "ai.onnx.ml", "qir"}
-CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
-
-
-def read_onnx(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
-    """Load a model file with a clear error for missing or corrupt files."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    path = Path(model)
-    if not path.exists():
-        raise ImportError_(f"model file not found: {path}")
-    if path.is_dir():
-        raise ImportError_(f"{path} is a directory; give the path of an .onnx file")
-    try:
-        proto = onnx.load(str(path))
-    except Exception as exc:  # protobuf raises DecodeError and friends
-        raise ImportError_(f"{path} is not a readable ONNX model ({type(exc).__name__}: {exc}); "
-                           "check that the file is complete and really ONNX") from exc
-    if not proto.graph.node and not proto.graph.output:
-        raise ImportError_(f"{path} holds no ONNX graph (empty or not an ONNX model)")
-    return proto
-
 
 def onnx_dtype(elem_type: int) -> str | None:
     """numpy dtype name of an ONNX tensor element type (None when undefined)."""
@@ -83,50 +68,6 @@ def decode_attribute(attr: AttributeProto) -> Any:
     return value
 
 
-def _check_model(proto: onnx.ModelProto, where: str) -> None:
-    opsets = {o.domain: o.version for o in proto.opset_import}
-    default = opsets.get("", opsets.get("ai.onnx"))
-    if default is None:
-        raise ImportError_(f"{where}: the model imports no default ONNX opset")
-    if default < MIN_OPSET:
-        raise ImportError_(
-            f"{where}: opset {default} is older than the supported {MIN_OPSET}; convert it first: "
-            "onnx.version_converter.convert_version(model, 13)")
-    for node in proto.graph.node:
-        label = f"node {node.name or '(unnamed)'!r} ({node.op_type})"
-        if node.op_type in CONTROL_FLOW or any(
-                a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
-            raise UnsupportedOpError(
-                f"{where}: {label} is control flow with a subgraph, which qir cannot represent; "
-                "export the model with static control flow (unrolled loops, no If)")
-        if node.domain not in KNOWN_DOMAINS:
-            raise UnsupportedOpError(
-                f"{where}: {label} is in the unknown domain {node.domain!r}; "
-                f"qir knows {sorted(d or 'ai.onnx' for d in KNOWN_DOMAINS)}")
-
-
-def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
-    inits = {i.name for i in proto.graph.initializer}
-    graph_inputs = {i.name: i for i in proto.graph.input if i.name not in inits}
-    for name, shape in shapes.items():
-        if name not in graph_inputs:
-            raise InputError(did_you_mean(name, graph_inputs, "model input"))
-        dims = graph_inputs[name].type.tensor_type.shape.dim
-        if len(dims) and len(dims) != len(shape):
-            raise InputError(f"input {name!r} has rank {len(dims)}, but the shape given is {list(shape)}")
-        del dims[:]
-        for d in shape:
-            dims.add().dim_value = int(d)
-
-
-def _infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
-    try:
-        return onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    except Exception as exc:  # inference is an aid, never a requirement
-        logger.warning("ONNX shape inference failed (%s); continuing without it", exc)
-        return proto
-
-
 def _stash_calibrations(proto: onnx.ModelProto, where: str) -> dict[str, dict[str, Any]]:
     """Turn ``qir::Calibration`` nodes into named Identity nodes (so shape inference and
     folding see through them); returns their decoded attributes by node name."""
@@ -144,43 +85,6 @@ def _stash_calibrations(proto: onnx.ModelProto, where: str) -> dict[str, dict[st
         del proto.opset_import[:]
         proto.opset_import.extend(kept)
     return stashed
-
-
-def _normalize(proto: onnx.ModelProto, keep_ops: tuple[str, ...] = ()) -> onnx.ModelProto:
-    """Fold constants, remove dead nodes and toposort with onnx-graphsurgeon; ops whose type is
-    in ``keep_ops`` are never folded (QuantizeLinear/DequantizeLinear of a QDQ model)."""
-    import onnx_graphsurgeon as gs
-    import onnxruntime as ort
-
-    proto = _infer_shapes(proto)
-    _typed_constants(proto)
-    ir_version = proto.ir_version
-    # graphsurgeon folds with onnxruntime, which reads IR versions up to 10 only
-    proto.ir_version = min(proto.ir_version, 10)
-    ort.set_default_logger_severity(3)  # ORT warns about fusions while folding
-    gs_severity = gs.logger.G_LOGGER.severity
-    gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.ERROR  # graphsurgeon prints to stdout
-    try:
-        graph = gs.import_onnx(proto)
-        try:
-            graph.fold_constants(error_ok=True, should_exclude_node=lambda n: n.op in keep_ops)
-        except Exception as exc:
-            logger.warning("constant folding failed (%s); the model is imported unfolded", exc)
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
-        folded = gs.export_onnx(graph, do_type_check=False)
-    except Exception as exc:
-        logger.warning("onnx-graphsurgeon could not normalize the model (%s); importing as is", exc)
-        proto.ir_version = ir_version
-        return proto
-    finally:
-        ort.set_default_logger_severity(2)
-        gs.logger.G_LOGGER.severity = gs_severity
-    folded.ir_version = ir_version
-    del folded.opset_import[:]
-    folded.opset_import.extend(proto.opset_import)
-    del folded.metadata_props[:]
-    folded.metadata_props.extend(proto.metadata_props)
-    return _infer_shapes(folded)
 
 
 def _type_of(vi: onnx.ValueInfoProto) -> tuple[str | None, tuple | None]:
@@ -217,17 +121,17 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     where = str(model) if not isinstance(model, onnx.ModelProto) else "model"
     proto = onnx.ModelProto()
     proto.CopyFrom(read_onnx(model))
-    _check_model(proto, where)
-    from .qdq_import import convert_qdq  # QDQ model → qir::Calibration nodes (no-op otherwise)
+    check_model(proto, where)
+    from qir.io.qdq_import import convert_qdq  # QDQ model → qir::Calibration nodes (no-op otherwise
     proto = convert_qdq(proto, where, input_shapes=input_shapes, normalize=normalize)
     calibrations = _stash_calibrations(proto, where)
-    _name_unnamed_nodes(proto)
+    name_unnamed_nodes(proto)
     if input_shapes:
-        _fix_input_shapes(proto, input_shapes)
+        fix_input_shapes(proto, input_shapes)
     if calibrations:
         pass  # a calibrated model qir wrote: normalized and fully typed already; keep it exactly
     elif normalize:
-        proto = _normalize(proto)
+        proto = normalize_proto(proto)
     else:
         proto = _infer_shapes(proto)
     graph = proto.graph
@@ -252,7 +156,7 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     taken: set[str] = set()
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
-            ir.add_weight(node.output[0], _constant_value(node, where))
+            ir.add_weight(node.output[0], constant_value(node, where))
             continue
         if node.name in calibrations and node.op_type == "Identity":
             ir.add_calibration(node.name, node.input[0], node.output[0],
@@ -282,7 +186,7 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
 
 def _restore_modules(ir: QIR) -> None:
     """What ``export_onnx`` saved in the metadata: source-framework module paths
-    (``qir.modules``) and the pass results in :data:`qir.onnx_export.SAVED_META`."""
+    (``qir.modules``) and the pass results in :data:`qir.io.onnx_export.SAVED_META`."""
     import json
 
     for key in SAVED_META:
@@ -309,47 +213,24 @@ def _restore_modules(ir: QIR) -> None:
             ir.node(name).module = module
 
 
-def _name_unnamed_nodes(proto: onnx.ModelProto) -> None:
-    """Name every unnamed node ``OpType_N`` (N counting per op type in model order, skipping
-    names in use) on the model as written, so names do not depend on what folding removes."""
-    used = {n.name for n in proto.graph.node if n.name}
-    counters: dict[str, int] = {}
-    for node in proto.graph.node:
-        if node.name:
-            continue
-        while True:
-            n = counters.get(node.op_type, 0)
-            counters[node.op_type] = n + 1
-            candidate = f"{node.op_type}_{n}"
-            if candidate not in used:
-                break
-        node.name = candidate
-        used.add(candidate)
-
-
 MODULES_KEY = "qir.modules"
 
 
-def _typed_constants(proto: onnx.ModelProto) -> None:
-    """Rewrite ``Constant`` nodes written with ``value_float(s)``/``value_int(s)`` to a typed
-    ``value`` tensor (graphsurgeon would read ``value_float`` as a float64 array)."""
-    for node in proto.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and any(
-                a.name in ("value_float", "value_int", "value_floats", "value_ints") for a in node.attribute):
-            value = _constant_value(node, "model")
-            del node.attribute[:]
-            node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+def import_qdq(model: str | Path | onnx.ModelProto, *, float_model: str | Path | onnx.ModelProto | None = None,
+               input_shapes: Mapping[str, Sequence[int]] | None = None, normalize: bool = True,
+               name: str | None = None):
+    """Import a QDQ model, optionally taking implied clips from its ``float_model``.
 
+    ``qir.load`` does the same without ``float_model`` (implied clips then come from the ranges).
+    """
+    from qir.io.onnx_import import import_onnx
+    from qir.io.qdq_import import convert_qdq
 
-def _constant_value(node: onnx.NodeProto, where: str) -> np.ndarray:
-    attr = {a.name: a for a in node.attribute}
-    if "value" in attr:
-        return numpy_helper.to_array(attr["value"].t)
-    for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
-        if key in attr:
-            return np.array(onnx.helper.get_attribute_value(attr[key]), dtype=dtype)
-    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
-        if key in attr:
-            return np.array(list(onnx.helper.get_attribute_value(attr[key])), dtype=dtype)
-    raise UnsupportedOpError(f"{where}: Constant node {node.name!r} uses an unsupported attribute "
-                             f"{sorted(attr)}")
+    where = str(model) if not isinstance(model, onnx.ModelProto) else "model"
+    proto = onnx.ModelProto()
+    proto.CopyFrom(read_onnx(model))
+    check_model(proto, where)
+    proto = convert_qdq(proto, where, input_shapes=input_shapes, normalize=normalize, float_model=float_model)
+    if name is None and not isinstance(model, onnx.ModelProto) and not proto.graph.name:
+        name = Path(model).stem
+    return import_onnx(proto, input_shapes=input_shapes, name=name)

@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .kinds import CalibMode, CalibRole
-from .records import CalibRecord
+from qir.kinds import CalibMode, CalibRole
+from qir.records import CalibRecord
 
 __all__ = ["DOMAIN", "OP_TYPE", "OPSET", "calibration_to_node", "calibration_state"]
 

@@ -8,7 +8,7 @@ of a segment in one call.
 
 ``rows`` (int64 ``[n, 1]``, one session input per node, see :func:`rows_input`) lists the batch
 rows whose variant changes the node; ``ref`` and ``target`` are the node's fake-quant lowerings
-(:func:`qir.runtimes.ort_backend.lower_fake_quant`) in the two modes. Rows not listed get
+(:func:`qir.runtimes.ort.backend.lower_fake_quant`) in the two modes. Rows not listed get
 ``ref(x)``, listed rows ``target(x)``: what a session with the node in that mode computes
 (gathering and scattering rows copies values; only a fusion the switch keeps onnxruntime from
 making, such as an Add folded into the Conv before a pass-through node, rounds differently).
@@ -33,8 +33,7 @@ from onnx import helper, numpy_helper
 
 from qir.graph import QIR
 from qir.records import CalibRecord
-
-from ..runtimes.ort_backend import lower_fake_quant
+from qir.runtimes.ort.backend import lower_fake_quant
 
 __all__ = ["rows_input", "is_rows_input", "rows_value_info", "switch_nodes", "make_batch_capable", "BATCH"]
 

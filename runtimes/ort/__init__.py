@@ -1,0 +1,1 @@
+"""onnxruntime: the backend and the lowerings of calibration nodes to ONNX it runs."""
