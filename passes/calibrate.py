@@ -82,13 +82,11 @@ class CalibratePass(Pass):
             chosen = self._mix(ir, targets, candidates, samples)
         for cal in targets:
             method = chosen.get(cal.name, self.method)
-            cal.threshold = np.float32(candidates[cal.name][method])
-            cal.scale = cal.zero_point = None
+            ir.set_calibration(cal.name, threshold=np.float32(candidates[cal.name][method]))
             h = histograms[cal.input]
             cal.meta["calibration"] = {"method": method, "abs_max": float(h.abs_max),
                                        "candidates": {k: float(v) for k, v in candidates[cal.name].items()}}
             cal.meta["histogram"] = h
-        ir.touch()
         nonfinite = {c.input: int(histograms[c.input].nan_count + histograms[c.input].inf_count)
                      for c in targets if histograms[c.input].nan_count + histograms[c.input].inf_count}
         report = {"method": self.method, "samples": len(samples), "weights": weights,
@@ -110,8 +108,7 @@ class CalibratePass(Pass):
                 continue
             w = ir.weight_array(cal.input)
             th = channel_abs_max(w, cal.axis) if cal.axis is not None else np.float32(np.abs(w).max())
-            cal.threshold = np.maximum(np.asarray(th, np.float32), TINY)
-            cal.scale = cal.zero_point = None
+            ir.set_calibration(cal.name, threshold=np.maximum(np.asarray(th, np.float32), TINY))
             count += 1
         return count
 

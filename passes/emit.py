@@ -58,7 +58,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from qir.calibration import QRANGE, along_axis, calib_scale, set_mode
+from qir.calibration import QRANGE, along_axis, calib_scale
 from qir.errors import InputError, QirError
 from qir.graph import QIR
 from qir.io.onnx_export import export_onnx
@@ -454,9 +454,7 @@ def emit_model(ir: QIR, path: str | Path, int16: str | Iterable[str] = (), float
                                  f"{chosen[cal.name].value} and {mode.value}")
             chosen[cal.name] = mode
     for name, mode in chosen.items():
-        set_mode(clone.calibration(name), mode)
-    if chosen:
-        clone.touch()
+        clone.set_calibration(name, mode=mode)
     report = EmitPass(path=str(path), opset=opset, overwrite=overwrite)(clone).report
     report["selected"] = {m.value: sorted(n for n, mm in chosen.items() if mm is m)
                           for m in (CalibMode.INT16, CalibMode.FLOAT, CalibMode.FP16)}

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from qir.calibration import set_mode
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode
@@ -68,19 +67,7 @@ class SetModePass(Pass):
 
     def run(self, ir: QIR) -> PassResult:
         chosen = select_calibrations(ir, self.nodes, self.op_types, self.role)
-        changed = []
-        for cal in chosen:
-            touched = False
-            if self.mode is not None and cal.mode is not self.mode:
-                set_mode(cal, self.mode)  # imported scales are converted between int8 and int16
-                touched = True
-            if self.threshold is not None:
-                cal.threshold = np.float32(self.threshold)
-                cal.axis, cal.scale, cal.zero_point, cal.fixed = None, None, None, True
-                touched = True
-            if touched:
-                changed.append(cal.name)
-        if changed:
-            ir.touch()
+        fixed = {} if self.threshold is None else {"threshold": np.float32(self.threshold), "axis": None, "fixed": True}
+        changed = [cal.name for cal in chosen if ir.set_calibration(cal.name, mode=self.mode, **fixed)]
         logger.info("set-mode: %d of %d selected calibration node(s) changed", len(changed), len(chosen))
         return PassResult(ir, bool(changed), {"selected": [c.name for c in chosen], "changed": changed})

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import networkx as nx
 import numpy as np
 
+from qir.calibration import set_mode as set_calibration_mode
 from qir.errors import NotFoundError, QirError, did_you_mean
 from qir.kinds import CalibMode, CalibRole, NodeKind
 from qir.records import CalibRecord, OpRecord, Record, Shape, ValueRecord, copy_record
@@ -31,6 +32,7 @@ __all__ = ["QIR", "value_key"]
 logger = logging.getLogger(__name__)
 
 
+_KEEP = object()  # set_calibration: leave this field as it is
 _MAX_CACHED = 16  # plans/sessions kept per IR version (one per capture set)
 
 
@@ -267,6 +269,36 @@ class QIR:
         arr = _frozen(array)
         rec.data, rec.dtype, rec.shape = arr, arr.dtype.name, tuple(arr.shape)
         self.touch()
+
+    def set_calibration(self, name: str, *, mode: CalibMode | str | None = None,
+                        threshold: np.ndarray | float | None = None, axis: int | None | object = _KEEP,
+                        fixed: bool | None = None) -> bool:
+        """Change the state of calibration node ``name``: the one way to do it, so ``version``
+        moves whenever a node's state does. Returns True when something changed.
+
+        * ``mode``: the new mode; a node holding an imported scale keeps its real range across
+          int8/int16 (:func:`qir.calibration.set_mode`).
+        * ``threshold``: a scalar (per tensor) or a vector along ``axis``; the node's scale then
+          derives from it (an imported scale and zero point are dropped).
+        * ``axis``: the channel axis of the new threshold (default: the node's own).
+        * ``fixed``: True marks the threshold as the user's (calibration keeps it).
+        """
+        rec = self.calibration(name)
+        before = (rec.mode, rec.threshold, rec.scale, rec.zero_point, rec.axis, rec.fixed)
+        if mode is not None:
+            set_calibration_mode(rec, mode)
+        if threshold is not None:
+            rec.threshold = threshold
+            rec.scale = rec.zero_point = None
+        if axis is not _KEEP:
+            rec.axis = axis
+        if fixed is not None:
+            rec.fixed = bool(fixed)
+        after = (rec.mode, rec.threshold, rec.scale, rec.zero_point, rec.axis, rec.fixed)
+        changed = any(a is not b and not np.array_equal(a, b) for a, b in zip(before, after))
+        if changed:
+            self.touch()
+        return changed
 
     def add_op(self, name: str, op_type: str, inputs: Sequence[str], outputs: Sequence[str], *,
                attrs: Mapping[str, Any] | None = None, attr_types: Mapping[str, int] | None = None,

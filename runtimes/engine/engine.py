@@ -151,10 +151,7 @@ def configured_clone(ir: QIR, reference: str, changes: Mapping[str, str]) -> QIR
     """A clone of ``ir`` whose calibration nodes run as in ``reference`` with ``changes``."""
     clone = ir.clone()
     for name, rec in configured(ir, reference, changes).items():
-        target = clone.calibration(name)
-        for f in ("mode", "scale", "zero_point"):
-            setattr(target, f, getattr(rec, f))
-    clone.touch()
+        clone.set_calibration(name, mode=rec.mode)
     return clone
 
 

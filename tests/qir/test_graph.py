@@ -207,3 +207,24 @@ def test_graph_inputs_and_outputs_change_only_through_mutators():
     version = ir.version
     ir.set_outputs(["y", "m"])
     assert ir.outputs == ("y", "m") and ir.version > version
+
+
+def test_set_calibration_is_the_one_way_to_change_a_node_and_moves_the_version():
+    ir = small_ir()
+    ir.insert_calibration("x", "x_q", role="activation")
+    v = ir.version
+    assert ir.set_calibration("x_q", mode="int8") is False and ir.version == v  # already int8
+    assert ir.set_calibration("x_q", threshold=np.float32(2.0)) and ir.version > v
+    rec = ir.calibration("x_q")
+    assert rec.threshold == np.float32(2.0) and rec.scale is None and not rec.fixed
+    v = ir.version
+    assert ir.set_calibration("x_q", threshold=np.float32(2.0)) is False and ir.version == v
+    # an imported scale keeps its range across int8 -> int16 (s' = s * 127 / 32767)
+    rec.scale, rec.threshold = np.float32(0.5), None
+    assert ir.set_calibration("x_q", mode=CalibMode.INT16) and rec.mode is CalibMode.INT16
+    assert float(rec.scale) == pytest.approx(0.5 * 127 / 32767)
+    # a user threshold drops the imported scale and is marked fixed
+    assert ir.set_calibration("x_q", threshold=np.float32(3.0), axis=None, fixed=True)
+    assert rec.scale is None and rec.fixed and rec.axis is None
+    with pytest.raises(NotFoundError):
+        ir.set_calibration("nope", mode="int8")
