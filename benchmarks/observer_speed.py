@@ -32,7 +32,8 @@ def main() -> None:
 
     import numpy as np
 
-    from qir.passes.lib.observers import METHODS, AbsHistogram, AbsMaxObserver, compute_threshold
+    from qir.passes.lib.observers import AbsHistogram, AbsMaxObserver
+    from qir.passes.lib.thresholds import METHODS, compute_threshold
 
     def timed(fn, repeat=args.repeat) -> float:
         fn()

@@ -62,7 +62,7 @@ from qir.calibration import QRANGE, along_axis, calib_scale
 from qir.errors import InputError, QirError
 from qir.graph import QIR
 from qir.io.onnx_export import export_onnx
-from qir.io.qdq_import import EMIT_METADATA_KEY
+from qir.io.qdq_metadata import EMIT_METADATA_KEY
 from qir.kinds import CalibMode, CalibRole
 from qir.naming import fresh_name
 from qir.passes.base import AnalysisPass, PassResult, register_pass

@@ -7,7 +7,7 @@ from qir.graph import QIR
 from qir.passes.base import Pass, PassResult, register_pass
 from qir.passes.lib.fusion import META_KEY, fusion_groups, match_pattern
 from qir.records import CalibRecord, OpRecord
-from qir.runtimes.profiles import get_profile
+from qir.runtimes.march import get_profile
 
 __all__ = ["FusePass"]
 

@@ -11,7 +11,7 @@ from qir.naming import fresh_name
 from qir.passes.base import Pass, PassResult, register_pass
 from qir.passes.lib.fusion import inside_fusion
 from qir.records import CalibRecord, OpRecord
-from qir.runtimes.profiles import OpClass, get_profile, op_class
+from qir.runtimes.march import OpClass, get_profile, op_class
 
 __all__ = ["InsertCalibrationPass", "weight_axis", "calibration_name"]
 

@@ -28,7 +28,7 @@ from qir.kinds import CalibMode, NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.fusion import META_KEY, match_pattern
 from qir.records import CalibRecord, OpRecord
-from qir.runtimes.profiles import OpClass, get_profile, op_class
+from qir.runtimes.march import OpClass, get_profile, op_class
 
 __all__ = ["ModelCheckPass", "check_model", "format_report", "write_report"]
 

@@ -75,7 +75,7 @@ class CalibRecord:
     calibration. ``feeds`` names the general node(s) this calibration node serves.
     ``implied_clip`` = ``(lo, hi)`` (``±inf`` for an open end) records an activation that an
     imported quantizer's range stands in for (onnxruntime's quantizer deletes a Relu/Clip after
-    an op and lets the range clip, :mod:`qir.io.qdq_import`): the ``float`` and ``fp16`` modes clip
+    an op and lets the range clip, :mod:`qir.io.qdq_clips`): the ``float`` and ``fp16`` modes clip
     ``x`` to it, so de-quantizing the node keeps the function; integer modes clip by their range.
     """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ValueCache", "release_free_memory", "resident_bytes"]
+__all__ = ["ValueCache", "MemoryTrim", "release_free_memory", "resident_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,22 @@ def resident_bytes() -> int:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
+
+
+class MemoryTrim:
+    """Freed C memory goes back to the system now (:func:`release_free_memory`), then at a call
+    once the process grew ``growth`` bytes since the last time: a trim walks the whole heap, so
+    trimming on every call costs (op sensitivity of PP-OCRv4 det: 9.5 -> 12.7 s)."""
+
+    def __init__(self, growth: int = 256 << 20) -> None:
+        self.growth = growth
+        release_free_memory()
+        self.floor = resident_bytes()
+
+    def __call__(self) -> None:
+        if resident_bytes() - self.floor > self.growth:
+            release_free_memory()
+            self.floor = resident_bytes()
 
 
 class _Codes:

@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 
 import qir
 from qir.runtimes.engine import Engine, Variant, evaluate_plainly
-from qir.runtimes.engine import engine as engine_module
+from qir.runtimes.engine import rows as rows_module
 from qir.runtimes.ort.switches import is_rows_input, make_batch_capable
 
 
@@ -48,14 +48,14 @@ def test_rows_equal_the_plain_evaluation_at_every_batch_size(calibrated, samples
         assert engine.stats["steps_run"] == 0  # every variant ran as a row
     assert results[1].rows == results[4].rows  # batching changes nothing, bit for bit
     engine = Engine(ir, samples, reference=reference, segments=3, batch=4, progress=False)
-    engine._route(variants)
+    engine.rows.route(variants)
     for s, sample in enumerate(samples):
         engine._reference(s, sample, steps=False)
         base = evaluate_plainly(ir, sample, {}, reference=reference, threads=1, optimization=engine.optimization)
         for v in variants:
             plain = evaluate_plainly(ir, sample, v.changes, reference=reference, threads=1,
                                      optimization=engine.optimization)
-            got = engine._run_rows([engine._changes(v)])[0]
+            got = engine._run_rows([engine.variant_records.changes(v)])[0]
             out = ir.outputs[0]
             assert np.abs(got[out] - plain[out]).max() <= 1e-6 * np.abs(plain[out]).max(), v.name
             row = next(r for r in results[4].rows if r["variant"] == v.name and r["sample"] == s)
@@ -67,9 +67,9 @@ def test_a_batch_of_rows_equals_the_rows_one_by_one(calibrated, samples):
     ir = calibrated
     variants = one_at_a_time(ir, "int8")
     engine = Engine(ir, samples[:1], segments=3, batch=8, progress=False)
-    engine._route(variants)
+    engine.rows.route(variants)
     engine._reference(0, samples[0], steps=False)
-    changes = [engine._changes(v) for v in variants]
+    changes = [engine.variant_records.changes(v) for v in variants]
     together = engine._run_rows(changes)
     for ch, got in zip(changes, together):
         alone = engine._run_rows([ch])[0]
@@ -86,7 +86,7 @@ def test_variants_the_switches_cannot_run_go_step_by_step(calibrated, samples):
                 Variant("w", {weight: "int8"}),      # a weight: step by step
                 Variant("none", {acts[0]: "float"})]  # no change from the float reference
     engine = Engine(ir, samples[:1], segments=3, metrics=["mse"], progress=False)
-    batched, single = engine._route(variants)
+    batched, single = engine.rows.route(variants)
     assert [v.name for v, _ in batched] == ["a", "b", "none"]
     assert [v.name for v in single] == ["c", "w"]
     result = engine.evaluate(variants)
@@ -112,10 +112,10 @@ def test_a_part_failing_its_check_sends_its_variants_step_by_step(calibrated, sa
     ir = calibrated
     variants = one_at_a_time(ir, "int8")
     expected = Engine(ir, samples, segments=3, progress=False).evaluate(variants).per_variant()
-    monkeypatch.setattr(engine_module, "_close", lambda got, expect, rtol=1e-6: False)
+    monkeypatch.setattr(rows_module, "_close", lambda got, expect, rtol=1e-6: False)
     engine = Engine(ir, samples, segments=3, progress=False)
     result = engine.evaluate(variants)
-    assert engine._distrusted == {0, 1, 2} and engine.stats["steps_run"] > 0
+    assert engine.rows.distrusted == {0, 1, 2} and engine.stats["steps_run"] > 0
     for name, metrics in result.per_variant().items():
         assert metrics["cosine-similarity"] == pytest.approx(expected[name]["cosine-similarity"], abs=1e-6)
 
@@ -124,7 +124,7 @@ def test_a_batch_differing_from_single_runs_falls_back_to_one_per_call(calibrate
     ir = calibrated
     variants = one_at_a_time(ir, "int8")
     expected = Engine(ir, samples, segments=3, batch=1, progress=False).evaluate(variants)
-    monkeypatch.setattr(engine_module, "_equal", lambda got, expect: False)
+    monkeypatch.setattr(rows_module, "_equal", lambda got, expect: False)
     engine = Engine(ir, samples, segments=3, batch=4, progress=False)
     result = engine.evaluate(variants)
     assert engine.batch == 1 and engine.stats["steps_run"] == 0

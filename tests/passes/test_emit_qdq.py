@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import qir
 from qir.calibration import calib_scale
 from qir.errors import InputError, NotFoundError, QirError
-from qir.io.qdq_import import EMIT_METADATA_KEY
+from qir.io.qdq_metadata import EMIT_METADATA_KEY
 from qir.kinds import CalibMode, CalibRole
 from qir.passes import PassManager, get_pass
 from qir.passes.emit import EmitPass, emit_model, export_qdq, quantize_weight, required_opset

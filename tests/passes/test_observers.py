@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 
 from qir.passes.lib.observers import (
-    METHODS,
     ZERO_DATA_THRESHOLD,
     AbsHistogram,
     AbsMaxObserver,
     ObserverError,
     ObserverWarning,
     channel_abs_max,
+)
+from qir.passes.lib.thresholds import (
+    METHODS,
     compute_threshold,
     expected_quant_mse,
     kl_divergence_curve,

@@ -22,7 +22,8 @@ import qir
 from qir.calibration import calib_scale
 from qir.errors import ImportError_
 from qir.io.onnx_import import import_qdq
-from qir.io.qdq_import import convert_qdq, dequantize
+from qir.io.qdq_import import convert_qdq
+from qir.io.qdq_params import dequantize
 from qir.kinds import CalibMode, CalibRole
 from qir.runtimes.numerics import apply_calibration
 

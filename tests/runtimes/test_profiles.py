@@ -10,9 +10,8 @@ import pytest
 
 from qir.errors import QirError
 from qir.kinds import CalibMode
-from qir.runtimes import profiles as P
-from qir.runtimes.numpy_ref.registry import registered_op_types
-from qir.runtimes.profiles import (
+from qir.runtimes import march as P
+from qir.runtimes.march import (
     GENERIC,
     NASH_E,
     NASH_M,
@@ -26,6 +25,7 @@ from qir.runtimes.profiles import (
     get_profile,
     op_class,
 )
+from qir.runtimes.numpy_ref.registry import registered_op_types
 
 NASH = (NASH_E, NASH_M, NASH_P)
 #: one op type per class, for per-class checks

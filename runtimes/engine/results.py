@@ -1,0 +1,147 @@
+"""The engine's results, and the results file it can resume from.
+
+With an output directory, results are appended to ``engine_results.jsonl`` as they are
+produced: a header line naming the analysis (its *fingerprint*: model, calibration, variants,
+number of samples and options), then one line per (variant, sample). ``resume=True`` keeps the
+lines of the same analysis and the engine computes only what is missing; a file of another
+analysis is never mixed in, and an existing file is overwritten only with ``force``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from qir import metrics as qmetrics
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.runtimes.engine.variants import Variant
+
+__all__ = ["RESULTS_FILE", "EngineResult", "ResultsFile", "fingerprint", "open_results", "ordered_rows"]
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "engine_results.jsonl"
+
+
+@dataclass
+class EngineResult:
+    """Metrics per (variant, sample, compared value), and how the work went.
+
+    ``rows``: ``{"variant": name, "sample": i, "values": {value: {metric: number}}}``.
+    ``stats``: seconds, steps and segments executed, sessions built, peak bytes held by the
+    reference cache, bytes spilled to disk and the process's peak RSS.
+    """
+
+    rows: list[dict]
+    metrics: tuple[str, ...]
+    compare: tuple[str, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def per_variant(self) -> dict[str, dict[str, float]]:
+        """Each variant's metrics: mean over compared values per sample, then over samples
+        (NaN entries skipped), in the order variants were given."""
+        acc: dict[str, dict[str, list[float]]] = {}
+        for row in self.rows:
+            slot = acc.setdefault(row["variant"], {m: [] for m in self.metrics})
+            for m in self.metrics:
+                vals = [v[m] for v in row["values"].values() if v[m] == v[m]]
+                if vals:
+                    slot[m].append(float(np.mean(vals)))
+        return {name: {m: (float(np.mean(v)) if v else math.nan) for m, v in ms.items()}
+                for name, ms in acc.items()}
+
+    def ranked(self, metric: str | None = None) -> list[tuple[str, dict[str, float]]]:
+        """``per_variant`` sorted worst first by ``metric`` (default: the first metric)."""
+        metric = metric or self.metrics[0]
+        table = self.per_variant()
+        return sorted(table.items(), key=lambda kv: qmetrics.worst_first(metric, kv[1][metric]))
+
+
+def fingerprint(ir: QIR, variants: Sequence[Variant], sample_count: int, options: Sequence[Any]) -> str:
+    """What makes two analyses the same: the model's name and node counts, every calibration
+    node's mode and threshold (or scale), the variants, the number of samples and ``options``
+    (whatever else changes the results, in a fixed order)."""
+    h = hashlib.sha1()
+    calib = [(c.name, c.mode.value, np.asarray(c.threshold if c.threshold is not None else c.scale,
+                                                np.float64).round(9).tolist())
+             for c in ir.calibrations()]
+    parts = [ir.name, repr(ir.counts()), calib, [(v.name, v.items()) for v in variants], sample_count, *options]
+    h.update(json.dumps(parts, default=str).encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ResultsFile:
+    """Where rows go as they are produced (nowhere when ``path`` is None)."""
+
+    path: Path | None
+
+    def append(self, rows: Sequence[dict]) -> None:
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def open_results(out_dir: str | Path | None, analysis: str, variants: Sequence[Variant], sample_count: int, *,
+                 resume: bool, force: bool) -> tuple[list[dict], ResultsFile]:
+    """Start the results file of the analysis fingerprinted ``analysis`` in ``out_dir``. With
+    ``resume``, the rows it already holds for these variants and samples are kept (returned,
+    and rewritten after a fresh header; a half-written last line is dropped). A file of another
+    analysis is an error, and so is an existing one without ``resume`` or ``force``."""
+    if out_dir is None:
+        if resume:
+            raise InputError("resume needs the output directory of the interrupted analysis")
+        return [], ResultsFile(None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RESULTS_FILE
+    header = {"qir_engine_results": 1, "fingerprint": analysis}
+    rows: list[dict] = []
+    if path.exists() and resume:
+        rows = _saved_rows(path, analysis, variants, sample_count)
+    elif path.exists() and not force:
+        raise InputError(f"{path} already exists; pass --resume to continue that analysis or --force "
+                         "to overwrite it")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in [header, *rows]))
+    tmp.replace(path)
+    return rows, ResultsFile(path)
+
+
+def _saved_rows(path: Path, analysis: str, variants: Sequence[Variant], sample_count: int) -> list[dict]:
+    """The complete rows of ``path`` for these variants and samples, when it holds ``analysis``."""
+    lines = path.read_text().splitlines()
+    try:
+        head = json.loads(lines[0]) if lines else {}
+    except json.JSONDecodeError:
+        head = {}
+    if head.get("fingerprint") != analysis:
+        raise InputError(f"{path} holds results of a different analysis (other model, data, "
+                         "variants or options); use another output directory, or --force to start over")
+    rows = []
+    for line in lines[1:]:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            logger.info("ignoring an incomplete line in %s (the run was interrupted)", path)
+    known = {v.name for v in variants}
+    return [r for r in rows if r.get("variant") in known and 0 <= r.get("sample", -1) < sample_count]
+
+
+def ordered_rows(rows: list[dict], variants: Sequence[Variant]) -> list[dict]:
+    """``rows`` in place, sorted by variant (in the order given) and sample, with the metric
+    values stored as JSON strings ("nan", "inf") back as floats."""
+    for row in rows:
+        for v in row["values"].values():
+            for m in v:
+                v[m] = float(v[m])
+    order = {v.name: i for i, v in enumerate(variants)}
+    rows.sort(key=lambda r: (order.get(r["variant"], len(order)), r["sample"]))
+    return rows

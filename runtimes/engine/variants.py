@@ -1,0 +1,154 @@
+"""Variants and the plain evaluation every engine result must equal.
+
+A *variant* changes the mode of a few calibration nodes relative to a *reference
+configuration*: ``float`` (every calibration node passes through; "only this node quantized"
+analyses) or ``quantized`` (the IR's own modes; "only this node back to float").
+
+:func:`evaluate_plainly` is the slow, obvious way to evaluate one: clone the IR, set the modes,
+run the whole model. The engine's results equal it on the same runtime. On onnxruntime both
+write GlobalAveragePool as ReduceMean (``layout_stable``): onnxruntime picks that op's kernel by
+the layout of its input, so a whole-model run and the engine's parts would otherwise average
+differently.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from qir.calibration import set_mode
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.kinds import CalibMode
+from qir.records import CalibRecord, copy_record
+from qir.runtimes.base import get_runtime
+
+__all__ = ["Variant", "VariantRecords", "one_at_a_time", "load_variants", "check_variants", "effective", "configured",
+           "configured_clone", "evaluate_plainly", "run_whole"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named set of calibration-node mode changes, e.g. ``Variant("conv1", {"x_calib": "int8"})``."""
+
+    name: str
+    changes: Mapping[str, str]
+
+    def items(self) -> list[tuple[str, str]]:
+        return sorted((n, CalibMode(m).value) for n, m in self.changes.items())
+
+
+def one_at_a_time(ir: QIR, mode: str, role: str = "activation") -> list[Variant]:
+    """One variant per calibration node of ``role`` (``activation``, ``weight`` or ``all``),
+    named after the node, setting just that node to ``mode``."""
+    if role not in ("activation", "weight", "all"):
+        raise InputError(f"unknown role {role!r}; choose activation, weight or all")
+    return [Variant(c.name, {c.name: mode}) for c in ir.calibrations(None if role == "all" else role)]
+
+
+def load_variants(path: str | Path) -> list[Variant]:
+    """Variants from a JSON file: ``{"name": {"calibration node": "mode", ...}, ...}`` or a list
+    of ``{"name": ..., "changes": {...}}`` objects."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"variants file not found: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON: {exc}") from None
+    if isinstance(data, dict):
+        data = [{"name": k, "changes": v} for k, v in data.items()]
+    if not isinstance(data, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("changes"), dict)
+            for d in data):
+        raise InputError(f"{path}: expected {{name: {{node: mode}}}} or a list of "
+                         "{\"name\": ..., \"changes\": {node: mode}} objects")
+    return [Variant(d["name"], dict(d["changes"])) for d in data]
+
+
+def check_variants(ir: QIR, variants: Sequence[Variant]) -> None:
+    """Variants are :class:`Variant` objects with unique names, naming calibration nodes of
+    ``ir`` and known modes; otherwise one clear error."""
+    names: set[str] = set()
+    for v in variants:
+        if not isinstance(v, Variant):
+            raise InputError(f"variants must be qir.runtimes.engine.Variant objects, got {type(v).__name__}")
+        if v.name in names:
+            raise InputError(f"two variants are named {v.name!r}; variant names must be unique")
+        names.add(v.name)
+        for node, mode in v.changes.items():
+            ir.calibration(node)  # NotFoundError with suggestions
+            try:
+                CalibMode(mode)
+            except ValueError:
+                raise InputError(f"variant {v.name!r}: unknown mode {mode!r} for {node!r}; choose one of "
+                                 f"{', '.join(m.value for m in CalibMode)}") from None
+
+
+def effective(rec: CalibRecord, mode: CalibMode | str) -> CalibRecord:
+    """A copy of ``rec`` in ``mode`` (imported int8/int16 scales converted, see ``set_mode``)."""
+    out = copy_record(rec)
+    set_mode(out, mode)
+    return out
+
+
+def configured(ir: QIR, reference: str, changes: Mapping[str, str]) -> dict[str, CalibRecord]:
+    """Every calibration node as it runs in ``reference`` with ``changes`` applied."""
+    out = {}
+    for c in ir.calibrations():
+        mode = changes.get(c.name, CalibMode.FLOAT if reference == "float" else None)
+        out[c.name] = c if mode is None or CalibMode(mode) is c.mode else effective(c, mode)
+    return out
+
+
+def configured_clone(ir: QIR, reference: str, changes: Mapping[str, str]) -> QIR:
+    """A clone of ``ir`` whose calibration nodes run as in ``reference`` with ``changes``."""
+    clone = ir.clone()
+    for name, rec in configured(ir, reference, changes).items():
+        clone.set_calibration(name, mode=rec.mode)
+    return clone
+
+
+class VariantRecords:
+    """Variants' changes as calibration records, relative to the reference configuration
+    ``records`` (node -> its record there). One record object per (node, mode), and the
+    reference's own object where the mode is the reference's: identity tells a change from no
+    change, and a variant's change from the switch that turns on the same mode."""
+
+    def __init__(self, ir: QIR, records: Mapping[str, CalibRecord]) -> None:
+        self.ir, self.records = ir, records
+        self._memo: dict[tuple[str, str], CalibRecord] = {}
+
+    def record(self, name: str, mode: str) -> CalibRecord:
+        """Calibration node ``name`` in ``mode``."""
+        key = (name, mode)
+        if key not in self._memo:
+            ref = self.records[name]
+            self._memo[key] = ref if CalibMode(mode) is ref.mode else effective(self.ir.calibration(name), mode)
+        return self._memo[key]
+
+    def changes(self, variant: Variant) -> dict[str, CalibRecord]:
+        """``variant``'s calibration nodes whose record differs from the reference's."""
+        changes = {n: self.record(n, m) for n, m in variant.items()}
+        return {n: r for n, r in changes.items() if r is not self.records[n]}
+
+
+def evaluate_plainly(ir: QIR, feeds: Mapping[str, np.ndarray], changes: Mapping[str, str], *,
+                     reference: str = "float", compare: Sequence[str] | None = None,
+                     runtime: str = "ort", **runtime_options: Any) -> dict[str, np.ndarray]:
+    """The slow, obvious way: clone ``ir``, set every calibration node's mode, run the whole
+    model (a new session on onnxruntime, with the engine's ``layout_stable`` lowering). What
+    every engine result must equal, and what the peers do per node."""
+    if runtime == "ort":
+        runtime_options.setdefault("layout_stable", True)
+    return run_whole(configured_clone(ir, reference, changes), feeds, list(compare or ir.outputs),
+                     get_runtime(runtime, level="fakequant", **runtime_options))
+
+
+def run_whole(model: QIR, feeds: Mapping[str, np.ndarray], compare: Sequence[str], rt) -> dict[str, np.ndarray]:
+    """``compare`` values of one whole-model run (graph outputs, the rest captured)."""
+    got = rt.run(model, feeds, capture=[v for v in compare if v not in model.outputs])
+    return {v: got[v] for v in compare}

@@ -1,0 +1,18 @@
+"""The ``nash-m`` march (J6M, S100P): ``nash-e`` plus its documented differences."""
+from __future__ import annotations
+
+from qir.runtimes.march.nash_e import DOC_SUMMARY, NASH_E
+from qir.runtimes.march.profile import A, D, S, derive_profile
+
+__all__ = ["NASH_M"]
+
+NASH_M = derive_profile(
+    NASH_E,
+    name=S("nash-m", D, "hmct / horizon_plugin_pytorch march name (J6M)"),
+    aliases=S(("J6M", "S100P"), D, "S100 OE terminology: J6M = nash-m",
+              items={"S100P": (A, "S100P = nash-m is our inference from page titles listing "
+                                  "'S100/S100P' for J6E/M")}),
+    gemm_dtype_pairs=S((("int8", "int8"), ("int16", "int8"), ("int16", "int16")), D,
+                       "input x weight; (int8, int16) is not documented (disallowed)",
+                       items={("int16", "int16"): (D, "dual-int16 example on J6M: " + DOC_SUMMARY)}),
+)

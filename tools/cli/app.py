@@ -1,0 +1,87 @@
+"""The ``qir`` command line: the parser, assembled from the command modules, and ``main``.
+
+Errors the user can fix (bad paths, corrupt files, unsupported ops, data that does not fit the
+model) print one line ``qir: error: ...`` and exit with code 2; ``--debug`` shows tracebacks.
+Output files are never overwritten unless ``--force`` is given.
+
+Commands are found, not listed: every module of :mod:`qir.tools.cli.commands` defines
+``add_commands(subparsers)``, which adds its subcommands (each with ``set_defaults(func=...)``),
+and ``ORDER``, where its commands appear in ``qir --help`` (then by module name). Adding a
+command is adding a module, or a parser block to the module of its family.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from types import ModuleType
+from typing import Sequence
+
+from qir.errors import QirError
+from qir.tools.cli import commands
+
+__all__ = ["main", "build_parser", "command_modules", "EXIT_USER_ERROR"]
+
+EXIT_USER_ERROR = 2
+_LAST = 1000  # the ORDER of a command module that gives none: after the others
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too, with the usage first
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USER_ERROR, f"qir: error: {message}\n")
+
+
+def command_modules() -> list[ModuleType]:
+    """Every module of :mod:`qir.tools.cli.commands`, in ``qir --help`` order (``ORDER``, then name)."""
+    found = [importlib.import_module(f"{commands.__name__}.{info.name}")
+             for info in pkgutil.iter_modules(commands.__path__) if not info.name.startswith("_")]
+    for module in found:
+        if not callable(getattr(module, "add_commands", None)):
+            raise TypeError(f"{module.__name__} is in the command package but defines no add_commands(subparsers)")
+    return sorted(found, key=lambda m: (getattr(m, "ORDER", _LAST), m.__name__))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``qir`` parser: global flags, then the subcommands of every command module."""
+    parser = _ArgumentParser(prog="qir", description="Find why a quantized network lost accuracy.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+    for module in command_modules():
+        module.add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``qir`` command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except QirError as exc:
+        if args.debug:
+            raise
+        print(f"qir: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # e.g. `qir dump model.onnx | head`: the reader is gone, not an error
+            sys.stderr.close()
+            return 0
+        if args.debug:
+            raise
+        print(f"qir: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("qir: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug in qir: say so in one line, traceback on --debug
+        if args.debug:
+            raise
+        print(f"qir: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
+              "traceback, and please report it)", file=sys.stderr)
+        return 1

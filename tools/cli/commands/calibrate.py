@@ -1,0 +1,168 @@
+"""``qir calibrate``, ``pipeline``, ``set-mode`` and ``emit``: run passes over a model and write it."""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from qir.errors import InputError
+from qir.tools.cli.options import (
+    CALIBRATED_MODEL_HELP,
+    CALIBRATION_DATA_HELP,
+    add_force,
+    add_input_shape,
+    add_march,
+    check_writable,
+    parse_input_shapes,
+    resolve_shapes,
+)
+
+if TYPE_CHECKING:
+    from qir.passes import Pass
+
+ORDER = 20
+
+
+def run_pipeline(args: argparse.Namespace, pipeline: str | Sequence[Pass], *, data: str | None = None,
+                 context: Mapping[str, Any] | None = None) -> int:
+    """Load MODEL, run ``pipeline`` (a user's pipeline string, or pass instances) and save it to
+    ``args.output``; ``data`` also fixes dynamic input shapes, ``context`` fills a string's options."""
+    import qir
+    from qir.passes import PassManager
+
+    out = check_writable(Path(args.output), args.force)
+    shapes = resolve_shapes(args.model, parse_input_shapes(getattr(args, "input_shape", None)), data)
+    ir = qir.load(args.model, input_shapes=shapes)
+    start = time.perf_counter()
+    result = PassManager(pipeline, context=context, dump_dir=getattr(args, "dump_dir", None)).run(ir)
+    for name, rep in result.report["passes"].items():
+        details = ", ".join(f"{k}={_short(v)}" for k, v in rep.items() if k not in ("modified", "seconds"))
+        print(f"  {name:<20} {'modified ' if rep['modified'] else 'unchanged'} {rep['seconds']:7.2f}s  {details}")
+    qir.save(ir, out)
+    print(f"{ir!r}\nwrote {out} in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+def _short(value) -> str:
+    """A pass report value in a few characters: lists and dicts by their sizes."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {len(v) if isinstance(v, (list, dict)) else v}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return f"[{len(value)}]"
+    return str(value)
+
+
+def calibration_passes(data: Any, *, march: str, method: str, percentile: float) -> list[Pass]:
+    """The passes ``qir calibrate`` runs, as instances: fold-bn, fuse, insert-calibration, calibrate."""
+    from qir.passes import get_pass
+
+    return [get_pass("fold-bn"), get_pass("fuse", march=march), get_pass("insert-calibration", march=march),
+            get_pass("calibrate", data=data, method=method, percentile=percentile)]
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from qir.passes.model_check import check_model, write_report
+
+    passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile)
+    code = run_pipeline(args, passes, data=args.data)
+    folder = Path(args.output).parent
+    if (folder / "model_check_result.txt").exists() and not args.force:
+        print(f"model check skipped: {folder / 'model_check_result.txt'} exists (--force rewrites it)")
+        return code
+    report = check_model(args.output, march=args.march)
+    write_report(report, folder)
+    issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
+    print(f"model check: {issues} finding(s); {folder / 'model_check_result.txt'}")
+    return code
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    context = {"data": args.data, "march": args.march} if args.data else {"march": args.march}
+    return run_pipeline(args, args.pipeline, data=args.data, context=context)
+
+
+def cmd_set_mode(args: argparse.Namespace) -> int:
+    from qir.passes import get_pass
+
+    set_mode = get_pass("set-mode", mode=args.mode, nodes=args.nodes, op_types=args.op_types,
+                        role=args.role, from_file=args.from_file, threshold=args.threshold,
+                        sensitive=args.sensitive, top_k=args.top_k, ratio=args.ratio)
+    return run_pipeline(args, [set_mode])
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    import qir
+    from qir.passes.emit import emit_model
+
+    out = check_writable(Path(args.output), args.force)
+    ir = qir.load(args.model)
+    if not ir.calibrations():
+        raise InputError(f"{args.model} has no calibration nodes; calibrate it first (qir calibrate)")
+    report = emit_model(ir, out, int16=args.int16 or (), float=args.float or (), fp16=args.fp16 or (),
+                        overwrite=True)
+    modes = ", ".join(f"{k}: {v}" for k, v in report.get("modes", {}).items())
+    print(f"wrote {out} (opset {report.get('opset')}; calibration nodes by mode: {modes})")
+    return 0
+
+
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="fold, fuse, insert calibration nodes and calibrate")
+    p.add_argument("model", help="a float .onnx model")
+    p.add_argument("data", help=CALIBRATION_DATA_HELP)
+    p.add_argument("-o", "--output", required=True, help="the calibrated model to write (.onnx)")
+    p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max")
+    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    add_march(p)
+    add_input_shape(p)
+    p.add_argument("--dump-dir", help="write the IR after each pass here")
+    add_force(p)
+    p.set_defaults(func=cmd_calibrate)
+
+
+def _add_pipeline(sub) -> None:
+    p = sub.add_parser("pipeline", help="run a pass pipeline, e.g. \"fold-bn,fuse,insert-calibration\"")
+    p.add_argument("model", help="an .onnx model (float or calibrated)")
+    p.add_argument("pipeline", help="passes separated by commas, options in braces: calibrate{method=kl}")
+    p.add_argument("--data", help="data for passes that need it (calibrate)")
+    add_march(p, help="march for passes that take one")
+    p.add_argument("-o", "--output", required=True, help="the model to write (.onnx)")
+    add_input_shape(p)
+    p.add_argument("--dump-dir", help="write the IR after each pass here (NNN_<pass>.qir.txt)")
+    add_force(p)
+    p.set_defaults(func=cmd_pipeline)
+
+
+def _add_set_mode(sub) -> None:
+    p = sub.add_parser("set-mode", help="set calibration nodes to int8/int16/fp16/float or a fixed threshold")
+    p.add_argument("model", help=CALIBRATED_MODEL_HELP)
+    p.add_argument("-o", "--output", required=True, help="the model to write (.onnx)")
+    p.add_argument("--mode", choices=["int8", "int16", "fp16", "float"])
+    p.add_argument("--nodes", help="comma-separated names or globs (calibration nodes, ops, module paths)")
+    p.add_argument("--op-types", help="comma-separated op types, e.g. Conv,MatMul")
+    p.add_argument("--role", choices=["weight", "activation"])
+    p.add_argument("--from-file", help="a file with one node name per line")
+    p.add_argument("--threshold", type=float, help="a fixed threshold (kept by calibration)")
+    p.add_argument("--sensitive", help="a sensitive_ops.json (qir compare): take its most sensitive rows")
+    p.add_argument("--top-k", type=int, help="with --sensitive: the top K rows of each output's table")
+    p.add_argument("--ratio", type=float, help="with --sensitive: the top share (0-1] of each output's table")
+    add_force(p)
+    p.set_defaults(func=cmd_set_mode)
+
+
+def _add_emit(sub) -> None:
+    p = sub.add_parser("emit", help="write a partially-quantized ONNX model (QDQ / fp16 casts / float)")
+    p.add_argument("model", help=CALIBRATED_MODEL_HELP)
+    p.add_argument("-o", "--output", required=True, help="the ONNX model to write")
+    for mode in ("int16", "float", "fp16"):
+        p.add_argument(f"--{mode}", help=f"nodes to emit as {mode}: names/globs of calibration nodes, ops or modules")
+    add_force(p)
+    p.set_defaults(func=cmd_emit)
+
+
+def add_commands(sub) -> None:
+    """``calibrate``, ``pipeline``, ``set-mode`` and ``emit``."""
+    _add_calibrate(sub)
+    _add_pipeline(sub)
+    _add_set_mode(sub)
+    _add_emit(sub)

@@ -1,0 +1,29 @@
+"""``qir check``: what a model's structure and calibration config may cost in accuracy."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qir.tools.cli.options import add_march
+
+ORDER = 60
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from qir.passes.model_check import check_model, format_report
+
+    report = check_model(args.model, march=args.march, save_dir=args.save_dir)
+    sys.stdout.write(format_report(report))
+    if args.save_dir:
+        print(f"wrote model_check_result.txt and .json to {args.save_dir}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """``check`` (alias ``check-model``)."""
+    p = sub.add_parser("check", aliases=["check-model"],
+                       help="unfused patterns, shared weights/modules, per-op calibration config, unusual configs")
+    p.add_argument("model", help="an .onnx model (float, calibrated or QDQ)")
+    add_march(p)
+    p.add_argument("-s", "--save-dir", help="write model_check_result.txt and .json here")
+    p.set_defaults(func=cmd_check)

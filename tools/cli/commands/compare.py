@@ -1,0 +1,140 @@
+"""``qir profile``, ``bad-case``, ``compare`` and ``numeric-suite``: a quantized model against its baseline."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from qir.tools.cli.options import SAMPLES_HELP, add_analysis_command, add_runtime, parse_list, positive_int
+
+ORDER = 70
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Both arguments name one model: compare it float against itself quantized."""
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from qir.passes.profiler import profile_model
+
+    rows = profile_model(args.model, args.data, args.save_dir, data_num=args.data_num,
+                         prefixes=parse_list(args.prefixes), types=parse_list(args.types),
+                         histograms=args.histograms, tensorboard=args.tensorboard, runtime=args.runtime)
+    ops = len({r["op"] for r in rows})
+    print(f"{len(rows)} tensor(s) of {ops} op(s): {Path(args.save_dir) / 'statistic.txt'}"
+          + (f" and histograms/ ({ops} PNG)" if args.histograms else "")
+          + (f"; tensorboard --logdir {Path(args.save_dir) / 'tensorboard'}" if args.tensorboard else ""))
+    return 0
+
+
+def cmd_bad_case(args: argparse.Namespace) -> int:
+    from qir.passes.bad_case import find_bad_cases, write_report
+
+    report = find_bad_cases(args.model, args.analysis, args.data, num_steps=args.num_steps, metric=args.metric,
+                            runtime=args.runtime)
+    write_report(report, args.output)
+    worst = report["worst_output"][args.metric]
+    print(f"{report['samples']} sample(s): by {args.metric}, the bad case is sample {worst['index']} "
+          f"(output {worst['output']}); tables in {Path(args.output) / 'badcase.txt'}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from qir.tools.compare import compare
+
+    analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
+    summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
+                      prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
+                      sensitivity=not args.no_sensitivity, runtime=args.runtime, replay_discrete=not args.no_replay)
+    out = Path(args.output)
+    print(f"bad case: sample {summary['bad_case_index']} ({out / 'badcase.txt'})")
+    advice = summary.get("advisor", [])
+    print(f"{summary['layers']} layers compared ({out / 'compare_per_layer_out.txt'}); "
+          f"{len(advice)} finding(s) in {out / 'abnormal_layer_advisor.txt'}")
+    for f in advice[:8]:
+        print(f"  [{f['kind']}] {f['layer']}: {f['detail']}")
+    for name, rows in summary.get("sensitivity", {}).items():
+        top = ", ".join(f"{r['op_name']} ({r['sensitive_type']})" for r in rows[:5])
+        print(f"most sensitive for {name}: {top}  ({out / 'sensitive_ops.txt'})")
+    return 0
+
+
+def cmd_numeric_suite(args: argparse.Namespace) -> int:
+    import qir
+    from qir.data import model_samples
+    from qir.passes import numeric_suite as ns
+
+    quantized = qir.load(args.quantized)
+    float_model = None if _same_file(args.float_model, args.quantized) else qir.load(args.float_model)
+    results = {"weights": ns.compare_weights(float_model, quantized)}
+    samples = model_samples(quantized, args.data, args.num_steps)
+    results["outputs"] = ns.compare_model_outputs(float_model, quantized, *samples, runtime=args.runtime)
+    results["stub"] = ns.compare_model_stub(float_model, quantized, None, *samples, runtime=args.runtime)
+    ns.write_report(results, args.output)
+    for kind, found in results.items():
+        worst = ns.summary(found)[:3]
+        print(f"{kind}: {len(found)} entries; worst " + ", ".join(f"{r['name']} {r['sqnr_db']:.1f} dB" for r in worst))
+    print(f"tables in {Path(args.output) / 'numeric_suite.txt'}")
+    return 0
+
+
+def _add_profile(sub) -> None:
+    p = add_analysis_command(sub, "profile", ["model-profiler"], "per-op statistics of inputs, weights, biases and "
+                             "outputs (horizon ModelProfiler)", "./debug_result/profiler")
+    p.add_argument("-p", "--prefixes", help="only ops whose names start with these: \"['backbone','head']\" or a,b")
+    p.add_argument("-t", "--types", help="only these op types: Conv,Gemm")
+    p.add_argument("--histograms", action="store_true", help="also one PNG of histograms per op")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="also the histograms as a TensorBoard event file (needs: pip install tensorboard)")
+    p.set_defaults(func=cmd_profile)
+
+
+def _add_bad_case(sub) -> None:
+    p = sub.add_parser("bad-case", help="the input where the quantized model strays furthest (auto_find_bad_case)")
+    p.add_argument("model", help="the baseline model; alone, it is compared float vs calibrated")
+    p.add_argument("data", help=SAMPLES_HELP)
+    p.add_argument("--analysis", help="a second model to compare with the baseline (same inputs and outputs)")
+    p.add_argument("-n", "--num-steps", type=positive_int, help="use at most N samples")
+    p.add_argument("-m", "--metric", default="L1", choices=["Cosine", "MSE", "L1", "KL", "SQNR", "ATOL"],
+                   help="the metric that picks the bad case (default L1)")
+    p.add_argument("-o", "--output", default="./qir_quant_analysis", help="folder for badcase.txt/.json/.npz")
+    add_runtime(p)
+    p.set_defaults(func=cmd_bad_case)
+
+
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="QuantAnalysis: bad case, layer-by-layer table with advisor, op sensitivity")
+    p.add_argument("baseline", help="the baseline model (float, or a calibrated model you trust)")
+    p.add_argument("analysis", help="the model to analyse (calibrated or QDQ); the baseline's own file again "
+                                    "compares it float vs fake-quantized")
+    p.add_argument("data", help=SAMPLES_HELP)
+    p.add_argument("-o", "--output", default="./qir_quant_analysis", help="output folder")
+    p.add_argument("-n", "--num-steps", type=positive_int, help="search the bad case in at most N samples")
+    p.add_argument("-m", "--metric", default="L1", type=str.upper,
+                   choices=["COSINE", "MSE", "L1", "KL", "SQNR", "ATOL"], help="bad case and sensitivity metric")
+    p.add_argument("--prefixes", help="compare only layers whose name or module path starts with these")
+    p.add_argument("--types", help="compare only layers of these op types, e.g. Conv,Add")
+    p.add_argument("--no-sensitivity", action="store_true", help="skip the op sensitivity table")
+    p.add_argument("--no-replay", action="store_true",
+                   help="do not replay the baseline's TopK/ArgMax/NonZero/NMS indices in the analysis model")
+    add_runtime(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def _add_numeric_suite(sub) -> None:
+    p = sub.add_parser("numeric-suite", help="Numeric Suite: weight, layer-output and shadow (stub) SQNR")
+    p.add_argument("float_model", help="the float model (the quantized model's own file: it runs in float)")
+    p.add_argument("quantized", help="the calibrated or QDQ model")
+    p.add_argument("data", help=SAMPLES_HELP)
+    p.add_argument("-o", "--output", default="./qir_numeric_suite", help="folder for numeric_suite.txt/.json")
+    p.add_argument("-n", "--num-steps", type=positive_int, default=4, help="samples to run (default 4)")
+    add_runtime(p)
+    p.set_defaults(func=cmd_numeric_suite)
+
+
+def add_commands(sub) -> None:
+    """``profile`` (alias ``model-profiler``), ``bad-case``, ``compare`` and ``numeric-suite``."""
+    _add_profile(sub)
+    _add_bad_case(sub)
+    _add_compare(sub)
+    _add_numeric_suite(sub)

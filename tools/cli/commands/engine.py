@@ -1,0 +1,84 @@
+"""``qir evaluate``: many model variants (calibration-node mode changes) at once, with the engine."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from qir.errors import InputError
+from qir.tools.cli.options import CALIBRATED_MODEL_HELP, SAMPLES_HELP, add_force, add_runtime, positive_int
+
+ORDER = 30
+
+
+def _write_csv(path: Path, metrics: list[str], ranked: list) -> None:
+    """variants.csv: rank, variant and each metric, worst first."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["rank", "variant", *metrics])
+        for rank, (name, values) in enumerate(ranked, 1):
+            writer.writerow([rank, name, *(f"{values[m]:.9g}" for m in metrics)])
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import qir
+    from qir.runtimes.engine import Engine, load_variants, one_at_a_time
+
+    out = Path(args.output)
+    ir = qir.load(args.model)
+    if not ir.calibrations():
+        raise InputError(f"{args.model} has no calibration nodes; calibrate it first (qir calibrate)")
+    mode = args.mode or ("int8" if args.reference == "float" else "float")
+    variants = load_variants(args.variants) if args.variants else one_at_a_time(ir, mode, args.each)
+    if not variants:
+        raise InputError(f"no variants: {args.model} has no {args.each} calibration nodes")
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    engine = Engine(ir, args.data, runtime=args.runtime, reference=args.reference, baseline=args.baseline,
+                    compare=args.compare, metrics=metrics, data_num=args.data_num, threads=args.threads,
+                    batch=args.batch, memory_budget=int(args.memory_budget * 2**20), progress=not args.quiet)
+    try:
+        result = engine.evaluate(variants, out, resume=args.resume, force=args.force)
+    finally:
+        engine.close()
+    ranked = result.ranked()
+    _write_csv(out / "variants.csv", result.metrics, ranked)
+    (out / "engine_stats.json").write_text(json.dumps(result.stats, indent=2, sort_keys=True) + "\n")
+    width = max([len("variant"), *(len(n) for n, _ in ranked[: args.top])])
+    print(f"{'variant':<{width}}  " + "  ".join(f"{m:>17}" for m in result.metrics))
+    for name, values in ranked[: args.top]:
+        print(f"{name:<{width}}  " + "  ".join(f"{values[m]:>17.9g}" for m in result.metrics))
+    st = result.stats
+    print(f"{len(variants)} variant(s) x {len(engine.samples)} sample(s) in {st['seconds']:.2f} s "
+          f"(peak RSS {st['peak_rss_bytes'] / 2**20:.0f} MB); worst first, all in {out / 'variants.csv'}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """``evaluate``."""
+    p = sub.add_parser("evaluate", help="evaluate model variants (calibration-node mode changes) with the engine")
+    p.add_argument("model", help=CALIBRATED_MODEL_HELP)
+    p.add_argument("data", help=SAMPLES_HELP)
+    p.add_argument("-o", "--output", required=True, help="folder for engine_results.jsonl, variants.csv, engine_stats.json")
+    p.add_argument("--variants", help="JSON file {name: {calibration node: mode}} (default: one node at a time)")
+    p.add_argument("--each", choices=["activation", "weight", "all"], default="activation",
+                   help="without --variants: which calibration nodes get a variant each")
+    p.add_argument("--mode", choices=["int8", "int16", "fp16", "float"],
+                   help="without --variants: the mode each variant sets (default int8 from float, float from quantized)")
+    p.add_argument("--reference", choices=["float", "quantized"], default="float",
+                   help="what variants change: the float model or the quantized one")
+    p.add_argument("--baseline", choices=["float", "reference"], default="float", help="what results are compared with")
+    p.add_argument("--compare", nargs="+", help="values to compare (default: the model outputs)")
+    p.add_argument("--metrics", default="cosine-similarity", help="comma-separated; the first ranks")
+    add_runtime(p)
+    p.add_argument("--data-num", type=positive_int, help="use at most N samples")
+    p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
+    p.add_argument("--memory-budget", type=float, default=2048, help="MB of cached reference values (default 2048)")
+    p.add_argument("--batch", type=positive_int,
+                   help="most variants per onnxruntime call (default: from the model's activation sizes)")
+    p.add_argument("--top", type=int, default=20, help="rows to print")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in the same folder")
+    add_force(p, help="overwrite the results of an earlier run")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_evaluate)

@@ -1,0 +1,115 @@
+"""``qir dump`` and ``qir run``: look at a model's IR, run it on data."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qir.errors import InputError
+from qir.tools.cli.options import (
+    add_force,
+    add_input_shape,
+    add_runtime,
+    check_writable,
+    parse_input_shapes,
+    positive_int,
+    resolve_shapes,
+)
+
+ORDER = 10
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    import qir
+    from qir.dot import render
+
+    ir = qir.load(args.model, input_shapes=resolve_shapes(args.model, parse_input_shapes(args.input_shape)))
+    fmt = args.format
+    if fmt == "text":
+        text = str(ir)
+    elif fmt == "json":
+        text = json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n"
+    else:
+        text = ir.to_dot()
+    if fmt in ("svg", "png"):
+        if not args.output:
+            raise InputError(f"--format {fmt} needs -o PATH")
+        out = check_writable(Path(args.output), args.force)
+        render(text, out, fmt)
+        print(f"wrote {out}")
+        return 0
+    if args.output:
+        out = check_writable(Path(args.output), args.force)
+        out.write_text(text)
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _stats_table(results: list[dict[str, np.ndarray]]) -> str:
+    """One row per output: shape, dtype and min/max/mean/std over every sample."""
+    rows = [("output", "shape", "dtype", "min", "max", "mean", "std")]
+    for name in results[0]:
+        arrays = [np.asarray(r[name]) for r in results]
+        shapes = {a.shape for a in arrays}
+        shape = "x".join(map(str, arrays[0].shape)) or "scalar" if len(shapes) == 1 else "varies"
+        f = np.concatenate([a.reshape(-1) for a in arrays]).astype(np.float64)
+        stats = [f"{v:.6g}" for v in (f.min(), f.max(), f.mean(), f.std())] if f.size else ["-"] * 4
+        rows.append((name, shape, arrays[0].dtype.name, *stats))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import qir
+    from qir.data import load_samples, save_outputs
+    from qir.tools.progress import run_samples
+
+    out = None
+    if args.output:
+        path = Path(args.output)
+        out = check_writable(path if path.suffix == ".npz" else path.with_name(path.name + ".npz"), args.force)
+    # shapes stay as the model declares them unless given: samples may differ in size
+    shapes = resolve_shapes(args.model, parse_input_shapes(args.input_shape))
+    ir = qir.load(args.model, input_shapes=shapes)
+    ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
+    samples = load_samples(args.data, ir.inputs, ranks)
+    if args.limit is not None:
+        samples = samples[: args.limit]
+    if not len(samples):
+        raise InputError(f"{args.data} holds no samples")
+    start = time.perf_counter()
+    results = run_samples(ir, samples, args.runtime, desc=f"{args.runtime}")
+    elapsed = time.perf_counter() - start
+    print(f"{ir.name}: {len(samples)} sample(s) on the {args.runtime} runtime in {elapsed:.2f}s")
+    print(_stats_table(results))
+    if out:
+        save_outputs(out, results)
+        print(f"wrote {out} (entries '<output>/<sample index>')")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """``dump`` and ``run``."""
+    p = sub.add_parser("dump", help="print or write the IR of a model")
+    p.add_argument("model", help="an .onnx model")
+    p.add_argument("--format", choices=["text", "json", "dot", "svg", "png"], default="text")
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    add_input_shape(p)
+    add_force(p)
+    p.set_defaults(func=cmd_dump)
+
+    p = sub.add_parser("run", help="run a model on data and print output statistics")
+    p.add_argument("model", help="an .onnx model")
+    p.add_argument("data", help="DIR/<input>/<i>.npy folder, an .npz, or an .npy (single input)")
+    add_runtime(p, default="numpy", choices=("numpy", "ort"))
+    p.add_argument("-o", "--output", help="save outputs to this .npz ('<output>/<i>' entries)")
+    add_input_shape(p)
+    p.add_argument("--limit", type=positive_int, help="use only the first N samples")
+    add_force(p)
+    p.set_defaults(func=cmd_run)

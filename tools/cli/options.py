@@ -1,0 +1,170 @@
+"""The options several commands share, each defined once, and the helpers that read them.
+
+``add_*`` functions put one flag (or one group of flags) on a subcommand's parser; the
+``parse_*`` / ``resolve_*`` / ``check_*`` helpers turn what the user wrote into values, raising
+:class:`~qir.errors.InputError` (one line, exit code 2) for what the user can fix.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from qir.errors import InputError
+
+__all__ = [
+    "SHAPE_HELP", "SAMPLES_HELP", "CALIBRATION_DATA_HELP", "CALIBRATED_MODEL_HELP", "MARCH_HELP",
+    "OVERWRITE_HELP", "add_force", "add_runtime", "add_input_shape", "add_march", "add_data_num",
+    "add_analysis_command", "positive_int", "parse_bool", "parse_list", "parse_input_shapes",
+    "resolve_shapes", "check_writable",
+]
+
+logger = logging.getLogger("qir.cli")
+
+SHAPE_HELP = "fix a dynamic input shape: NAME=1,3,224,224 (repeatable; NAME= optional for one input)"
+SAMPLES_HELP = "samples: DIR/<input>/<i>.npy, .npz or .npy"
+CALIBRATION_DATA_HELP = "calibration data: DIR/<input>/<i>.npy, .npz or .npy"
+CALIBRATED_MODEL_HELP = "a calibrated .onnx model"
+MARCH_HELP = "march profile (see `qir profiles`)"
+OVERWRITE_HELP = "overwrite an existing output file"
+
+
+# ------------------------------------------------------------------------------ value types
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+# argparse names the type in its message for a non-integer ("invalid _positive_int value: 'x'"): kept as it was
+positive_int.__name__ = "_positive_int"
+
+
+def parse_bool(text: str) -> bool:
+    """An argparse ``type`` for hmct-style flags that take ``True``/``False`` (or 1/0, yes/no, on/off)."""
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
+
+
+def parse_list(text: str | None) -> list | None:
+    """A list option as the hmct CLI writes it: ``"['a','b']"`` (read with ``ast.literal_eval``,
+    never evaluated), or ``a,b``."""
+    import ast
+
+    if text is None:
+        return None
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise InputError(f"cannot read the list {text!r}; write ['a','b'] or a,b") from None
+        if not isinstance(value, list):
+            raise InputError(f"{text!r} is not a list")
+        return value
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | list[int] | None:
+    """``["x=1,3,224,224", ...]`` → ``{"x": [1,3,224,224]}``; a lone ``1,3,224,224`` → list."""
+    if not items:
+        return None
+    shapes: dict[str, list[int]] = {}
+    for item in items:
+        name, _, dims = item.rpartition("=")
+        try:
+            shape = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
+        except ValueError:
+            raise InputError(f"cannot read input shape {item!r}; write NAME=1,3,224,224") from None
+        if not name:
+            if len(items) > 1:
+                raise InputError("with several --input-shape options each needs NAME=dims")
+            return shape
+        shapes[name] = shape
+    return shapes
+
+
+def resolve_shapes(model: str, given, data: str | None = None) -> dict[str, list[int]] | None:
+    """Input shapes to import with: as given, else (for dynamic inputs) from the first sample."""
+    from qir.data import load_samples
+    from qir.io.onnx_proto import read_onnx
+
+    if given is None and data is None:
+        return None
+    proto = read_onnx(model)
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    if isinstance(given, list):
+        if len(inputs) != 1:
+            raise InputError(f"the model has {len(inputs)} inputs; write --input-shape NAME=dims")
+        return {inputs[0].name: given}
+    if given or data is None:
+        return given
+    dynamic = [i.name for i in inputs
+               if any(not d.HasField("dim_value") or d.dim_value <= 0
+                      for d in i.type.tensor_type.shape.dim)]
+    if not dynamic:
+        return None
+    samples = load_samples(data, [i.name for i in inputs],
+                           {i.name: len(i.type.tensor_type.shape.dim) for i in inputs})
+    if not len(samples):
+        raise InputError(f"{data} holds no samples")
+    first = samples[0]
+    shapes = {n: list(np.shape(first[n])) for n in dynamic}
+    logger.info("fixing dynamic input shapes from the data: %s", shapes)
+    return shapes
+
+
+def check_writable(path: Path, force: bool) -> Path:
+    """``path``, if writing it is allowed: it does not exist (or ``force``) and its folder does."""
+    if path.exists() and not force:
+        raise InputError(f"{path} already exists; choose another path or pass --force to overwrite")
+    if not path.parent.exists():
+        raise InputError(f"the folder {path.parent} does not exist")
+    return path
+
+
+# ------------------------------------------------------------------------------ flags
+def add_force(p: argparse.ArgumentParser, help: str = OVERWRITE_HELP) -> None:  # noqa: A002
+    """``--force``: allow overwriting what the command writes."""
+    p.add_argument("--force", action="store_true", help=help)
+
+
+def add_runtime(p: argparse.ArgumentParser, default: str = "ort", choices: Sequence[str] = ("ort", "numpy")) -> None:
+    """``--runtime``: the runtime that runs the model (choices in the order help shows them)."""
+    p.add_argument("--runtime", choices=list(choices), default=default)
+
+
+def add_input_shape(p: argparse.ArgumentParser) -> None:
+    """``--input-shape`` (repeatable): fix dynamic input shapes; read with :func:`parse_input_shapes`."""
+    p.add_argument("--input-shape", action="append", help=SHAPE_HELP)
+
+
+def add_march(p: argparse.ArgumentParser, help: str = MARCH_HELP) -> None:  # noqa: A002
+    """``--march`` (default ``nash-e``): the march profile."""
+    p.add_argument("--march", default="nash-e", help=help)
+
+
+def add_data_num(p: argparse.ArgumentParser, short: str) -> None:
+    """``SHORT/--data-num`` as the debugger commands take it: samples to use, default 1."""
+    p.add_argument(short, "--data-num", type=positive_int, default=1, help="samples to use (default 1)")
+
+
+def add_analysis_command(sub, name: str, aliases: list[str], help: str, save_dir: str,  # noqa: A002
+                         save_flags: tuple[str, ...] = ("-s",)) -> argparse.ArgumentParser:
+    """A debugger subcommand: MODEL DATA, -d/--data-num, -s/--save-dir and --runtime."""
+    p = sub.add_parser(name, aliases=aliases, help=help)
+    p.add_argument("model", help=CALIBRATED_MODEL_HELP)
+    p.add_argument("data", help=CALIBRATION_DATA_HELP)
+    add_data_num(p, "-d")
+    p.add_argument(*save_flags, "--save-dir", default=save_dir, help=f"output folder (default {save_dir})")
+    add_runtime(p)
+    return p
