@@ -21,19 +21,17 @@ def _same_dtype(result: np.ndarray, like: np.ndarray) -> np.ndarray:
     return result if result.dtype == like.dtype else result.astype(like.dtype)
 
 
-@kernel("Add")
-def add(a, b):
-    return np.add(a, b)
-
-
-@kernel("Sub")
-def sub(a, b):
-    return np.subtract(a, b)
-
-
-@kernel("Mul")
-def mul(a, b):
-    return np.multiply(a, b)
+# ONNX ops that are exactly one numpy ufunc (numpy broadcasting is ONNX's multidirectional
+# broadcast; arithmetic keeps the operands' dtype, comparisons and logic give bool)
+_UFUNC_OPS = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply,
+    "Equal": np.equal, "Greater": np.greater, "Less": np.less,
+    "GreaterOrEqual": np.greater_equal, "LessOrEqual": np.less_equal,
+    "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
+    "Not": np.logical_not, "IsNaN": np.isnan,
+}
+for _name, _ufunc in _UFUNC_OPS.items():
+    kernel(_name)(_ufunc)
 
 
 @kernel("Div")
@@ -247,56 +245,6 @@ def erf(x):
 # --------------------------------------------------------------------------------------
 # comparisons, logic, selection
 # --------------------------------------------------------------------------------------
-
-
-@kernel("Equal")
-def equal(a, b):
-    return np.equal(a, b)
-
-
-@kernel("Greater")
-def greater(a, b):
-    return np.greater(a, b)
-
-
-@kernel("Less")
-def less(a, b):
-    return np.less(a, b)
-
-
-@kernel("GreaterOrEqual")
-def greater_or_equal(a, b):
-    return np.greater_equal(a, b)
-
-
-@kernel("LessOrEqual")
-def less_or_equal(a, b):
-    return np.less_equal(a, b)
-
-
-@kernel("Not")
-def not_(x):
-    return np.logical_not(x)
-
-
-@kernel("And")
-def and_(a, b):
-    return np.logical_and(a, b)
-
-
-@kernel("Or")
-def or_(a, b):
-    return np.logical_or(a, b)
-
-
-@kernel("Xor")
-def xor_(a, b):
-    return np.logical_xor(a, b)
-
-
-@kernel("IsNaN")
-def isnan(x):
-    return np.isnan(x)
 
 
 @kernel("IsInf")

@@ -126,24 +126,27 @@ def unsqueeze(data, axes=None):
     return np.expand_dims(x, tuple(sorted(_axis(a, out_rank) for a in _ints(axes))))
 
 
+def _along(data, indices, axis: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``data`` as an array, ``indices`` as int64 with negative ones counted from the end of
+    ``axis``, and ``axis`` made non-negative."""
+    x = np.asarray(data)
+    ax = _axis(axis, x.ndim)
+    idx = np.asarray(indices, dtype=np.int64)
+    return x, np.where(idx < 0, idx + x.shape[ax], idx), ax
+
+
 @kernel("Gather")
 def gather(data, indices, *, axis=0):
     """np.take along ``axis``; negative indices count from the end. Output rank is
     r + q - 1 (a 0-D index drops the axis)."""
-    x = np.asarray(data)
-    ax = _axis(axis, x.ndim)
-    idx = np.asarray(indices, dtype=np.int64)
-    idx = np.where(idx < 0, idx + x.shape[ax], idx)
+    x, idx, ax = _along(data, indices, axis)
     return np.take(x, idx, axis=ax)
 
 
 @kernel("GatherElements")
 def gather_elements(data, indices, *, axis=0):
     """out[i][j][k] = data[index[i][j][k]][j][k] (for axis 0; likewise on other axes)."""
-    x = np.asarray(data)
-    ax = _axis(axis, x.ndim)
-    idx = np.asarray(indices, dtype=np.int64)
-    idx = np.where(idx < 0, idx + x.shape[ax], idx)
+    x, idx, ax = _along(data, indices, axis)
     return np.take_along_axis(x, idx, axis=ax)
 
 
