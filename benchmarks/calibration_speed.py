@@ -78,8 +78,8 @@ def _onnxruntime_minmax(ir, samples) -> float:
     import onnx
     from onnxruntime.quantization.calibrate import CalibrationDataReader, CalibrationMethod, create_calibrator
 
+    from qir.io.qdq_export import export_qdq
     from qir.passes import get_pass
-    from qir.passes.emit import export_qdq
 
     float_ir = ir.clone()
     get_pass("set-mode", mode="float")(float_ir)  # every calibration node float: the plain model

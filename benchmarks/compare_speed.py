@@ -27,7 +27,7 @@ def main() -> None:
 
     import qir
     from qir.passes import PassManager, get_pass
-    from qir.tools.compare import QuantAnalysis
+    from qir.tools.quant_analysis import QuantAnalysis
 
     rm = realmodels()
 

@@ -12,29 +12,27 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.6), computed by the analy
 2. For each variant and each general node's output, in topological order, ``metric(float
    output, variant output)`` on the first ``data_num`` samples (mean over samples).
 3. ``average_mode``: the running mean of that curve instead. ±inf points are left out.
-4. One PNG with a curve per variant, and the numbers as CSV and JSON.
+4. One PNG with a curve per variant, and the numbers as CSV and JSON: written from the report by
+   ``qir.tools.reports.acc_error`` (the pass only computes); hmct's ``plot_acc_error`` lives in
+   ``qir.tools.hmct``.
 """
 from __future__ import annotations
 
-import csv
 import logging
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qir import metrics as qmetrics
-from qir.api import as_ir
 from qir.errors import InputError
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.selection import calibrations_of
 from qir.runtimes.engine import Engine, Variant
 
-__all__ = ["AccErrorPass", "plot_acc_error", "write_report"]
+__all__ = ["AccErrorPass"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +55,7 @@ class AccErrorPass(AnalysisPass):
 
     name = "acc-error"
 
-    def __init__(self, data: Any = None, quantize_node=None, non_quantize_node=None,
+    def __init__(self, data: Any = None, quantize_node=None, *, non_quantize_node=None,
                  metric: str = "cosine-similarity", average_mode: bool = False, data_num: int | None = 1,
                  runtime: str = "ort", threads: int | None = None, progress: bool = True) -> None:
         if data is None:
@@ -137,51 +135,3 @@ def _on(cals) -> dict[str, str]:
 
 def _label(names: list[str]) -> str:
     return "+".join(names)
-
-
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
-    """``acc_error_<metric>.png`` (a curve per variant), ``acc_error.csv`` (index, node, value,
-    one column per variant) and ``acc_error.json`` (schema ``qir.acc_error`` v1)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    metric, curves, nodes = report["metric"], report["curves"], report["nodes"]
-    png = out / f"acc_error_{metric}.png"
-    fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, len(nodes) / 8)), 5))
-    for name, curve in curves.items():
-        xs = [i for i, y in enumerate(curve) if y is not None]
-        ax.plot(xs, [curve[i] for i in xs], marker=".", markersize=3, linewidth=1, label=name)
-    ax.set_xlabel("general node (topological order)")
-    ax.set_ylabel(f"{'running mean of ' if report['average_mode'] else ''}{metric} vs float")
-    ax.set_title(f"accumulated quantization error ({len(curves)} variant(s), {len(nodes)} nodes)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    csv_path = out / "acc_error.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["index", "node", "value", *curves])
-        for i, (node, value) in enumerate(zip(nodes, report["values"])):
-            writer.writerow([i, node, value, *("" if c[i] is None else f"{c[i]:.9g}" for c in curves.values())])
-    js = write_json(out / "acc_error.json", "qir.acc_error", {k: v for k, v in report.items() if k != "engine"})
-    return [png, csv_path, js]
-
-
-def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quantize_node=None,
-                   metric: str = "cosine-similarity", average_mode: bool = False,
-                   save_dir: str | Path = "./debug_result/", *, data_num: int | None = 1, runtime: str = "ort",
-                   threads: int | None = None, progress: bool = True) -> dict[str, list[float | None]]:
-    """hmct's ``plot_acc_error``: writes the plot and numbers to ``save_dir`` and returns
-    ``{variant: curve}``."""
-    ir = as_ir(model_or_file, calibrated=True)
-    report = AccErrorPass(calibrated_data, quantize_node, non_quantize_node, metric, average_mode, data_num,
-                          runtime, threads, progress)(ir).report
-    write_report(report, save_dir)
-    return report["curves"]
-

@@ -4,38 +4,36 @@
 Both models run on the first ``num_steps`` samples (an optional ``post_process`` maps each
 model's ``{output: array}`` first). For every output and every metric — Cosine, MSE, L1, KL,
 SQNR (dB), ATOL, from :mod:`qir.metrics` — the bad case is the sample with the worst value
-(lowest Cosine/SQNR, highest otherwise). ``badcase.txt`` holds the seed's three tables:
+(lowest Cosine/SQNR, highest otherwise). The report holds the seed's three tables:
 
 1. the bad-case sample index of each output, per metric;
 2. the metric values of each output on its bad case (for the chosen ``metric``);
 3. per metric, the sample index of the worst output over all outputs.
 
-``badcase.json`` holds every per-sample value; ``badcase.npz`` the chosen bad case's inputs
-(``save_bad_case`` / ``load_bad_case``, no pickle).
+The pass returns the report (the ``data`` key holds the samples searched); it writes nothing.
+:mod:`qir.tools.reports.bad_case` writes ``badcase.txt`` (those tables), ``badcase.json`` (every
+per-sample value) and ``badcase.npz`` (the chosen bad case's inputs, no pickle).
 """
 from __future__ import annotations
 
 import logging
 import math
 from pathlib import Path
-from typing import Any, Callable, Mapping
-
-import numpy as np
+from typing import Any, Callable
 
 from qir import metrics as qmetrics
-from qir.data import model_samples, save_npz
+from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, model_pair, replay_setup
 from qir.runtimes.base import get_runtime
 
-__all__ = ["find_bad_cases", "write_report", "save_bad_case", "load_bad_case"]
+__all__ = ["BadCasePass", "find_bad_cases"]
 
 logger = logging.getLogger(__name__)
 
-# seed names -> qir.metrics names
+
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
                    post_process: Callable[[dict], dict] | None = None, runtime: str = "ort",
@@ -85,46 +83,6 @@ def _badness(metric: str, value: float) -> float:
 
 def _worst(metric: str, values: list[float]) -> int:
     return int(max(range(len(values)), key=lambda i: _badness(metric, values[i])))
-
-
-def _fmt(v: float) -> str:
-    return f"{v:.6g}"
-
-
-def write_report(report: dict, out_dir: str | Path) -> list[Path]:
-    """``badcase.txt`` (three tables), ``badcase.json`` and ``badcase.npz`` (the chosen case)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    metrics = list(BAD_CASE_METRICS)
-    lines = ["bad case input index of each output", "Name/Index  " + "  ".join(metrics)]
-    for name, per in report["bad_case"].items():
-        lines.append(f"{name}  " + "  ".join(str(per[m]) for m in metrics))
-    lines += ["", f"metric results of each badcase (bad case by {report['metric']})", "Name/Index  " + "  ".join(metrics)]
-    for name, per in report["bad_case"].items():
-        i = per[report["metric"]]
-        lines.append(f"{name}/{i}  " + "  ".join(_fmt(report["values"][name][m][i]) for m in metrics))
-    lines += ["", "bad case input index of the worst output", "metric  output  index"]
-    for m, entry in report["worst_output"].items():
-        lines.append(f"{m}  {entry['output']}  {entry['index']}")
-    txt = out / "badcase.txt"
-    txt.write_text("\n".join(lines) + "\n")
-    js = write_json(out / "badcase.json", "qir.badcase", {k: v for k, v in report.items() if k != "data"})
-    npz = save_bad_case(report["data"][report["chosen"]], out / "badcase.npz")
-    return [txt, js, npz]
-
-
-def save_bad_case(sample: Mapping[str, np.ndarray], path: str | Path) -> Path:
-    """One sample's inputs as ``.npz`` (``{input name: array}``)."""
-    return save_npz(path, sample)
-
-
-def load_bad_case(path: str | Path) -> dict[str, np.ndarray]:
-    """The inputs saved by :func:`save_bad_case` (read without pickle)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no bad case file at {path}")
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
 
 
 @register_pass

@@ -7,10 +7,14 @@ float with the same model fake-quantized.
 
 **run** (:func:`run_layers`): both models on the sample, keeping every graph input and every
 general node's outputs (a node's quantized inputs are its calibration nodes applied to those,
-recomputed when needed, not stored). :func:`save_layers` writes one ``.npy`` per value under
-``baseline/`` and ``analysis/`` (no pickle) with ``layers.json`` (which file holds which value;
-each node's type, inputs and outputs). With ``store``, values go to disk as they are captured
-and are read memory-mapped, so memory stays bounded on large models.
+recomputed when needed, not stored). With ``store``, values spill to ``.npy`` files as they are
+captured and are read memory-mapped, so memory stays bounded on large models.
+
+**Files.** The pass returns the rows and findings and writes no report:
+:mod:`qir.tools.reports.layer_compare` writes ``compare_per_layer_out.txt``/``.csv``/``.json``
+(columns in its ``COLUMNS``), ``abnormal_layer_advisor.txt``/``.json``, and ``save_layers``
+one ``.npy`` per value under ``baseline/`` and ``analysis/`` (no pickle) with ``layers.json``
+(which file holds which value; each node's type, inputs and outputs).
 
 **Rows** (:func:`compare_per_layer`): one per floating-point output of each general node of the
 analysis model, in topological order, matched to the baseline's value of the same name
@@ -71,22 +75,16 @@ import numpy as np
 from qir import metrics as qmetrics
 from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point, representable_range
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.fusion import unit_type
 from qir.passes.lib.layer_run import LayerRun, _readers, _source, compared_ops, run_layers, shadow_outputs
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.numerics import clip_only
-from qir.tables import write_table
 
-__all__ = ["compare_per_layer", "advise", "write_report", "COLUMNS"]
+__all__ = ["LayerComparePass", "compare_per_layer", "advise"]
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = ("index", "mod_name", "base_op_type", "analy_op_type", "shape", "quant_dtype", "qscale", "Cosine", "MSE",
-           "L1", "KL", "SQNR", "Atol", "Rtol", "max_atol_diff", "max_qscale_diff", "clip%", "round%", "inherited%",
-           "base_model_min", "analy_model_min", "base_model_max", "analy_model_max", "base_model_mean",
-           "analy_model_mean", "base_model_var", "analy_model_var")
 _METRICS = {"Cosine": "cosine-similarity", "MSE": "mse", "L1": "l1", "KL": "kl", "SQNR": "sqnr-db"}
 TOP_OWN_ERRORS = 10
 OWN_ERROR_MIN = 1e-3  # own error (RMS relative to the baseline) the advisor mentions: 0.1%
@@ -271,31 +269,13 @@ def _range_findings(cal: CalibRecord, x: np.ndarray, layer: str) -> list[dict]:
     return out
 
 
-def format_advice(findings: list[dict]) -> str:
-    if not findings:
-        return "no abnormal layer found\n"
-    return "".join(f"[{f['kind']}] {f['layer']}: {f['detail']}\n" for f in findings)
-
-
-def write_report(rows: list[dict], findings: list[dict], out_dir: str | Path) -> list[Path]:
-    """``compare_per_layer_out.txt``/``.csv``/``.json`` and ``abnormal_layer_advisor.txt``/``.json``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = write_table(out / "compare_per_layer_out.txt", out / "compare_per_layer_out.csv", COLUMNS, rows,
-                        "compare per layer (baseline vs analysis)")
-    files.append(write_json(out / "compare_per_layer_out.json", "qir.compare_per_layer", {"rows": rows}))
-    advisor = out / "abnormal_layer_advisor.txt"
-    advisor.write_text(format_advice(findings))
-    files += [advisor, write_json(out / "abnormal_layer_advisor.json", "qir.abnormal_layer_advisor",
-                                  {"findings": findings})]
-    return files
-
-
 @register_pass
 class LayerComparePass(AnalysisPass):
     """``layer-compare``: the layer-by-layer table and the advisor's findings for the IR (the
     analysis model) against ``baseline`` (None: the IR run in float) on ``sample``. The report
-    holds ``rows``, ``findings`` and the :class:`LayerRun` (``run``) they were computed from."""
+    holds ``rows``, ``findings`` and the :class:`LayerRun` (``run``) they were computed from.
+    ``store``: the folder the layers' values spill to (memory-mapped, see :func:`run_layers`);
+    the report files are :mod:`qir.tools.reports.layer_compare`'s."""
 
     name = "layer-compare"
 

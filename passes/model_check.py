@@ -14,23 +14,22 @@ Sections of the report, each a list of findings (``{"kind", "node", "detail"}``)
 4. **unusual**: fixed thresholds; (input, weight) dtype pairs the march's GEMMs do not take;
    activation dtypes the op does not take on the march; fp16 where the march has no native fp16
    form; model outputs left in a quantized (not high-precision) mode.
+
+The pass returns the report and writes nothing; :mod:`qir.tools.reports.model_check` writes
+``model_check_result.txt`` / ``.json`` and :func:`qir.tools.model_check.check_model` does both.
 """
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any
 
-from qir.api import as_ir
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.kinds import CalibMode, NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.fusion import META_KEY, match_pattern
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.march import OpClass, get_profile, op_class
 
-__all__ = ["ModelCheckPass", "check_model", "format_report", "write_report"]
+__all__ = ["ModelCheckPass"]
 
 logger = logging.getLogger(__name__)
 
@@ -163,40 +162,3 @@ class ModelCheckPass(AnalysisPass):
                                   "detail": f"{cal.name} gives {op.op_type} input {i} {mode}; {prof.name} takes "
                                             f"{', '.join(prof.allowed_act_dtypes(op.op_type, i)) or 'no quantized input'}"})
         return found
-
-
-def format_report(report: dict) -> str:
-    """``model_check_result.txt``: the findings, then the per-op configuration table."""
-    lines = [f"model check for {report['march']}"]
-    for section, title in (("unfused", "unfused patterns"), ("shared", "shared weights and modules"),
-                           ("unusual", "unusual configurations")):
-        items = report[section]
-        lines += ["", f"== {title}: {len(items) or 'none'}"]
-        lines += [f"  [{f['kind']}] {f['node']}: {f['detail']}" for f in items]
-    lines += ["", "== calibration configuration per op",
-              f"  {'node':<36}{'op':<20}{'inputs':<22}{'weights':<20}{'output':<14}method"]
-    for r in report["config"]:
-        ins = ",".join(e["mode"] for e in r["inputs"]) or "-"
-        ws = ",".join(e["mode"] + (f"@{e['axis']}" if "axis" in e else "") for e in r["weights"]) or "-"
-        name = r["node"] + (f" [{r['module']}]" if r.get("module") else "")
-        lines.append(f"  {name:<36}{r['op_type']:<20}{ins:<22}{ws:<20}{','.join(r['output']):<14}"
-                     f"{','.join(r['method']) or '-'}")
-    return "\n".join(lines) + "\n"
-
-
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
-    """``model_check_result.txt`` and ``model_check_result.json`` (schema ``qir.model_check`` v1)."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    txt = out / "model_check_result.txt"
-    txt.write_text(format_report(report))
-    return [txt, write_json(out / "model_check_result.json", "qir.model_check", report)]
-
-
-def check_model(model_or_file, march: str = "nash-e", save_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run the checks on a model file or IR; write the report to ``save_dir`` when given."""
-    ir = as_ir(model_or_file)
-    report = ModelCheckPass(march)(ir).report
-    if save_dir is not None:
-        write_report(report, save_dir)
-    return report

@@ -18,34 +18,34 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analy
    ``output_node`` was given, the analysis is redone on the value entering the model's final
    Softmax/LogSoftmax/Sigmoid (the logits), and the report says so under ``saturated``. Without
    such an activation the report only warns, naming the outputs to replace with ``output_node``.
+
+The pass only computes: the table text and the ``.txt``/``.csv``/``.json`` files are written by
+``qir.tools.reports.node_sensitivity``, and hmct's ``get_sensitivity_of_nodes`` lives in
+``qir.tools.hmct``.
 """
 from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from qir import metrics as qmetrics
-from qir.api import as_ir
 from qir.calibration import max_threshold
 from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.selection import calibrations_of
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.engine import Engine, Variant
 
-__all__ = ["NodeSensitivityPass", "get_sensitivity_of_nodes", "NODE_TYPES"]
+__all__ = ["NodeSensitivityPass", "NODE_TYPES"]
 
 logger = logging.getLogger(__name__)
 
 NODE_TYPES = ("node", "weight", "activation")
-FILE_STEM = "node_sensitivity"
 
 
 def _module_of(ir: QIR, op_name: str | None, cal: CalibRecord) -> str | None:
@@ -68,7 +68,7 @@ class NodeSensitivityPass(AnalysisPass):
 
     name = "node-sensitivity"
 
-    def __init__(self, data: Any = None, metrics: str | list[str] = "cosine-similarity",
+    def __init__(self, data: Any = None, metrics: str | list[str] = "cosine-similarity", *,
                  output_node: str | None = None, node_type: str = "node", data_num: int | None = 1,
                  interested_nodes: list[str] | None = None, start: str = "float", runtime: str = "ort",
                  threads: int | None = None, progress: bool = True) -> None:
@@ -192,54 +192,3 @@ def _pre_activations(ir: QIR) -> list[str]:
         if isinstance(rec, OpRecord) and rec.op_type in _SATURATING and rec.inputs[0] not in out:
             out.append(rec.inputs[0])
     return out
-
-
-def format_table(report: dict) -> str:
-    """The seed's verbose table: node [consumers threshold bit] metrics, worst first."""
-    rows, metrics = report["rows"], report["metrics"]
-    extra = [k for k in ("consumers", "module", "threshold", "bit") if rows and k in rows[0]]
-    head = ["weight" if report["node_type"] == "weight" else "activation" if report["node_type"] == "activation"
-            else "node"] + (["node"] if "consumers" in extra else []) + [k for k in extra if k != "consumers"] + metrics
-    body = [[r["node"]] + ([r["consumers"]] if "consumers" in extra else [])
-            + [str(r[k]) for k in extra if k != "consumers"] + [f"{r[m]:.5f}" for m in metrics] for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    title = " node sensitivity ".center(len(line(head)), "=")
-    return "\n".join([title, line(head), "-" * len(line(head))] + [line(b) for b in body]) + "\n"
-
-
-def write_report(report: dict, save_dir: str | Path, stem: str = FILE_STEM) -> list[Path]:
-    """``<stem>.txt`` (the table), ``.csv`` and ``.json`` (schema ``qir.node_sensitivity`` v1:
-    ``{"schema", "version", "node_type", "start", "metrics", "compare", "samples", "rows"}``);
-    the stem defaults to ``node_sensitivity``."""
-    import csv
-
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    txt, csv_path, js = (out / f"{stem}.{ext}" for ext in ("txt", "csv", "json"))
-    txt.write_text(format_table(report))
-    keys = list(dict.fromkeys(k for r in report["rows"] for k in r)) or ["node"]
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(report["rows"])
-    write_json(js, "qir.node_sensitivity", {k: v for k, v in report.items() if k != "engine"})
-    return [txt, csv_path, js]
-
-
-def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-similarity", output_node=None,
-                             node_type="node", data_num=1, verbose=False, interested_nodes=None, *,
-                             start="float", runtime="ort", save_dir=None, threads=None, progress=True) -> dict:
-    """hmct's ``get_sensitivity_of_nodes``: ``{node: {metric: value}}`` worst first; prints the
-    table when ``verbose``; writes ``node_sensitivity.{txt,csv,json}`` to ``save_dir``."""
-    ir = as_ir(model_or_file, calibrated=True)
-    result = NodeSensitivityPass(calibrated_data, metrics, output_node, node_type, data_num, interested_nodes,
-                                 start, runtime, threads, progress)(ir)
-    report = result.report
-    if verbose:
-        print(format_table(report), end="")
-    if save_dir is not None:
-        write_report(report, save_dir)
-    metric_names = report["metrics"]
-    return {r["node"]: {m: r[m] for m in metric_names} for r in report["rows"]}
-

@@ -21,10 +21,12 @@ On IRs:
 - :func:`compare_model_stub`: each quantized layer fed the float model's inputs through its own
   quantizers (the shadow ``f(Q(x_float))``) vs the float layer: its own error, without the error
   inherited from upstream.
+
+The pass returns the comparisons and writes nothing; :mod:`qir.tools.reports.numeric_suite`
+writes ``numeric_suite.txt`` / ``.json`` (the :func:`summary` of each).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -33,16 +35,14 @@ from qir.api import as_ir
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.io.torch_import import is_torch_module as _is_torch
-from qir.json_dump import write_json
 from qir.kinds import NodeKind
 from qir.metrics import sqnr_db
-from qir.passes import layer_compare as lc
 from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.layer_run import compared_ops, run_layers, shadow_outputs
 from qir.records import OpRecord
 from qir.runtimes.numerics import apply_calibration
-from qir.tables import format_table
 
-__all__ = ["compare_weights", "compare_model_outputs", "compare_model_stub", "summary", "write_report"]
+__all__ = ["NumericSuitePass", "compare_weights", "compare_model_outputs", "compare_model_stub", "summary"]
 
 
 def _key(op: OpRecord, k: int = 0) -> str:
@@ -89,7 +89,7 @@ def _same_function(f_ir, f_op: OpRecord, q_op: OpRecord, aliases: dict) -> bool:
 
 
 def _pair(float_model: Any, quantized_model: Any) -> tuple:
-    """(baseline, analysis) for :func:`.layer_compare.run_layers`, imported once."""
+    """(baseline, analysis) for :func:`qir.passes.lib.layer_run.run_layers`, imported once."""
     q_ir = as_ir(quantized_model)
     return (q_ir, None) if float_model is None else (as_ir(float_model), q_ir)
 
@@ -112,8 +112,8 @@ def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, 
     found: dict[str, dict] = {}
     pair = _pair(float_model, quantized_model)
     for sample in _inputs(inputs):
-        run = lc.run_layers(*pair, sample, runtime=runtime)
-        for op in lc.compared_ops(run.analysis, types=allow_list or ()):
+        run = run_layers(*pair, sample, runtime=runtime)
+        for op in compared_ops(run.analysis, types=allow_list or ()):
             for k, v in enumerate(op.outputs):
                 f, q = run.base(v), run.analy_values.get(v)
                 if f is None or q is None or q.dtype.kind != "f" or f.shape != q.shape:
@@ -135,8 +135,8 @@ def compare_model_stub(float_model: Any, quantized_model: Any, module_swap_list=
     found: dict[str, dict] = {}
     pair = _pair(float_model, quantized_model)
     for sample in _inputs(inputs):
-        run = lc.run_layers(*pair, sample, runtime=runtime)
-        shadows = lc.shadow_outputs(run, lc.compared_ops(run.analysis, types=module_swap_list or ()))
+        run = run_layers(*pair, sample, runtime=runtime)
+        shadows = shadow_outputs(run, compared_ops(run.analysis, types=module_swap_list or ()))
         for name, (full, _) in shadows.items():
             op = run.analysis.op(name)
             for k, v in enumerate(op.outputs):
@@ -156,18 +156,6 @@ def summary(results: dict[str, dict]) -> list[dict]:
         vals = np.atleast_1d(np.asarray(entry["sqnr_db"], np.float64))
         rows.append({"name": name, "sqnr_db": float(np.mean(vals)) if vals.size else float("nan")})
     return sorted(rows, key=lambda r: (r["sqnr_db"] != r["sqnr_db"], r["sqnr_db"]))
-
-
-def write_report(results: dict[str, dict[str, dict]], out_dir: str | Path) -> list[Path]:
-    """``numeric_suite.txt`` (per comparison, the mean SQNR per entry, worst first) and
-    ``numeric_suite.json`` (those rows); ``results`` is ``{"weights"|"outputs"|"stub": result}``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tables = {kind: summary(found) for kind, found in results.items()}
-    txt = out / "numeric_suite.txt"
-    txt.write_text("\n".join(format_table(["name", "sqnr_db"], rows, f"{kind}: SQNR (dB), worst first")
-                             for kind, rows in tables.items()))
-    return [txt, write_json(out / "numeric_suite.json", "qir.numeric_suite", tables)]
 
 
 @register_pass

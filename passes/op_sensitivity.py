@@ -16,20 +16,19 @@ the analysis engine from the float configuration of the calibrated model:
 4. Columns: ``op_name, sensitive_type, op_type, <metric>, quant_dtype, flops`` with flops as
    ``N(p%)`` of the whole model (:func:`qir.runtimes.engine.cost.op_flops`).
 
-``sensitive_ops.txt`` holds a table per output, ``sensitive_ops.json`` (schema
-``qir.sensitive_ops`` v1) the rows with their calibration node names, which
-``set-mode --sensitive FILE --top-k N`` (or ``--ratio``) reads to raise those nodes to int16.
+The pass returns the report and writes nothing; :mod:`qir.tools.reports.op_sensitivity` writes
+``sensitive_ops.txt`` (a table per output) and ``sensitive_ops.json`` (schema
+``qir.sensitive_ops`` v1: the rows with their calibration node names, which
+``set-mode --sensitive FILE --top-k N`` (or ``--ratio``) reads to raise those nodes to int16).
 """
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Mapping
 
 from qir import metrics as qmetrics
 from qir.errors import InputError
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.kinds import NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.fusion import unit_of, unit_type
@@ -37,13 +36,10 @@ from qir.passes.lib.model_pair import BAD_CASE_METRICS, replay_setup
 from qir.records import OpRecord
 from qir.runtimes.engine import Engine, Variant
 from qir.runtimes.engine.cost import op_flops
-from qir.tables import format_table
 
-__all__ = ["op_sensitivity", "write_report", "FILE_STEM"]
+__all__ = ["OpSensitivityPass", "op_sensitivity", "candidates"]
 
 logger = logging.getLogger(__name__)
-
-FILE_STEM = "sensitive_ops"
 
 
 def candidates(ir: QIR) -> list[dict[str, Any]]:
@@ -107,20 +103,6 @@ def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", re
         rows.sort(key=lambda r: qmetrics.worst_first(qname, r[metric]), reverse=reverse)
         outputs[out] = rows
     return {"metric": metric, "reverse": reverse, "outputs": outputs, "total_flops": total}
-
-
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
-    """``sensitive_ops.txt`` (one table per output) and ``sensitive_ops.json``."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    m = report["metric"]
-    columns = ["op_name", "sensitive_type", "op_type", m, "quant_dtype", "flops"]
-    text = "\n".join(format_table(columns, [{**r, "flops": r["flops_text"]} for r in rows],
-                                  f"output {name}: most sensitive first by {m}")
-                     for name, rows in report["outputs"].items())
-    txt = out / f"{FILE_STEM}.txt"
-    txt.write_text(text)
-    return [txt, write_json(out / f"{FILE_STEM}.json", "qir.sensitive_ops", report)]
 
 
 @register_pass

@@ -10,35 +10,31 @@ max, mean, var, shape``
 ``dtype`` is the mode of the calibration node the op reads the tensor through (``float`` when
 none); ``scale`` is that node's (largest) scale. Weights and biases are the stored arrays; an
 input read through a weight calibration node is the weight, shown as calibrated. Activations are
-pooled over the samples. Written as ``statistic.txt`` (aligned) and ``statistic.csv``; with
-``histograms``, one PNG per op with the histogram of each tensor (log counts); with
-``tensorboard`` (needs the ``tensorboard`` package), the same histograms as a TensorBoard event file.
+pooled over the samples. The report holds the ``rows`` and each op's ``tensors``; the pass writes
+nothing. :mod:`qir.tools.reports.profiler` writes ``statistic.txt`` (aligned) and
+``statistic.csv``; with ``histograms``, one PNG per op with the histogram of each tensor (log
+counts); with ``tensorboard`` (needs the ``tensorboard`` package), the same histograms as a
+TensorBoard event file. :func:`qir.tools.profiler.profile_model` does both (horizon ``ModelProfiler``).
 """
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from qir.api import as_ir
 from qir.calibration import QRANGE, calib_scale
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
-from qir.naming import safe_filename
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.capture import collect
 from qir.records import CalibRecord
 from qir.runtimes.numerics import apply_calibration
-from qir.tables import write_table
 
-__all__ = ["ProfilerPass", "profile_model", "COLUMNS"]
+__all__ = ["ProfilerPass"]
 
 logger = logging.getLogger(__name__)
-
-COLUMNS = ("op", "op_type", "module", "role", "value", "dtype", "scale", "min", "max", "mean", "var", "shape")
 
 
 @register_pass
@@ -47,7 +43,7 @@ class ProfilerPass(AnalysisPass):
 
     name = "profiler"
 
-    def __init__(self, data: Any = None, data_num: int | None = 1, prefixes: list[str] | None = None,
+    def __init__(self, data: Any = None, data_num: int | None = 1, *, prefixes: list[str] | None = None,
                  types: list[str] | None = None, runtime: str = "ort") -> None:
         if data is None:
             raise InputError("the profiler needs data (a folder, .npz, .npy or samples)")
@@ -114,79 +110,3 @@ def _row(op, role: str, value: str, cal: CalibRecord | None, array: np.ndarray, 
             "scale": scale, "min": float(x.min()) if x.size else None, "max": float(x.max()) if x.size else None,
             "mean": float(x.mean()) if x.size else None, "var": float(x.var()) if x.size else None,
             "shape": shape}
-
-
-def write_report(report: dict, save_dir: str | Path, histograms: bool = False, tensorboard: bool = False) -> list[Path]:
-    """``statistic.txt``, ``statistic.csv``, (``histograms``) ``histograms/<op>.png`` and
-    (``tensorboard``) an event file under ``tensorboard/``."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = write_table(out / "statistic.txt", out / "statistic.csv", COLUMNS, report["rows"])
-    if histograms:
-        files += _histograms(report["tensors"], out / "histograms")
-    if tensorboard:
-        files.append(write_tensorboard(report["tensors"], out / "tensorboard"))
-    return files
-
-
-def write_tensorboard(tensors: dict[str, dict[str, np.ndarray]], log_dir: str | Path, bins: int = 100) -> Path:
-    """One TensorBoard histogram per tensor, tagged ``<op>/<role> <value>`` (open with
-    ``tensorboard --logdir``). Needs the ``tensorboard`` package; not torch or TensorFlow.
-    Buckets: ``bins`` equal-width bins over the finite values, as TensorBoard's
-    ``HistogramProto`` (each bucket's right edge in ``bucket_limit``)."""
-    try:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-    except ImportError:
-        raise InputError("the TensorBoard export needs the tensorboard package: pip install tensorboard") from None
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    writer = EventFileWriter(str(log_dir))
-    for op, named in tensors.items():
-        for label, array in named.items():
-            x = np.asarray(array, np.float64).ravel()
-            x = x[np.isfinite(x)]
-            if not x.size:
-                continue
-            counts, edges = np.histogram(x, bins=bins)
-            hist = HistogramProto(min=float(x.min()), max=float(x.max()), num=float(x.size), sum=float(x.sum()),
-                                  sum_squares=float(np.dot(x, x)), bucket_limit=edges[1:].tolist(),
-                                  bucket=counts.astype(np.float64).tolist())
-            summary = Summary(value=[Summary.Value(tag=f"{op}/{label}", histo=hist)])
-            writer.add_event(Event(step=0, wall_time=0.0, summary=summary))
-    writer.close()
-    return log_dir
-
-
-def _histograms(tensors: dict[str, dict[str, np.ndarray]], folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for op, named in tensors.items():
-        fig, axes = plt.subplots(1, len(named), figsize=(4.2 * max(1, len(named)), 3.4), squeeze=False)
-        for ax, (label, array) in zip(axes[0], named.items()):
-            x = array.ravel()
-            ax.hist(x[np.isfinite(x)], bins=100, log=True)
-            ax.set_title(label if len(label) < 40 else label[:37] + "...", fontsize="small")
-            ax.grid(True, alpha=0.3)
-        fig.suptitle(op)
-        fig.tight_layout()
-        path = folder / f"{safe_filename(op)}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-def profile_model(model_or_file, data, save_dir=None, *, data_num: int | None = 1, prefixes=None, types=None,
-                  histograms: bool = False, tensorboard: bool = False, runtime: str = "ort") -> list[dict]:
-    """Profile a model file or IR; write the report to ``save_dir`` when given; return the rows."""
-    report = ProfilerPass(data, data_num, prefixes, types, runtime)(as_ir(model_or_file)).report
-    if save_dir is not None:
-        write_report(report, save_dir, histograms, tensorboard)
-    return report["rows"]

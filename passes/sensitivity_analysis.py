@@ -12,27 +12,25 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.7), on the analysis engin
    (``float`` = not quantized, or ``int16``/``fp16``), for k = 0 (the calibrated model as is) to
    the number of nodes.
 4. ``partial_quantization.png``: the cumulative curve (red), the single values (green crosses)
-   and the float baseline (blue dashed), over "none" and then the nodes in order.
+   and the float baseline (blue dashed), over "none" and then the nodes in order: drawn from the
+   report, with the CSV and JSON, by ``qir.tools.reports.sensitivity_analysis`` (the pass only
+   computes); hmct's ``sensitivity_analysis`` lives in ``qir.tools.hmct``.
 """
 from __future__ import annotations
 
-import csv
 import logging
-from pathlib import Path
 from typing import Any
 
 from qir import metrics as qmetrics
-from qir.api import as_ir
 from qir.errors import InputError
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.selection import calibrations_of
 from qir.passes.node_sensitivity import NodeSensitivityPass
 from qir.runtimes.engine import Engine, Variant
 
-__all__ = ["SensitivityAnalysisPass", "sensitivity_analysis", "write_report"]
+__all__ = ["SensitivityAnalysisPass"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +43,7 @@ class SensitivityAnalysisPass(AnalysisPass):
 
     name = "sensitivity-analysis"
 
-    def __init__(self, data: Any = None, metric: str = "cosine-similarity", pick_threshold: float = 0.999,
+    def __init__(self, data: Any = None, metric: str = "cosine-similarity", *, pick_threshold: float = 0.999,
                  data_num: int | None = 1, sensitive_nodes: list[str] | None = None, qtype: str = "float",
                  runtime: str = "ort", threads: int | None = None, progress: bool = True) -> None:
         if data is None:
@@ -92,58 +90,3 @@ class SensitivityAnalysisPass(AnalysisPass):
         if self.qtype == "int16" and cal.mode is not CalibMode.INT8:
             return cal.mode.value  # only int8 nodes are raised to int16
         return self.qtype
-
-
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
-    """``partial_quantization.png``, ``sensitivity_analysis.csv`` (step, node, single,
-    cumulative) and ``sensitivity_analysis.json`` (schema ``qir.sensitivity_analysis`` v1)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    metric, nodes = report["metric"], report["nodes"]
-    labels = ["none"] + nodes
-    xs = list(range(len(labels)))
-    fig, ax = plt.subplots(figsize=(max(7.0, min(24.0, 1.0 + 0.45 * len(labels))), 5))
-    best = 1.0 if metric == "cosine-similarity" else None
-    if best is not None:
-        ax.axhline(best, color="tab:blue", linestyle="--", linewidth=1, label="float model")
-    ax.plot(xs, report["cumulative"], color="red", marker="o", markersize=3,
-            label=f"calibrated, nodes up to this one raised to {report['qtype']}")
-    if nodes:
-        ax.plot(xs[1:], [report["single"][n] for n in nodes], "x", color="green", markersize=7,
-                label="float, only this node quantized")
-    ax.set_xticks(xs, labels, rotation=60, ha="right", fontsize="small")
-    ax.set_ylabel(f"{metric} vs float")
-    ax.set_title("partial quantization: recovery as sensitive nodes are raised")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    png = out / "partial_quantization.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    csv_path = out / "sensitivity_analysis.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", "node", f"single_{metric}", f"cumulative_{metric}"])
-        for k, label in enumerate(labels):
-            single = report["single"].get(label, "") if k else ""
-            writer.writerow([k, label, single, report["cumulative"][k]])
-    js = write_json(out / "sensitivity_analysis.json", "qir.sensitivity_analysis", report)
-    return [png, csv_path, js]
-
-
-def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similarity", pick_threshold=0.999,
-                         data_num=1, sensitive_nodes=None, qtype="float", save_dir="./debug_result/", *,
-                         runtime="ort", threads=None, progress=True) -> dict:
-    """hmct's ``sensitivity_analysis``: writes the chart and numbers to ``save_dir`` and returns
-    ``{node: {"single": value, "cumulative": value}}`` in order."""
-    ir = as_ir(model_or_file, calibrated=True)
-    report = SensitivityAnalysisPass(calibrated_data, metric, pick_threshold, data_num, sensitive_nodes, qtype,
-                                     runtime, threads, progress)(ir).report
-    write_report(report, save_dir)
-    return {n: {"single": report["single"][n], "cumulative": report["cumulative"][k + 1]}
-            for k, n in enumerate(report["nodes"])}

@@ -79,7 +79,7 @@ def run_demo(out: Path | None, runtimes: list[str]) -> int:
 def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.ndarray, work: Path) -> None:
     """Steps 3 and 4 of the module docstring on the least accurate calibrated model."""
     import qir
-    from qir.passes.emit import emit_model
+    from qir.tools.emit import emit_model
     from qir.tools.progress import run_samples
     from qir.tools.runall import runall
 

@@ -12,19 +12,18 @@ Steps and folders under ``save_dir`` (defaults as hmct's, ``../shared/reference/
 4. ``accumulate_error/``: accumulated-error curves, default ``quantize_node=["weight", "activation"]``.
 5. ``sensitivity_analysis/``: recovery as the sensitive nodes are raised.
 
-``index.html`` embeds every plot (base64 PNG, no network needed), the top of each table, and a
-short "what to try next" derived from the numbers (:func:`advice`).
+``index.html`` (written by ``qir.tools.reports.runall``) embeds every plot (base64 PNG, no
+network needed), the top of each table, and a short "what to try next" derived from the numbers
+(:func:`advice`). The passes compute; the writers of ``qir.tools.reports`` write each step's files.
 """
 from __future__ import annotations
 
-import base64
-import html
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["runall", "advice", "write_index"]
+__all__ = ["runall", "advice"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +38,13 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     """Run the five analyses and write ``index.html``; returns every step's results."""
     from qir.api import as_ir
     from qir.passes.acc_error import AccErrorPass
-    from qir.passes.acc_error import write_report as write_acc
     from qir.passes.channelwise import ChannelwisePass
     from qir.passes.distribution import DistributionPass
-    from qir.passes.node_sensitivity import NodeSensitivityPass, format_table
-    from qir.passes.node_sensitivity import write_report as write_ns
+    from qir.passes.node_sensitivity import NodeSensitivityPass
     from qir.passes.sensitivity_analysis import SensitivityAnalysisPass
-    from qir.passes.sensitivity_analysis import write_report as write_sa
+    from qir.tools.reports import acc_error, channelwise, distribution, node_sensitivity
+    from qir.tools.reports import sensitivity_analysis as sensitivity_report
+    from qir.tools.reports.runall import write_index
 
     ir = as_ir(model_or_file, calibrated=True)
     out = Path(save_dir)
@@ -58,35 +57,38 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
 
     log("[1/5] node sensitivity: " + ", ".join(types))
     for nt in types:
-        report = NodeSensitivityPass(calibrated_data, metrics, output_node, nt, data_num, interested_nodes,
-                                     runtime=runtime, progress=progress)(ir).report
-        write_ns(report, out / "node_sensitivity", stem=f"sensitivity_of_{nt}")
+        report = NodeSensitivityPass(calibrated_data, metrics, output_node=output_node, node_type=nt, data_num=data_num,
+                                     interested_nodes=interested_nodes, runtime=runtime, progress=progress)(ir).report
+        node_sensitivity.write_report(report, out / "node_sensitivity", stem=f"sensitivity_of_{nt}")
         if verbose:
-            log(format_table(report).rstrip())
+            log(node_sensitivity.format_table(report).rstrip())
         results["sensitivity"][nt] = report
 
     top = [r["node"] for nt in types if nt != "node" for r in results["sensitivity"][nt]["rows"][:TOP]]
     dis_nodes = list(dis_nodes_list or top)
     log(f"[2/5] data distributions: {len(dis_nodes)} node(s)")
-    results["distribution"] = DistributionPass(calibrated_data, dis_nodes, out / "data_distribution",
-                                               data_num, runtime)(ir).report["nodes"] if dis_nodes else {}
+    results["distribution"] = distribution.write_report(
+        DistributionPass(calibrated_data, dis_nodes, data_num=data_num, runtime=runtime)(ir),
+        out / "data_distribution")["nodes"] if dis_nodes else {}
 
     cw_nodes = list(cw_nodes_list or [n for n in top if ir.has_node(n) and n in {c.name for c in ir.calibrations()}])
     log(f"[3/5] channel-wise distributions: {len(cw_nodes)} node(s)")
-    results["channelwise"] = ChannelwisePass(calibrated_data, cw_nodes, out / "channelwise_distribution", axis,
-                                             data_num, runtime=runtime)(ir).report["nodes"] if cw_nodes else {}
+    results["channelwise"] = channelwise.write_report(
+        ChannelwisePass(calibrated_data, cw_nodes, axis=axis, data_num=data_num, runtime=runtime)(ir),
+        out / "channelwise_distribution")["nodes"] if cw_nodes else {}
 
     qn = quantize_node if quantize_node is not None or non_quantize_node is not None else ["weight", "activation"]
     log("[4/5] accumulated error")
-    acc = AccErrorPass(calibrated_data, qn, non_quantize_node, ae_metric, average_mode, data_num, runtime,
-                       progress=progress)(ir).report
-    write_acc(acc, out / "accumulate_error")
+    acc = AccErrorPass(calibrated_data, qn, non_quantize_node=non_quantize_node, metric=ae_metric,
+                       average_mode=average_mode, data_num=data_num, runtime=runtime, progress=progress)(ir).report
+    acc_error.write_report(acc, out / "accumulate_error")
     results["acc_error"] = acc
 
     log("[5/5] sensitivity analysis")
-    sa = SensitivityAnalysisPass(calibrated_data, "cosine-similarity", pick_threshold, data_num, sensitive_nodes,
-                                 runtime=runtime, progress=progress)(ir).report
-    write_sa(sa, out / "sensitivity_analysis")
+    sa = SensitivityAnalysisPass(calibrated_data, "cosine-similarity", pick_threshold=pick_threshold,
+                                 data_num=data_num, sensitive_nodes=sensitive_nodes, runtime=runtime,
+                                 progress=progress)(ir).report
+    sensitivity_report.write_report(sa, out / "sensitivity_analysis")
     results["sensitivity_analysis"] = sa
     results["seconds"] = round(time.perf_counter() - started, 2)
     results["advice"] = advice(results, pick_threshold)
@@ -143,60 +145,3 @@ def advice(results: dict[str, Any], pick_threshold: float = 0.999) -> list[str]:
             tips.append(f"At the output, quantizing only the weights gives cosine {lw:.5f} and only the activations "
                         f"{la:.5f}: the {worse} cost more.")
     return tips
-
-
-def _img(path: Path) -> str:
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(Path(path).name)}" src="data:image/png;base64,{data}">'
-
-
-def _table(rows: list[dict], keys: list[str], limit: int = 10) -> str:
-    def cell(v):
-        return f"{v:.6g}" if isinstance(v, float) else html.escape(str(v))
-
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(f"<td>{cell(r.get(k, ''))}</td>" for k in keys) + "</tr>" for r in rows[:limit])
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def write_index(results: dict[str, Any], out: Path) -> Path:
-    """``index.html``: one page, plots embedded, readable offline."""
-    parts = [f"<h1>qir debug report</h1><p>model: <code>{html.escape(str(results.get('model')))}</code>; "
-             f"{results.get('seconds', 0)} s</p>"]
-    parts.append("<h2>What to try next</h2><ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in results["advice"])
-                 + "</ul>")
-    for nt, report in results["sensitivity"].items():
-        keys = [k for k in ("node", "consumers", "threshold", "bit") if report["rows"] and k in report["rows"][0]]
-        parts.append(f"<h2>Node sensitivity: {html.escape(nt)}</h2><p>only this node quantized, compared with the "
-                     f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
-                     f"{len(report['rows'])}).</p>" + _table(report["rows"], keys + report["metrics"]))
-        if report.get("saturated"):
-            parts.append(f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>")
-    sa = results.get("sensitivity_analysis") or {}
-    parts.append("<h2>Sensitivity analysis</h2>")
-    png = out / "sensitivity_analysis" / "partial_quantization.png"
-    if png.exists():
-        parts.append(_img(png))
-    if sa.get("nodes"):
-        rows = [{"node": n, "only this node quantized": sa["single"][n],
-                 "calibrated, raised up to here": sa["cumulative"][k + 1]} for k, n in enumerate(sa["nodes"])]
-        parts.append(_table(rows, list(rows[0]), limit=50))
-    else:
-        parts.append(f"<p>No node is below the pick threshold {sa.get('pick_threshold')}.</p>")
-    acc = out / "accumulate_error" / f"acc_error_{results['acc_error']['metric']}.png"
-    parts.append("<h2>Accumulated error</h2>" + (_img(acc) if acc.exists() else ""))
-    if results.get("distribution"):
-        parts.append("<h2>Data distributions</h2>" + "".join(f"<h3>{html.escape(n)}</h3>{_img(e['png'])}"
-                                                             for n, e in results["distribution"].items()))
-    if results.get("channelwise"):
-        parts.append("<h2>Channel-wise distributions</h2>" + "".join(
-            f"<h3>{html.escape(n)}</h3><p>outlier channels: {e['outlier_channels'] or 'none'}</p>{_img(e['png'])}"
-            for n, e in results["channelwise"].items()))
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left;font-size:90%}img{max-width:100%;border:1px solid #eee;margin:.5em 0}")
-    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>qir debug report</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
-    path = out / "index.html"
-    path.write_text(page)
-    return path

@@ -1,12 +1,15 @@
 """Capturing activations over samples for the distribution-style analyses (one model run per
-sample, every requested value at once), and the clipped share of a captured tensor."""
+sample, every requested value at once), the clipped share of a captured tensor, and
+:class:`PlotResult`, how those analyses hand the arrays they captured to the plot writers."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from qir.graph import QIR
+from qir.passes.base import PassResult
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine import configured_clone
 
@@ -32,3 +35,13 @@ def clipped_fraction(x: np.ndarray, threshold: float | None) -> float | None:
     if threshold is None or not x.size:
         return None
     return float(np.mean(np.abs(x) > threshold))
+
+
+@dataclass
+class PlotResult(PassResult):
+    """The result of an analysis whose report is drawn: ``report`` stays JSON data (what its JSON
+    file holds and what a pipeline collects); ``arrays`` holds, per node of the report, the named
+    arrays its plots draw (``{node: {name: ndarray}}``). Only the writers in ``qir.tools.reports``
+    read them; they are never written as JSON."""
+
+    arrays: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)

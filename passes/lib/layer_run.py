@@ -14,7 +14,6 @@ import numpy as np
 from qir.calibration import QRANGE
 from qir.errors import InputError
 from qir.graph import QIR
-from qir.json_dump import write_json
 from qir.kinds import NodeKind
 from qir.passes.lib.fusion import fusion_groups, unit_of
 from qir.passes.lib.model_pair import model_pair
@@ -24,7 +23,7 @@ from qir.runtimes.engine.cache import release_free_memory
 from qir.runtimes.numerics import apply_calibration, clip_only
 from qir.runtimes.numpy_ref.interpreter import run_op
 
-__all__ = ["LayerRun", "run_layers", "save_layers", "compared_ops", "shadow_outputs"]
+__all__ = ["LayerRun", "run_layers", "captured_values", "compared_ops", "shadow_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,27 +64,30 @@ class LayerRun:
 def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = "ort",
                store: str | Path | None = None, memory_budget: int = 512 << 20) -> LayerRun:
     """Run both models on ``sample`` keeping every layer's values. With ``store`` (a folder),
-    the values go to ``.npy`` files there as they are produced (:func:`save_layers`' format)
-    and are read back memory-mapped, so a large model's layers need not fit in RAM: each
-    model runs once per ``memory_budget`` bytes of values it captures."""
+    the values spill to ``store/baseline/<k>.npy`` and ``store/analysis/<k>.npy`` as they are
+    produced (``k``: the value's index in :func:`captured_values`) and are read back
+    memory-mapped, so a large model's layers need not fit in RAM: each model runs once per
+    ``memory_budget`` bytes of values it captures. The spill is this run's memory, not a report:
+    the index a person reads (``layers.json``) is written by
+    :func:`qir.tools.reports.layer_compare.save_layers`."""
     (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
     run = LayerRun(base_ir, analy_ir, (base_level, analy_level), dict(sample), {}, {})
     for name, ir, level, values in (("baseline", base_ir, base_level, run.base_values),
                                     ("analysis", analy_ir, analy_level, run.analy_values)):
         values.update(_capture(ir, level, sample, runtime, None if store is None else Path(store) / name,
                                memory_budget))
-    if store is not None:
-        save_layers(run, store)
     return run
 
 
-def _captured_values(ir: QIR) -> list[str]:
+def captured_values(ir: QIR) -> list[str]:
+    """The values a run keeps, in a fixed order (a value's index names its ``<k>.npy`` file):
+    every op output, then the graph inputs."""
     return list(dict.fromkeys([v for r in ir.ops() for v in r.outputs if v] + list(ir.inputs)))
 
 
 def _capture(ir: QIR, level: str, sample, runtime: str, folder: Path | None, budget: int) -> dict[str, np.ndarray]:
     rt = get_runtime(runtime, level=level)
-    values = _captured_values(ir)
+    values = captured_values(ir)
     if folder is None:
         got = rt.run(ir, sample, capture=values)
         return {v: np.asarray(got[v]) for v in values}
@@ -113,32 +115,6 @@ def _capture(ir: QIR, level: str, sample, runtime: str, folder: Path | None, bud
     del model, rt
     release_free_memory()
     return out
-
-
-def save_layers(run: LayerRun, out_dir: str | Path) -> list[Path]:
-    """``baseline/<k>.npy`` and ``analysis/<k>.npy`` (one file per value; a run made with
-    ``store=out_dir`` has written them already) and ``layers.json``: per model, which file
-    holds which value, and each node's type, inputs and outputs."""
-    out = Path(out_dir)
-    files, index = [], {}
-    for name, ir, values in (("baseline", run.baseline, run.base_values),
-                             ("analysis", run.analysis, run.analy_values)):
-        folder = out / name
-        folder.mkdir(parents=True, exist_ok=True)
-        order = {v: k for k, v in enumerate(_captured_values(ir))}
-        index[name] = {}
-        for v, array in values.items():
-            path = folder / f"{order[v]}.npy"
-            if not (isinstance(array, np.memmap) and Path(array.filename).resolve() == path.resolve()):
-                np.save(path, np.asarray(array), allow_pickle=False)
-            index[name][v] = f"{name}/{path.name}"
-            files.append(path)
-    layers = {name: [{"node": r.name, "op_type": r.op_type, "inputs": list(r.inputs), "outputs": list(r.outputs),
-                      "module": r.module} for r in ir.ops()]
-              for name, ir in (("baseline", run.baseline), ("analysis", run.analysis))}
-    files.append(write_json(out / "layers.json", "qir.layers",
-                            {"levels": list(run.levels), "files": index, "layers": layers}))
-    return files
 
 
 def _readers(ir: QIR, value: str) -> list[CalibRecord]:

@@ -27,7 +27,7 @@ EMIT_METADATA_KEY = "qir.calibrations"
 
 
 def entry_state(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """CalibRecord fields of one emit-metadata entry (:mod:`qir.passes.emit` writes them)."""
+    """CalibRecord fields of one emit-metadata entry (:mod:`qir.io.qdq_export` writes them)."""
     axis = entry.get("axis")
 
     def values(key: str, dtype: type) -> Any:

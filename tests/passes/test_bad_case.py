@@ -9,8 +9,9 @@ import pytest
 import qir
 from qir import metrics as M
 from qir.errors import InputError
-from qir.passes.bad_case import find_bad_cases, load_bad_case, write_report
+from qir.passes.bad_case import find_bad_cases
 from qir.tools.cli import main
+from qir.tools.reports.bad_case import load_bad_case, write_report
 
 from ..conftest import DIGITS, DIGITS_DATA, calibrated_real
 

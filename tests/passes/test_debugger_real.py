@@ -9,10 +9,8 @@ import pytest
 
 import qir
 from qir.passes.acc_error import AccErrorPass
-from qir.passes.channelwise import get_channelwise_data_distribution
-from qir.passes.distribution import plot_distribution
-from qir.passes.node_sensitivity import get_sensitivity_of_nodes
 from qir.tools.cli import main
+from qir.tools.hmct import get_channelwise_data_distribution, get_sensitivity_of_nodes, plot_distribution
 from qir.tools.runall import runall
 
 from ..conftest import calibrated_real

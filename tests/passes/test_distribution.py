@@ -8,9 +8,8 @@ import pytest
 
 import qir
 from qir.errors import InputError, NotFoundError
-from qir.passes.channelwise import get_channelwise_data_distribution
-from qir.passes.distribution import plot_distribution
 from qir.runtimes.numerics import apply_calibration
+from qir.tools.hmct import get_channelwise_data_distribution, plot_distribution
 
 from ..conftest import REPO
 
@@ -71,3 +70,22 @@ def test_channelwise_finds_a_planted_outlier_channel(calibrated, tmp_path):
         get_channelwise_data_distribution(tmp_path, ir, DATA, ["relu1_out_calib"], axis=7)
     with pytest.raises(NotFoundError):
         get_channelwise_data_distribution(tmp_path, ir, DATA, ["conv2"])
+
+
+def test_the_passes_only_compute(calibrated, tmp_path, monkeypatch):
+    """distribution and channelwise write nothing: the report is JSON data, the plotted arrays come
+    in ``PlotResult.arrays``; the writers in qir.tools.reports draw and write them."""
+    from qir.passes import get_pass
+    from qir.passes.lib.capture import PlotResult
+
+    monkeypatch.chdir(tmp_path)
+    dist = get_pass("distribution", data=DATA, nodes_list=["relu1_out_calib", "conv2.weight_calib", "conv2"],
+                    runtime="numpy")(calibrated)
+    boxes = get_pass("channelwise", data=DATA, nodes_list=["conv2.weight_calib"], runtime="numpy")(calibrated)
+    assert list(tmp_path.iterdir()) == []
+    assert isinstance(dist, PlotResult) and isinstance(boxes, PlotResult)
+    json.dumps(dist.report), json.dumps(boxes.report)
+    assert set(dist.arrays["relu1_out_calib"]) == {"input"} and set(dist.arrays["conv2"]) == {"float", "calibrated"}
+    assert set(dist.arrays["conv2.weight_calib"]) == {"original", "calibrated"}
+    assert boxes.arrays["conv2.weight_calib"]["channels"].shape[0] == boxes.report["nodes"]["conv2.weight_calib"]["channels"]
+    assert "png" not in dist.report["nodes"]["conv2"] and boxes.report["outlier_ratio"] == 4.0

@@ -13,12 +13,14 @@ from onnx import TensorProto, helper, numpy_helper
 import qir
 from qir.calibration import calib_scale
 from qir.errors import InputError, NotFoundError, QirError
+from qir.io.qdq_export import export_qdq, quantize_weight, required_opset
 from qir.io.qdq_metadata import EMIT_METADATA_KEY
 from qir.kinds import CalibMode, CalibRole
 from qir.passes import PassManager, get_pass
-from qir.passes.emit import EmitPass, emit_model, export_qdq, quantize_weight, required_opset
+from qir.passes.emit import EmitPass
 from qir.runtimes.base import get_runtime
 from qir.runtimes.numerics import apply_calibration
+from qir.tools.emit import emit, emit_model
 
 from ..conftest import REPO, real_models
 from ..qir.test_qdq_import import (
@@ -156,7 +158,7 @@ def test_onnxruntime_default_session_matches_where_it_keeps_the_function(mixed, 
     not re-quantize weights/biases itself — which the emit report flags."""
     mixed.calibration("conv5.weight_calib").mode = CalibMode.INT8
     mixed.touch()
-    assert EmitPass(path=str(tmp_path / "a.onnx"))(mixed).report["onnxruntime_caveats"] == []
+    assert EmitPass()(mixed).report["onnxruntime_caveats"] == []
     assert_matches(mixed, export_qdq(mixed), eval_feeds(), fused=True)
 
 
@@ -164,7 +166,7 @@ def test_ops_onnxruntime_would_requantize_are_reported(mixed, tmp_path):
     mixed.calibration("conv2.weight_calib").mode = CalibMode.FLOAT
     mixed.calibration("relu1_out_calib").mode = CalibMode.INT8  # conv2: DQ → Conv → Relu → Q
     mixed.touch()
-    report = EmitPass(path=str(tmp_path / "a.onnx"))(mixed).report
+    report = EmitPass()(mixed).report
     issues = {c["node"]: c["issue"] for c in report["onnxruntime_caveats"]}
     assert set(issues) == {"conv2", "conv5"}  # a float weight; an int16 x int16 bias overflowing int32
     assert "quantizes it to int8" in issues["conv2"] and "overflows" in issues["conv5"]
@@ -304,26 +306,37 @@ def test_reimport_without_metadata_still_reads_the_quantizers(mixed):
 
 
 def test_emit_pass_reports_and_does_not_change_the_ir(mixed, tmp_path):
+    """The pass returns the model and writes nothing; :func:`qir.tools.emit.emit` writes it."""
     before = str(mixed)
     version = mixed.version
     path = tmp_path / "out" / "partial.onnx"
-    result = PassManager(f"emit{{path='{path}'}}").run(mixed)
+    result = PassManager("emit").run(mixed)
     assert not result.modified and mixed.version == version and str(mixed) == before
-    report = result.report["passes"]["emit"]
-    assert path.exists() and report["path"] == str(path)
+    built = result.report["passes"]["emit"]
+    assert isinstance(built["model"], onnx.ModelProto) and "path" not in built and not path.parent.exists()
+    report = emit(mixed, path)
+    assert path.exists() and report["path"] == str(path) and "model" not in report
+    assert str(mixed) == before and mixed.version == version
     model = onnx.load(str(path))
     onnx.checker.check_model(model, full_check=True)
+    assert model.SerializeToString() == built["model"].SerializeToString()
     assert report["modes"] == {"int8": 10, "int16": 2, "fp16": 1, "float": 1}
     assert report["roles"]["weight"] == {"int8": 5, "int16": 1, "fp16": 0, "float": 0}
     assert report["opset"] == 21 and report["source_opset"] == 17
     assert report["quantize_linear"] == 6 and report["dequantize_linear"] == 6 + 6
     assert [c["node"] for c in report["onnxruntime_caveats"]] == ["conv5"]
-    direct = EmitPass()(mixed).report  # no path: build and check only
-    assert direct["path"] is None and direct["modes"] == report["modes"]
+    assert {k: v for k, v in built.items() if k not in ("model", "seconds", "modified")} == {
+        k: v for k, v in report.items() if k != "path"}
+    direct = EmitPass()(mixed).report  # build and check only
+    assert "path" not in direct and direct["modes"] == report["modes"]
     with pytest.raises(InputError, match="exists"):
-        EmitPass(path=str(path))(mixed)
-    EmitPass(path=str(path), overwrite=True)(mixed)
-    assert get_pass("emit", path=str(path)).name == "emit"
+        emit(mixed, path)
+    emit(mixed, path, overwrite=True)
+    with pytest.raises(InputError, match="is a directory"):
+        emit(mixed, tmp_path, overwrite=True)
+    assert get_pass("emit", opset=21).name == "emit"
+    with pytest.raises(QirError, match="has no option 'path'"):
+        get_pass("emit", path=str(path))
 
 
 def test_emit_model_sets_modes_on_a_clone(mixed, tmp_path):

@@ -14,6 +14,7 @@ from qir.data import model_samples
 from qir.passes import layer_compare as lc
 from qir.passes.lib import layer_run as lr
 from qir.runtimes.engine import configured_clone
+from qir.tools.reports import layer_compare as lc_report
 
 from ..conftest import DIGITS, DIGITS_DATA
 
@@ -87,13 +88,13 @@ def test_planted_clipping_is_flagged_with_the_fixed_threshold(digits, tmp_path):
     assert own[0]["layer"] == "relu3" and own[0]["kind"] == "own error: clipping"
     row = next(r for r in rows if r["mod_name"] == "relu3")
     assert row["clip%"] > row["round%"]
-    files = lc.write_report(rows, findings, tmp_path)
+    files = lc_report.write_report(rows, findings, tmp_path)
     advisor = (tmp_path / "abnormal_layer_advisor.txt").read_text()
     assert advisor.splitlines()[0].startswith(f"[scale does not cover data] relu2: {beyond} values")
     assert "relu3" in (tmp_path / "compare_per_layer_out.txt").read_text()
     assert json.loads(files[2].read_text())["schema"] == "qir.compare_per_layer"
     header = (tmp_path / "compare_per_layer_out.csv").read_text().splitlines()[0].split(",")
-    assert header == list(lc.COLUMNS)
+    assert header == list(lc_report.COLUMNS)
 
 
 def test_planted_nan_is_flagged_at_its_layer_first(digits):
@@ -133,7 +134,7 @@ def test_fold_bn_outputs_match_the_unfolded_model_after_save_and_load(digits_cal
     rows = lc.compare_per_layer(run)
     assert rows[0]["mod_name"] == "relu1" and rows[0]["base_op_type"] == "Relu"
     assert min(r["Cosine"] for r in rows) > 0.99  # the folded convs are compared with their BN outputs
-    lr.save_layers(run, tmp_path / "layers")
+    lc_report.save_layers(run, tmp_path / "layers")
     index = json.loads((tmp_path / "layers" / "layers.json").read_text())["files"]["analysis"]
     assert {op.outputs[0] for op in loaded.ops()} <= set(index)
     for value, file in index.items():
@@ -147,6 +148,7 @@ def test_stored_runs_in_chunks_give_the_same_table(digits_calibrated, tmp_path):
     memory = lr.run_layers(digits_calibrated, None, sample)
     stored = lr.run_layers(digits_calibrated, None, sample, store=tmp_path / "layers", memory_budget=16 << 10)
     assert all(isinstance(a, np.memmap) for a in stored.analy_values.values() if a.ndim)
+    assert not (tmp_path / "layers" / "layers.json").exists()  # the spill is memory, not a report
     assert len(list((tmp_path / "layers" / "baseline").glob("*.npy"))) == len(memory.base_values)
     # each chunk's session captures other values, so onnxruntime fuses a little differently:
     # values agree to float32 rounding, not bit for bit

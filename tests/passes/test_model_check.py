@@ -7,8 +7,9 @@ import numpy as np
 
 import qir
 from qir.passes import PassManager, get_pass
-from qir.passes.model_check import check_model, format_report
 from qir.tools.cli import main
+from qir.tools.model_check import check_model
+from qir.tools.reports.model_check import format_report
 
 from ..conftest import REPO, model_from_text
 

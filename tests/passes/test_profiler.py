@@ -8,16 +8,17 @@ import pytest
 
 import qir
 from qir.errors import InputError
-from qir.passes.profiler import COLUMNS, profile_model
 from qir.runtimes.numerics import apply_calibration
 from qir.tools.cli import main
+from qir.tools.profiler import profile_model
+from qir.tools.reports.profiler import COLUMNS
 
 from ..conftest import DIGITS_DATA
 
 
 def test_rows_match_the_tensors(digits_calibrated, tmp_path):
     ir = digits_calibrated
-    rows = profile_model(ir, DIGITS_DATA, tmp_path, data_num=2, histograms=True, types=["Conv", "Relu"])
+    rows = profile_model(ir, DIGITS_DATA, save_dir=tmp_path, data_num=2, histograms=True, types=["Conv", "Relu"])
     samples = qir.data.model_samples(ir, DIGITS_DATA, 2)
     out = np.concatenate([qir.run(ir, s, capture=["conv2_out"])["conv2_out"] for s in samples])
     row = next(r for r in rows if r["op"] == "conv2" and r["role"] == "output0")
@@ -51,7 +52,8 @@ def test_tensorboard_histograms_hold_every_tensor(digits_calibrated, tmp_path, m
     """Read back with TensorBoard's own event reader: one histogram per profiled tensor, with
     the tensor's count, min, max and sum."""
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-    from qir.passes.profiler import ProfilerPass, write_tensorboard
+    from qir.passes.profiler import ProfilerPass
+    from qir.tools.reports.profiler import write_tensorboard
 
     report = ProfilerPass(DIGITS_DATA, 2, types=["Conv"])(digits_calibrated).report
     log_dir = write_tensorboard(report["tensors"], tmp_path / "tb")

@@ -9,8 +9,7 @@ import pytest
 import qir
 from qir import metrics as M
 from qir.errors import InputError
-from qir.passes.node_sensitivity import get_sensitivity_of_nodes
-from qir.passes.sensitivity_analysis import sensitivity_analysis
+from qir.tools.hmct import get_sensitivity_of_nodes, sensitivity_analysis
 
 from ..conftest import REPO
 

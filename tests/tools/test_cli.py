@@ -216,3 +216,21 @@ def test_sensitivity_analysis_from_the_command_line(tmp_path, capsys):
     assert out.startswith("conv2: only it quantized") and (tmp_path / "sa" / "partial_quantization.png").exists()
     assert main(["sensitivity-analysis", str(calibrated), data, "-p", "0.5", "-s", str(tmp_path / "sb")]) == 0
     assert "nothing to analyse" in capsys.readouterr().out
+
+
+def test_pipeline_emit_step_writes_the_qdq_model_where_it_says(tmp_path):
+    """`emit{path=...}` in `qir pipeline`: the pass only returns the model, the command writes it;
+    an existing file is kept unless --force."""
+    import onnx
+
+    data, calibrated = _calibrated(tmp_path)
+    qdq = tmp_path / "qdq.onnx"
+    args = ["pipeline", str(calibrated), f"set-mode{{nodes='conv2',mode=int16}},emit{{path='{qdq}'}}",
+            "-o", str(tmp_path / "partial.onnx")]
+    assert main(args) == 0
+    ops = [n.op_type for n in onnx.load(str(qdq)).graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    before = qdq.read_bytes()
+    assert main(args[:-2] + ["-o", str(tmp_path / "partial2.onnx")]) == 2  # qdq.onnx exists
+    assert qdq.read_bytes() == before
+    assert main(args[:-2] + ["-o", str(tmp_path / "partial3.onnx"), "--force"]) == 0

@@ -30,12 +30,14 @@ def run_pipeline(args: argparse.Namespace, pipeline: str | Sequence[Pass], *, da
     ``args.output``; ``data`` also fixes dynamic input shapes, ``context`` fills a string's options."""
     import qir
     from qir.passes import PassManager
+    from qir.tools.emit import write_reports
 
     out = check_writable(Path(args.output), args.force)
     shapes = resolve_shapes(args.model, parse_input_shapes(getattr(args, "input_shape", None)), data)
     ir = qir.load(args.model, input_shapes=shapes)
     start = time.perf_counter()
     result = PassManager(pipeline, context=context, dump_dir=getattr(args, "dump_dir", None)).run(ir)
+    write_reports(result.report["passes"].values(), overwrite=args.force)  # emit{path=...} steps
     for name, rep in result.report["passes"].items():
         details = ", ".join(f"{k}={_short(v)}" for k, v in rep.items() if k not in ("modified", "seconds"))
         print(f"  {name:<20} {'modified ' if rep['modified'] else 'unchanged'} {rep['seconds']:7.2f}s  {details}")
@@ -45,7 +47,10 @@ def run_pipeline(args: argparse.Namespace, pipeline: str | Sequence[Pass], *, da
 
 
 def _short(value) -> str:
-    """A pass report value in a few characters: lists and dicts by their sizes."""
+    """A pass report value in a few characters: lists and dicts by their sizes, a protobuf
+    message (the ``emit`` pass's model) by its type and size."""
+    if hasattr(value, "SerializeToString") and hasattr(value, "ByteSize"):
+        return f"<{type(value).__name__}, {value.ByteSize()} bytes>"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {len(v) if isinstance(v, (list, dict)) else v}" for k, v in value.items()) + "}"
     if isinstance(value, list):
@@ -62,7 +67,8 @@ def calibration_passes(data: Any, *, march: str, method: str, percentile: float)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from qir.passes.model_check import check_model, write_report
+    from qir.tools.model_check import check_model
+    from qir.tools.reports.model_check import write_report
 
     passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile)
     code = run_pipeline(args, passes, data=args.data)
@@ -93,7 +99,7 @@ def cmd_set_mode(args: argparse.Namespace) -> int:
 
 def cmd_emit(args: argparse.Namespace) -> int:
     import qir
-    from qir.passes.emit import emit_model
+    from qir.tools.emit import emit_model
 
     out = check_writable(Path(args.output), args.force)
     ir = qir.load(args.model)

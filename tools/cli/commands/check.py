@@ -10,7 +10,8 @@ ORDER = 60
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from qir.passes.model_check import check_model, format_report
+    from qir.tools.model_check import check_model
+    from qir.tools.reports.model_check import format_report
 
     report = check_model(args.model, march=args.march, save_dir=args.save_dir)
     sys.stdout.write(format_report(report))

@@ -15,9 +15,9 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from qir.passes.profiler import profile_model
+    from qir.tools.profiler import profile_model
 
-    rows = profile_model(args.model, args.data, args.save_dir, data_num=args.data_num,
+    rows = profile_model(args.model, args.data, save_dir=args.save_dir, data_num=args.data_num,
                          prefixes=parse_list(args.prefixes), types=parse_list(args.types),
                          histograms=args.histograms, tensorboard=args.tensorboard, runtime=args.runtime)
     ops = len({r["op"] for r in rows})
@@ -28,7 +28,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_bad_case(args: argparse.Namespace) -> int:
-    from qir.passes.bad_case import find_bad_cases, write_report
+    from qir.passes.bad_case import find_bad_cases
+    from qir.tools.reports.bad_case import write_report
 
     report = find_bad_cases(args.model, args.analysis, args.data, num_steps=args.num_steps, metric=args.metric,
                             runtime=args.runtime)
@@ -40,7 +41,7 @@ def cmd_bad_case(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from qir.tools.compare import compare
+    from qir.tools.quant_analysis import compare
 
     analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
     summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
@@ -63,6 +64,7 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
     import qir
     from qir.data import model_samples
     from qir.passes import numeric_suite as ns
+    from qir.tools.reports.numeric_suite import write_report
 
     quantized = qir.load(args.quantized)
     float_model = None if _same_file(args.float_model, args.quantized) else qir.load(args.float_model)
@@ -70,7 +72,7 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
     samples = model_samples(quantized, args.data, args.num_steps)
     results["outputs"] = ns.compare_model_outputs(float_model, quantized, *samples, runtime=args.runtime)
     results["stub"] = ns.compare_model_stub(float_model, quantized, None, *samples, runtime=args.runtime)
-    ns.write_report(results, args.output)
+    write_report(results, args.output)
     for kind, found in results.items():
         worst = ns.summary(found)[:3]
         print(f"{kind}: {len(found)} entries; worst " + ", ".join(f"{r['name']} {r['sqnr_db']:.1f} dB" for r in worst))

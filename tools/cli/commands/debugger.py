@@ -1,5 +1,6 @@
 """The hmct debugger commands: ``sensitivity``, ``acc-error``, ``distribution``, ``channelwise``,
-``sensitivity-analysis`` and ``runall`` (each also under its hmct name, e.g. ``get-sensitivity-of-nodes``)."""
+``sensitivity-analysis`` and ``runall`` (each also under its hmct name, e.g. ``get-sensitivity-of-nodes``).
+Each calls its facade in ``qir.tools.hmct`` (``runall``: ``qir.tools.runall``) and prints a summary."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ ORDER = 40
 
 
 def cmd_sensitivity(args: argparse.Namespace) -> int:
-    from qir.passes.node_sensitivity import get_sensitivity_of_nodes
+    from qir.tools.hmct import get_sensitivity_of_nodes
 
     table = get_sensitivity_of_nodes(
         args.model, args.data, metrics=parse_list(args.metrics), output_node=args.output_node,
@@ -34,7 +35,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
 
 
 def cmd_acc_error(args: argparse.Namespace) -> int:
-    from qir.passes.acc_error import plot_acc_error
+    from qir.tools.hmct import plot_acc_error
 
     curves = plot_acc_error(args.data, args.model, quantize_node=parse_list(args.quantize_node),
                             non_quantize_node=parse_list(args.non_quantize_node), metric=args.metric,
@@ -49,7 +50,7 @@ def cmd_acc_error(args: argparse.Namespace) -> int:
 
 
 def cmd_distribution(args: argparse.Namespace) -> int:
-    from qir.passes.distribution import plot_distribution
+    from qir.tools.hmct import plot_distribution
 
     nodes = plot_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
                               data_num=args.data_num, runtime=args.runtime)
@@ -59,7 +60,7 @@ def cmd_distribution(args: argparse.Namespace) -> int:
 
 
 def cmd_channelwise(args: argparse.Namespace) -> int:
-    from qir.passes.channelwise import get_channelwise_data_distribution
+    from qir.tools.hmct import get_channelwise_data_distribution
 
     nodes = get_channelwise_data_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
                                               args.axis, data_num=args.data_num, runtime=args.runtime)
@@ -71,7 +72,7 @@ def cmd_channelwise(args: argparse.Namespace) -> int:
 
 
 def cmd_sensitivity_analysis(args: argparse.Namespace) -> int:
-    from qir.passes.sensitivity_analysis import sensitivity_analysis
+    from qir.tools.hmct import sensitivity_analysis
 
     result = sensitivity_analysis(args.model, args.data, metric=args.metric, pick_threshold=args.pick_threshold,
                                   data_num=args.data_num, sensitive_nodes=parse_list(args.sensitive_nodes),

@@ -16,6 +16,10 @@ fake-quant version, exported with the first sample once the data is known); ``an
 analysis model's calibration nodes, so it needs a calibrated (or QDQ-imported) analysis model.
 Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices unless
 ``replay_discrete=False`` (:mod:`qir.passes.lib.discrete`).
+
+The computations are the passes' (:mod:`qir.passes.bad_case`, :mod:`qir.passes.layer_compare`,
+:mod:`qir.passes.op_sensitivity`); this facade runs them in order and writes their reports
+(:mod:`qir.tools.reports`), which is the only part that touches files.
 """
 from __future__ import annotations
 
@@ -30,6 +34,11 @@ from qir.errors import InputError
 from qir.io.torch_import import is_torch_module as _is_torch
 from qir.json_dump import write_json
 from qir.passes import bad_case, layer_compare, op_sensitivity
+from qir.passes.lib.layer_run import LayerRun, compared_ops, run_layers
+from qir.passes.lib.model_pair import BAD_CASE_METRICS
+from qir.tools.reports import bad_case as bad_case_report
+from qir.tools.reports import layer_compare as layer_report
+from qir.tools.reports import op_sensitivity as sensitivity_report
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
 
@@ -38,10 +47,10 @@ logger = logging.getLogger(__name__)
 
 def metric_name(metric: str) -> str:
     """A bad-case metric name in any case (``COSINE`` → ``Cosine``)."""
-    for name in bad_case.BAD_CASE_METRICS:
+    for name in BAD_CASE_METRICS:
         if name.lower() == str(metric).lower():
             return name
-    raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(bad_case.BAD_CASE_METRICS)}")
+    raise InputError(f"unknown metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
 
 
 class QuantAnalysis:
@@ -58,7 +67,7 @@ class QuantAnalysis:
         self.out_dir = Path(out_dir)
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
         self.chosen: int | None = None
-        self.layer_run: layer_compare.LayerRun | None = None
+        self.layer_run: LayerRun | None = None
         self.report: dict[str, Any] = {}
 
     @property
@@ -99,7 +108,7 @@ class QuantAnalysis:
         report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
                                          post_process=self.post_process, runtime=self.runtime,
                                          replay_discrete=self.replay_discrete)
-        bad_case.write_report(report, self.out_dir)
+        bad_case_report.write_report(report, self.out_dir)
         indices = {entry["index"] for entry in report["worst_output"].values()}
         indices |= {i for per in report["bad_case"].values() for i in per.values()}
         self.bad_cases = {i: report["data"][i] for i in sorted(indices)}
@@ -118,11 +127,11 @@ class QuantAnalysis:
     def save_bad_case(self, path: str | Path | None = None) -> Path:
         """The current bad case as ``.npz`` (default ``<out_dir>/badcase.npz``)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        return bad_case.save_bad_case(self._case(None), path or self.out_dir / "badcase.npz")
+        return bad_case_report.save_bad_case(self._case(None), path or self.out_dir / "badcase.npz")
 
     def load_bad_case(self, filename: str | Path | None = None) -> None:
         """Read a bad case saved by ``auto_find_bad_case``/``save_bad_case``."""
-        self.set_bad_case(bad_case.load_bad_case(filename or self.out_dir / "badcase.npz"))
+        self.set_bad_case(bad_case_report.load_bad_case(filename or self.out_dir / "badcase.npz"))
 
     def _case(self, index: int | None) -> dict[str, np.ndarray]:
         if self.chosen is None:
@@ -135,12 +144,14 @@ class QuantAnalysis:
         return self.bad_cases[index]
 
     # ------------------------------------------------------------ layer by layer
-    def run(self, index: int | None = None) -> layer_compare.LayerRun:
+    def run(self, index: int | None = None) -> LayerRun:
         """Both models on the bad case (``index``: another bad case from ``badcase.txt``), every
         layer's values saved under ``<out_dir>/layers/`` as they are captured (and read back
-        memory-mapped: a large model's layers need not fit in RAM)."""
-        self.layer_run = layer_compare.run_layers(self.baseline, self.analysis, self._case(index),
-                                                  runtime=self.runtime, store=self.out_dir / "layers")
+        memory-mapped: a large model's layers need not fit in RAM), indexed by ``layers.json``."""
+        layers = self.out_dir / "layers"
+        self.layer_run = run_layers(self.baseline, self.analysis, self._case(index), runtime=self.runtime,
+                                    store=layers)
+        layer_report.save_layers(self.layer_run, layers)
         return self.layer_run
 
     def compare_per_layer(self, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:
@@ -149,7 +160,7 @@ class QuantAnalysis:
             self.run()
         rows = layer_compare.compare_per_layer(self.layer_run, prefixes, types)
         findings = layer_compare.advise(self.layer_run, rows)
-        layer_compare.write_report(rows, findings, self.out_dir)
+        layer_report.write_report(rows, findings, self.out_dir)
         self.report["advisor"] = findings
         return rows
 
@@ -162,7 +173,7 @@ class QuantAnalysis:
         report = op_sensitivity.op_sensitivity(self.analysis_ir, self._case(None), metric=metric_name(metric),
                                                reverse=reverse, runtime=self.runtime, threads=threads,
                                                replay_discrete=self.replay_discrete)
-        op_sensitivity.write_report(report, self.out_dir)
+        sensitivity_report.write_report(report, self.out_dir)
         self.report["sensitivity"] = {out: rows[:10] for out, rows in report["outputs"].items()}
         return report
 
@@ -174,7 +185,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     """The whole workflow; returns (and writes as ``compare.json``) a summary."""
     qa = QuantAnalysis(baseline, analysis, post_process=post_process, out_dir=out_dir, runtime=runtime,
                        replay_discrete=replay_discrete)
-    layer_compare.compared_ops(qa.analysis_ir, prefixes, types)  # a filter matching nothing fails now, not later
+    compared_ops(qa.analysis_ir, prefixes, types)  # a filter matching nothing fails now, not later
     logger.info("bad-case search")
     qa.auto_find_bad_case(data, num_steps=num_steps, metric=metric)
     logger.info("layer by layer on sample %s", qa.chosen)

@@ -1,0 +1,87 @@
+"""hmct's debugger functions, under hmct's names and signatures: ``get_sensitivity_of_nodes``,
+``plot_acc_error``, ``plot_distribution``, ``get_channelwise_data_distribution`` and
+``sensitivity_analysis``.
+
+Each is a facade, one rule for all: read the model, build the analysis pass
+(``qir.passes.<analysis>``), run it, write its files with the writer of
+``qir.tools.reports.<analysis>``, print where hmct prints (``verbose``), and return what hmct
+returns. The passes compute; only this layer writes and prints.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from qir.api import as_ir
+from qir.passes.acc_error import AccErrorPass
+from qir.passes.channelwise import ChannelwisePass
+from qir.passes.distribution import DistributionPass
+from qir.passes.node_sensitivity import NodeSensitivityPass
+from qir.passes.sensitivity_analysis import SensitivityAnalysisPass
+from qir.tools.reports import acc_error, channelwise, distribution, node_sensitivity
+from qir.tools.reports import sensitivity_analysis as sensitivity_report
+
+__all__ = ["get_sensitivity_of_nodes", "plot_acc_error", "plot_distribution", "get_channelwise_data_distribution",
+           "sensitivity_analysis"]
+
+
+def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-similarity", output_node=None,
+                             node_type="node", data_num=1, verbose=False, interested_nodes=None, *,
+                             start="float", runtime="ort", save_dir=None, threads=None, progress=True) -> dict:
+    """hmct's ``get_sensitivity_of_nodes``: ``{node: {metric: value}}`` worst first; prints the
+    table when ``verbose``; writes ``node_sensitivity.{txt,csv,json}`` to ``save_dir``."""
+    ir = as_ir(model_or_file, calibrated=True)
+    report = NodeSensitivityPass(calibrated_data, metrics, output_node=output_node, node_type=node_type,
+                                 data_num=data_num, interested_nodes=interested_nodes, start=start, runtime=runtime,
+                                 threads=threads, progress=progress)(ir).report
+    if verbose:
+        print(node_sensitivity.format_table(report), end="")
+    if save_dir is not None:
+        node_sensitivity.write_report(report, save_dir)
+    metric_names = report["metrics"]
+    return {r["node"]: {m: r[m] for m in metric_names} for r in report["rows"]}
+
+
+def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quantize_node=None,
+                   metric: str = "cosine-similarity", average_mode: bool = False,
+                   save_dir: str | Path = "./debug_result/", *, data_num: int | None = 1, runtime: str = "ort",
+                   threads: int | None = None, progress: bool = True) -> dict[str, list[float | None]]:
+    """hmct's ``plot_acc_error``: writes the plot and numbers to ``save_dir`` and returns
+    ``{variant: curve}``."""
+    ir = as_ir(model_or_file, calibrated=True)
+    report = AccErrorPass(calibrated_data, quantize_node, non_quantize_node=non_quantize_node, metric=metric,
+                          average_mode=average_mode, data_num=data_num, runtime=runtime, threads=threads,
+                          progress=progress)(ir).report
+    acc_error.write_report(report, save_dir)
+    return report["curves"]
+
+
+def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, data_num: int | None = 1,
+                      runtime: str = "ort") -> dict:
+    """hmct's ``plot_distribution``: one PNG per node in ``save_dir``; returns the statistics."""
+    ir = as_ir(model_or_file)
+    result = DistributionPass(calibrated_data, nodes_list, data_num=data_num, runtime=runtime)(ir)
+    return distribution.write_report(result, save_dir)["nodes"]
+
+
+def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, nodes_list, axis=None, *,
+                                      data_num: int | None = 1, runtime: str = "ort") -> dict:
+    """hmct's ``get_channelwise_data_distribution``: box plots in ``save_dir``; returns the
+    per-node channel statistics and outlier channels."""
+    ir = as_ir(model_or_file)
+    result = ChannelwisePass(calibrated_data, nodes_list, axis=axis, data_num=data_num, outlier_ratio=4.0,
+                             runtime=runtime)(ir)
+    return channelwise.write_report(result, save_dir)["nodes"]
+
+
+def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similarity", pick_threshold=0.999,
+                         data_num=1, sensitive_nodes=None, qtype="float", save_dir="./debug_result/", *,
+                         runtime="ort", threads=None, progress=True) -> dict:
+    """hmct's ``sensitivity_analysis``: writes the chart and numbers to ``save_dir`` and returns
+    ``{node: {"single": value, "cumulative": value}}`` in order."""
+    ir = as_ir(model_or_file, calibrated=True)
+    report = SensitivityAnalysisPass(calibrated_data, metric, pick_threshold=pick_threshold, data_num=data_num,
+                                     sensitive_nodes=sensitive_nodes, qtype=qtype, runtime=runtime, threads=threads,
+                                     progress=progress)(ir).report
+    sensitivity_report.write_report(report, save_dir)
+    return {n: {"single": report["single"][n], "cumulative": report["cumulative"][k + 1]}
+            for k, n in enumerate(report["nodes"])}

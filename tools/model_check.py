@@ -1,0 +1,20 @@
+"""``check_model`` (horizon ``check_qat_model``): run the ``model-check`` pass on a model file or
+IR and write its report (:mod:`qir.tools.reports.model_check`) when a folder is given."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from qir.api import as_ir
+from qir.passes.model_check import ModelCheckPass
+from qir.tools.reports.model_check import write_report
+
+__all__ = ["check_model"]
+
+
+def check_model(model_or_file: Any, march: str = "nash-e", *, save_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run the checks on a model file or IR; write the report to ``save_dir`` when given."""
+    report = ModelCheckPass(march)(as_ir(model_or_file)).report
+    if save_dir is not None:
+        write_report(report, save_dir)
+    return report

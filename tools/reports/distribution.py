@@ -1,0 +1,92 @@
+"""The distribution report as files: one ``<node>.png`` per node and ``distribution.json``
+(schema ``qir.distribution`` v1).
+
+The input is the ``DistributionPass`` result: its ``report`` holds the statistics, its ``arrays``
+the values drawn (see ``qir.passes.distribution``). Counts are on a log scale (quantization
+effects live in the tails):
+
+- a weight node: the original and the calibrated weights overlaid, with the threshold;
+- an activation node: its input in the calibrated model, the threshold (red dashed lines), max
+  |x| (blue triangle) and the clipped share in the title;
+- a general node: its float and calibrated outputs overlaid, and next to them the error.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from qir.json_dump import write_json
+from qir.naming import safe_filename
+from qir.passes.lib.capture import PlotResult
+from qir.tools.reports.plots import pyplot, save_figure
+
+__all__ = ["write_report", "plot_overlay"]
+
+
+def write_report(result: PlotResult, save_dir: str | Path) -> dict:
+    """Draw every node of ``result`` to ``save_dir/<node>.png`` and write ``distribution.json``;
+    returns the report as written: each node's entry with its ``png`` path added."""
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict = {"nodes": {}}
+    for name, entry in result.report["nodes"].items():
+        path = out / f"{safe_filename(name)}.png"
+        _plot_entry(path, name, entry, result.arrays[name])
+        written["nodes"][name] = {**entry, "png": str(path)}
+    write_json(out / "distribution.json", "qir.distribution", written)
+    return written
+
+
+def _plot_entry(path: Path, name: str, entry: dict, arrays: dict[str, np.ndarray]) -> None:
+    if entry["type"] == "weight":
+        plot_overlay(path, name, {"original": arrays["original"], "calibrated": arrays["calibrated"]},
+                     entry["threshold"], "weight value")
+    elif entry["type"] == "activation":
+        th = entry["threshold"]
+        title = name if th is None else f"{name}: {100 * entry['clipped_fraction']:.3g}% clipped"
+        plot_overlay(path, title, {f"input of {name} (calibrated model)": arrays["input"]}, th, "activation value")
+    else:
+        _plot_node(path, name, arrays["float"], arrays["calibrated"])
+
+
+def plot_overlay(path: Path, title: str, series: dict[str, np.ndarray], threshold: float | None, xlabel: str,
+                 ax=None) -> None:
+    """Log-scale histograms of ``series`` on shared bins, max |x| and ±threshold marked; saved to
+    ``path`` unless drawn on a given ``ax``."""
+    plt = pyplot()
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+    finite = {k: v[np.isfinite(v)] for k, v in series.items()}
+    lo = min((v.min() for v in finite.values() if v.size), default=0.0)
+    hi = max((v.max() for v in finite.values() if v.size), default=1.0)
+    if threshold is not None:
+        lo, hi = min(lo, -threshold), max(hi, threshold)
+    bins = np.linspace(lo, hi if hi > lo else lo + 1, 201)
+    for label, v in finite.items():
+        ax.hist(v, bins=bins, histtype="step" if len(finite) > 1 else "stepfilled", alpha=0.8, label=label, log=True)
+    amax = max((float(np.abs(v).max()) for v in finite.values() if v.size), default=0.0)
+    ymax = ax.get_ylim()[1]
+    ax.plot([amax], [ymax * 0.5], marker="v", color="tab:blue", linestyle="none", markersize=9,
+            label=f"max |x| = {amax:.4g}")
+    if threshold is not None:
+        for t in (-threshold, threshold):
+            ax.axvline(t, color="red", linestyle="--", linewidth=1)
+        ax.plot([], [], color="red", linestyle="--", label=f"threshold = {threshold:.4g}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count (log)")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    ax.grid(True, alpha=0.3)
+    if own:
+        fig.tight_layout()
+        save_figure(fig, path)
+
+
+def _plot_node(path: Path, name: str, f: np.ndarray, q: np.ndarray) -> None:
+    fig, (a, b) = pyplot().subplots(1, 2, figsize=(13, 4.5))
+    plot_overlay(path, f"output of {name}", {"float model": f, "calibrated model": q}, None, "output value", ax=a)
+    plot_overlay(path, "error (calibrated − float)", {"error": q - f}, None, "error", ax=b)
+    fig.tight_layout()
+    save_figure(fig, path)

@@ -1,0 +1,27 @@
+"""The one matplotlib setup of qir's reports: a headless backend, figures closed once saved."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["pyplot", "save_figure"]
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the file-only ``Agg`` backend (reports never open a window), imported
+    on first use so commands that draw nothing start fast."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
+    """Write ``fig`` to ``path`` (its folder created), close it, and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path

@@ -1,0 +1,56 @@
+"""The sensitivity-analysis report as files: ``partial_quantization.png`` (the recovery chart),
+``sensitivity_analysis.csv`` and ``sensitivity_analysis.json`` (schema ``qir.sensitivity_analysis`` v1).
+
+The report is the ``SensitivityAnalysisPass`` report; this module only draws and writes it.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from qir.json_dump import write_json
+from qir.tools.reports.plots import pyplot, save_figure
+
+__all__ = ["write_report"]
+
+
+def write_report(report: dict, save_dir: str | Path) -> list[Path]:
+    """``partial_quantization.png``, ``sensitivity_analysis.csv`` (step, node, single,
+    cumulative) and ``sensitivity_analysis.json`` (schema ``qir.sensitivity_analysis`` v1: the report)."""
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_recovery(report, out / "partial_quantization.png")
+    metric, labels = report["metric"], ["none"] + report["nodes"]
+    csv_path = out / "sensitivity_analysis.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "node", f"single_{metric}", f"cumulative_{metric}"])
+        for k, label in enumerate(labels):
+            single = report["single"].get(label, "") if k else ""
+            writer.writerow([k, label, single, report["cumulative"][k]])
+    js = write_json(out / "sensitivity_analysis.json", "qir.sensitivity_analysis", report)
+    return [png, csv_path, js]
+
+
+def plot_recovery(report: dict, path: Path) -> Path:
+    """The cumulative curve (red), the single values (green crosses) and the float baseline (blue
+    dashed, cosine only), over "none" and then the nodes in order."""
+    plt = pyplot()
+    metric, nodes = report["metric"], report["nodes"]
+    labels = ["none"] + nodes
+    xs = list(range(len(labels)))
+    fig, ax = plt.subplots(figsize=(max(7.0, min(24.0, 1.0 + 0.45 * len(labels))), 5))
+    if metric == "cosine-similarity":
+        ax.axhline(1.0, color="tab:blue", linestyle="--", linewidth=1, label="float model")
+    ax.plot(xs, report["cumulative"], color="red", marker="o", markersize=3,
+            label=f"calibrated, nodes up to this one raised to {report['qtype']}")
+    if nodes:
+        ax.plot(xs[1:], [report["single"][n] for n in nodes], "x", color="green", markersize=7,
+                label="float, only this node quantized")
+    ax.set_xticks(xs, labels, rotation=60, ha="right", fontsize="small")
+    ax.set_ylabel(f"{metric} vs float")
+    ax.set_title("partial quantization: recovery as sensitive nodes are raised")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return save_figure(fig, path)
