@@ -29,7 +29,8 @@ from qir.io.onnx_export import export_subgraph
 from qir.records import CalibRecord
 from qir.runtimes.engine.plan import Plan
 from qir.runtimes.numpy_ref.interpreter import execution_plan
-from qir.runtimes.ort.backend import lower_fake_quant, lower_layout_stable, new_session
+from qir.runtimes.ort.backend import new_session
+from qir.runtimes.ort.lowering import lower_fake_quant, lower_layout_stable
 from qir.runtimes.ort.switches import make_batch_capable, rows_value_info, switch_nodes
 
 __all__ = ["NumpySteps", "OrtSteps", "Part", "Read", "part_key"]

@@ -7,7 +7,7 @@ back by the IR's value names. Sessions are built once per IR version and capture
 on the IR. ``session.disable_quant_qdq`` keeps onnxruntime from fusing QuantizeLinear /
 DequantizeLinear pairs into integer kernels, so fake quantization means what it says.
 With ``layout_stable`` (the analysis engine's setting), GlobalAveragePool is written as
-ReduceMean (:func:`lower_layout_stable`), so a part of a model computes exactly what the whole
+ReduceMean (:func:`qir.runtimes.ort.lowering.lower_layout_stable`), so a part of a model computes exactly what the whole
 model computes there.
 """
 from __future__ import annotations
@@ -18,132 +18,21 @@ from typing import Iterable, Mapping
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
-from qir.calibration import QRANGE, calib_scale, calib_zero_point
 from qir.errors import ExecutionError, InputError
 from qir.graph import QIR
 from qir.io.onnx_export import CalibLowering, export_onnx
-from qir.kinds import CalibMode
-from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import LEVELS, check_capture, check_feeds
 from qir.runtimes.numerics import ROUNDING
+from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, lower_layout_stable
 
-__all__ = ["OrtRuntime", "lower_fake_quant", "lower_layout_stable", "new_session"]
+__all__ = ["OrtRuntime", "new_session"]
 
 logger = logging.getLogger(__name__)
 
-_QDQ_OPSET = {CalibMode.INT8: 10, CalibMode.INT16: 21}  # first opset with QuantizeLinear of the type
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
            "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
-
-
-def _const(name: str, value: np.ndarray) -> onnx.NodeProto:
-    return helper.make_node("Constant", [], [name], name=name, value=numpy_helper.from_array(value, name))
-
-
-def _implied_clip_nodes(rec: CalibRecord, x: str, y: str, name: str) -> list[onnx.NodeProto]:
-    """``rec.implied_clip`` as ``Relu`` (``[0, inf)``) or ``Clip`` (bounds as Constants)."""
-    lo, hi = (float(v) for v in rec.implied_clip)
-    if lo == 0.0 and np.isposinf(hi):
-        return [helper.make_node("Relu", [x], [y], name=name)]
-    p = name + "::"
-    return [_const(p + "lo", np.array(lo, np.float32)), _const(p + "hi", np.array(hi, np.float32)),
-            helper.make_node("Clip", [x, p + "lo", p + "hi"], [y], name=name)]
-
-
-def lower_layout_stable(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
-    """GlobalAveragePool as ``ReduceMean`` over the spatial axes (keepdims), else None (the
-    op as it is). At level ``all`` onnxruntime runs GlobalAveragePool with its NCHWc kernel or
-    its plain one depending on what produced the input (in PP-OCRv4 det, 2 of 10 pools are
-    NCHWc in a whole-model run and none in the analysis engine's one-step sessions), and the
-    values differ: the engine's results drifted from a whole-model run by up to 2e-3 relative
-    at the outputs. ReduceMean has one kernel whatever the layout, and computes the same mean
-    (within 1e-6, tested)."""
-    if op.op_type != "GlobalAveragePool" or op.domain:
-        return None
-    shape = ir.value(op.inputs[0]).shape
-    if shape is None or len(shape) < 3:
-        return None
-    axes = list(range(2, len(shape)))
-    if ir.opset < 18:
-        return [helper.make_node("ReduceMean", [op.inputs[0]], list(op.outputs), name=op.name, axes=axes, keepdims=1)]
-    name = f"{op.name}::axes"
-    return [_const(name, np.array(axes, np.int64)),
-            helper.make_node("ReduceMean", [op.inputs[0], name], list(op.outputs), name=op.name, keepdims=1)]
-
-
-def lower_fake_quant(ir: QIR, rec: CalibRecord, rounding: str = "half_to_even") -> list[onnx.NodeProto]:
-    """A calibration node as standard ONNX ops computing exactly what
-    :func:`qir.runtimes.numerics.fake_quant` computes: with half-to-even rounding, where the
-    model's opset has them (int8 ≥ 10, per-channel ≥ 13, int16 ≥ 21), a
-    QuantizeLinear/DequantizeLinear pair (onnxruntime divides, rounds half to even and
-    saturates exactly like the numpy core, at a fraction of the memory traffic); otherwise op
-    for op in float32: ``Mul(Clip(Round(Div(x, s)) [+ zp], qmin, qmax) [- zp], s)``. fp16 is a
-    Cast pair, float an Identity; in those two modes an ``implied_clip`` comes first as a Relu
-    or Clip."""
-    x, y, p = rec.input, rec.output, rec.name + "::"
-    if rec.mode is CalibMode.FLOAT:
-        if rec.implied_clip is not None:
-            return _implied_clip_nodes(rec, x, y, rec.name)
-        return [helper.make_node("Identity", [x], [y], name=rec.name)]
-    if rec.mode is CalibMode.FP16:
-        nodes = []
-        if rec.implied_clip is not None:
-            nodes, x = _implied_clip_nodes(rec, x, p + "clipped", p + "implied_clip"), p + "clipped"
-        return nodes + [
-            helper.make_node("Cast", [x], [p + "half"], name=p + "to_half", to=TensorProto.FLOAT16),
-            helper.make_node("Cast", [p + "half"], [y], name=rec.name, to=TensorProto.FLOAT)]
-    if rounding not in ROUNDING:
-        raise InputError(f"unknown rounding {rounding!r}; choose {sorted(ROUNDING)}")
-    scale, zp = calib_scale(rec), calib_zero_point(rec)
-    opset = ir.opset_imports.get("", ir.opset)
-    per_channel = scale.size > 1
-    if (rounding == "half_to_even" and opset >= _QDQ_OPSET[rec.mode]
-            and (not per_channel or (opset >= 13 and rec.axis is not None))):
-        itype = np.int8 if rec.mode is CalibMode.INT8 else np.int16
-        shape = scale.shape if per_channel else ()
-        z = np.zeros(shape, itype) if zp is None else zp.reshape(shape).astype(itype)
-        axis = {"axis": rec.axis} if per_channel else {}
-        return [_const(p + "scale", scale.reshape(shape)), _const(p + "zp", z),
-                helper.make_node("QuantizeLinear", [x, p + "scale", p + "zp"], [p + "q"], name=p + "quantize", **axis),
-                helper.make_node("DequantizeLinear", [p + "q", p + "scale", p + "zp"], [y], name=rec.name, **axis)]
-    if scale.ndim and rec.axis is not None:
-        shape = ir.value(x).shape
-        if shape is None:
-            raise ExecutionError(f"calibration node {rec.name!r} is per-channel but the rank of "
-                                 f"{x!r} is unknown")
-        bshape = [1] * len(shape)
-        bshape[rec.axis] = -1
-        scale = scale.reshape(bshape)
-        zp = None if zp is None else zp.reshape(bshape)
-    qmin, qmax = QRANGE[rec.mode]
-    nodes = [_const(p + "scale", scale), _const(p + "qmin", np.array(qmin, np.float32)),
-             _const(p + "qmax", np.array(qmax, np.float32)),
-             helper.make_node("Div", [x, p + "scale"], [p + "v"], name=p + "div")]
-    if rounding == "half_to_even":
-        nodes.append(helper.make_node("Round", [p + "v"], [p + "q"], name=p + "round"))
-    else:
-        nodes += [_const(p + "half", np.array(0.5, np.float32))]
-        if rounding == "half_up":
-            nodes += [helper.make_node("Add", [p + "v", p + "half"], [p + "vh"], name=p + "add_half"),
-                      helper.make_node("Floor", [p + "vh"], [p + "q"], name=p + "floor")]
-        else:  # half_away: sign(v) * floor(|v| + 0.5)
-            nodes += [helper.make_node("Abs", [p + "v"], [p + "a"], name=p + "abs"),
-                      helper.make_node("Add", [p + "a", p + "half"], [p + "ah"], name=p + "add_half"),
-                      helper.make_node("Floor", [p + "ah"], [p + "m"], name=p + "floor"),
-                      helper.make_node("Sign", [p + "v"], [p + "sg"], name=p + "sign"),
-                      helper.make_node("Mul", [p + "m", p + "sg"], [p + "q"], name=p + "signed")]
-    q = p + "q"
-    if zp is not None:
-        nodes += [_const(p + "zp", zp),
-                  helper.make_node("Add", [q, p + "zp"], [p + "qz"], name=p + "add_zp"),
-                  helper.make_node("Clip", [p + "qz", p + "qmin", p + "qmax"], [p + "cz"], name=p + "clip"),
-                  helper.make_node("Sub", [p + "cz", p + "zp"], [p + "c"], name=p + "sub_zp")]
-    else:
-        nodes.append(helper.make_node("Clip", [q, p + "qmin", p + "qmax"], [p + "c"], name=p + "clip"))
-    nodes.append(helper.make_node("Mul", [p + "c", p + "scale"], [y], name=rec.name))
-    return nodes
 
 
 class OrtRuntime:

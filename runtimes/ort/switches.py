@@ -33,7 +33,7 @@ from onnx import helper, numpy_helper
 
 from qir.graph import QIR
 from qir.records import CalibRecord
-from qir.runtimes.ort.backend import lower_fake_quant
+from qir.runtimes.ort.lowering import lower_fake_quant
 
 __all__ = ["rows_input", "is_rows_input", "rows_value_info", "switch_nodes", "make_batch_capable", "BATCH"]
 

@@ -23,7 +23,7 @@ from qir.runtimes.numerics import apply_calibration
 from qir.tools.emit import emit, emit_model
 
 from ..conftest import REPO, real_models
-from ..qir.test_qdq_import import (
+from ..qir.io.test_qdq_import import (
     REAL,
     calibration_samples,
     clip_model,
@@ -464,7 +464,7 @@ def test_real_models_emit_run_and_round_trip(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_qdq_models_emit_back_to_themselves(name, tmp_path):
     """ORT-quantized real model → qir → emit: the emitted model computes what the original does."""
-    from ..qir.test_qdq_import import real_qdq
+    from ..qir.io.test_qdq_import import real_qdq
 
     _, qdq_path, feeds = real_qdq(name, tmp_path)
     ir = qir.load(qdq_path)

@@ -177,7 +177,8 @@ def test_global_average_pool_runs_as_reduce_mean_on_onnxruntime(opset):
     from onnx import numpy_helper
 
     from qir.io.onnx_export import export_onnx, export_subgraph
-    from qir.runtimes.ort.backend import lower_layout_stable, new_session
+    from qir.runtimes.ort.backend import new_session
+    from qir.runtimes.ort.lowering import lower_layout_stable
 
     text = f"""
     <ir_version: 8, opset_import: ["" : {opset}]>

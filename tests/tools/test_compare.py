@@ -108,7 +108,7 @@ def test_real_detector_planted_faults_are_found(tmp_path):
 def test_float_model_against_its_onnxruntime_qdq_model(tmp_path, capsys):
     """A model quantized by onnxruntime's quantize_static, compared with its float model: the
     layers line up by name, the table and sensitivity are filled."""
-    from ..qir.test_qdq_import import real_qdq
+    from ..qir.io.test_qdq_import import real_qdq
 
     float_path, qdq_path, feeds = real_qdq("ppocr_cls", tmp_path)
     data = tmp_path / "data.npz"
@@ -127,7 +127,7 @@ def test_float_model_against_its_onnxruntime_qdq_model(tmp_path, capsys):
 def test_pytorch_float_model_against_its_torch_ao_fake_quant_version(tmp_path):
     """QuantAnalysis takes the two PyTorch modules; layers carry their module paths."""
     torch = pytest.importorskip("torch")
-    from ..qir.test_torch_import import _qat_model
+    from ..qir.io.test_torch_import import _qat_model
 
     qat = _qat_model(torch.ao.quantization.get_default_qat_qconfig("qnnpack"))
     float_model = type(qat)()

@@ -11,7 +11,7 @@ from qir import metrics as qmetrics
 from qir.passes import PassManager, get_pass
 from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
 
-from ..conftest import real_models
+from ...conftest import real_models
 
 pytestmark = pytest.mark.slow
 

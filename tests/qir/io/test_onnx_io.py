@@ -11,7 +11,7 @@ import qir
 from qir.errors import ImportError_, InputError, UnsupportedOpError
 from qir.io.onnx_export import export_onnx
 
-from ..conftest import REPO, model_from_text
+from ...conftest import REPO, model_from_text
 
 SHAPE_CHAIN = """
 <ir_version: 8, opset_import: ["" : 13]>

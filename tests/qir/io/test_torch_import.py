@@ -180,7 +180,7 @@ def test_import_torch_command(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_real_mtcnn_nets_with_released_weights():
-    from ..conftest import real_models
+    from ...conftest import real_models
 
     rm = real_models()
     faces = rm.faces(4)  # real face crops, gray 25x25 in [0, 1]

@@ -27,7 +27,7 @@ from qir.io.qdq_params import dequantize
 from qir.kinds import CalibMode, CalibRole
 from qir.runtimes.numerics import apply_calibration
 
-from ..conftest import REPO, real_models
+from ...conftest import REPO, real_models
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 

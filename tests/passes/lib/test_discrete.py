@@ -13,7 +13,7 @@ from qir.passes.lib.discrete import index_values, replayed
 from qir.passes.op_sensitivity import op_sensitivity
 from qir.runtimes.engine import configured_clone
 
-from ..conftest import DIGITS
+from ...conftest import DIGITS
 
 TOPK = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -84,7 +84,7 @@ two_topk (float[1, 16] x) => (float[1, 3] v2, float[1, 3, 4] rows, int64[1] best
 
 
 def test_only_read_indices_are_replayed_and_pruned_quantizers_are_not_candidates():
-    from ..conftest import model_from_text
+    from ...conftest import model_from_text
 
     ir = qir.load(model_from_text(TWO_TOPK, {"w": (16, 8), "table": (8, 4)}))
     data = [{"x": np.random.default_rng(i).standard_normal((1, 16)).astype(np.float32)} for i in range(4)]

@@ -12,7 +12,7 @@ from qir.records import OpRecord
 from qir.runtimes.engine.cost import cone_fraction, op_flops, step_flops
 from qir.runtimes.engine.plan import build_plan, split_segments
 
-from ..conftest import REPO, model_from_text
+from ...conftest import REPO, model_from_text
 
 RESIDUAL = """
 <ir_version: 8, opset_import: ["" : 17]>
