@@ -55,7 +55,7 @@ class CalibratePass(Pass):
 
     name = "calibrate"
 
-    def __init__(self, data: Any = None, method: str = "max", percentile: float = 99.99,
+    def __init__(self, data: Any = None, method: str = "max", *, percentile: float = 99.99,
                  num_bins: int = 2048, runtime: str = "ort", limit: int | None = None,
                  mix_samples: int = 2, progress: bool = True) -> None:
         if method not in METHODS:

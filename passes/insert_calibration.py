@@ -83,7 +83,7 @@ class InsertCalibrationPass(Pass):
 
     name = "insert-calibration"
 
-    def __init__(self, march: str = "generic", inputs: bool = True, outputs: bool = False) -> None:
+    def __init__(self, march: str = "generic", *, inputs: bool = True, outputs: bool = False) -> None:
         self.profile = get_profile(march)
         self.inputs, self.outputs = bool(inputs), bool(outputs)
         self.options = {"march": self.profile.name, "inputs": self.inputs, "outputs": self.outputs}

@@ -39,7 +39,7 @@ class SetModePass(Pass):
     name = "set-mode"
 
     def __init__(self, mode: str | None = None, nodes: str | list[str] | None = None,
-                 op_types: str | list[str] | None = None, role: str | None = None,
+                 *, op_types: str | list[str] | None = None, role: str | None = None,
                  from_file: str | None = None, threshold: float | None = None, sensitive: str | None = None,
                  top_k: int | None = None, ratio: float | None = None) -> None:
         if mode is None and threshold is None:

@@ -100,3 +100,16 @@ def test_listed_exceptions_are_still_needed():
         sizes = [n.end_lineno - n.lineno + 1 for n in ast.walk(ast.parse(sources[rel]))
                  if isinstance(n, ast.FunctionDef) and n.name == name]
         assert sizes and max(sizes) > MAX_FUNCTION_LINES, key
+
+
+def test_pass_options_beyond_the_first_two_are_keyword_only():
+    import inspect
+
+    from qir import passes
+    from qir.passes.base import PASSES
+
+    passes._load_passes()
+    for name, cls in PASSES.items():
+        params = [p for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"]
+        positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        assert len(positional) <= 2, f"pass {name!r}: make {positional[2:]} keyword-only"
