@@ -1,10 +1,9 @@
 """Deterministic fresh names: the one rule every importer and pass uses to avoid collisions."""
 from __future__ import annotations
 
-import re
 from typing import Container
 
-__all__ = ["fresh_name", "safe_filename"]
+__all__ = ["fresh_name"]
 
 
 def fresh_name(base: str, taken: Container[str], sep: str = "_") -> str:
@@ -15,8 +14,3 @@ def fresh_name(base: str, taken: Container[str], sep: str = "_") -> str:
     while name in taken:
         name, n = f"{base}{sep}{n}", n + 1
     return name
-
-
-def safe_filename(name: str) -> str:
-    """A node name as a file name (path separators and odd characters become ``_``)."""
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "node"

@@ -27,13 +27,19 @@ logger = logging.getLogger(__name__)
 
 def write_model(model: onnx.ModelProto, path: str | Path, *, overwrite: bool = False) -> Path:
     """``model`` saved to ``path`` (its folder created); an existing file only with ``overwrite``."""
+    path = _writable(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def _writable(path: str | Path, overwrite: bool) -> Path:
+    """``path``, unless it exists and ``overwrite`` is off, or is a folder: then one clear error."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise InputError(f"{path} exists; choose another output path or pass overwrite=True")
     if path.is_dir():
         raise InputError(f"{path} is a directory; give the path of an .onnx file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
     return path
 
 
@@ -53,9 +59,7 @@ def emit(ir: QIR, path: str | Path, *, opset: int | None = None, overwrite: bool
     """Emit ``ir`` (:class:`qir.passes.emit.EmitPass`) and write the model to ``path``. Returns the
     pass's report with ``path`` in place of the model. An existing ``path`` is refused before
     anything is built unless ``overwrite``. ``ir`` is not changed."""
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise InputError(f"{path} exists; choose another output path or pass overwrite=True")
+    path = _writable(path, overwrite)  # refused before the model is built
     found = dict(EmitPass(opset=opset)(ir).report)
     write_model(found.pop("model"), path, overwrite=True)
     found.pop("overwrite")

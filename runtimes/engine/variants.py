@@ -95,11 +95,16 @@ def effective(rec: CalibRecord, mode: CalibMode | str) -> CalibRecord:
     return out
 
 
+def _mode_in(rec: CalibRecord, reference: str, changes: Mapping[str, str]) -> CalibMode | str | None:
+    """The mode ``rec`` runs in under ``reference`` with ``changes`` (None: its own mode)."""
+    return changes.get(rec.name, CalibMode.FLOAT if reference == "float" else None)
+
+
 def configured(ir: QIR, reference: str, changes: Mapping[str, str]) -> dict[str, CalibRecord]:
     """Every calibration node as it runs in ``reference`` with ``changes`` applied."""
     out = {}
     for c in ir.calibrations():
-        mode = changes.get(c.name, CalibMode.FLOAT if reference == "float" else None)
+        mode = _mode_in(c, reference, changes)
         out[c.name] = c if mode is None or CalibMode(mode) is c.mode else effective(c, mode)
     return out
 
@@ -107,8 +112,10 @@ def configured(ir: QIR, reference: str, changes: Mapping[str, str]) -> dict[str,
 def configured_clone(ir: QIR, reference: str, changes: Mapping[str, str]) -> QIR:
     """A clone of ``ir`` whose calibration nodes run as in ``reference`` with ``changes``."""
     clone = ir.clone()
-    for name, rec in configured(ir, reference, changes).items():
-        clone.set_calibration(name, mode=rec.mode)
+    for c in clone.calibrations():
+        mode = _mode_in(c, reference, changes)
+        if mode is not None:
+            clone.set_calibration(c.name, mode=mode)
     return clone
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from qir.json_dump import write_json
-from qir.naming import safe_filename
 from qir.passes.lib.capture import PlotResult
-from qir.tools.reports.plots import pyplot, save_figure
+from qir.tools.reports.plots import pyplot, safe_filename, save_figure
 
 __all__ = ["write_report", "plot_overlay"]
 

@@ -1,10 +1,11 @@
 """The one matplotlib setup of qir's reports: a headless backend, figures closed once saved."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["pyplot", "save_figure"]
+__all__ = ["pyplot", "save_figure", "safe_filename"]
 
 
 def pyplot():
@@ -16,6 +17,11 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def safe_filename(name: str) -> str:
+    """A node name as a file name (path separators and odd characters become ``_``)."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "node"
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from qir.errors import InputError
-from qir.naming import safe_filename
-from qir.tools.reports.plots import pyplot, save_figure
+from qir.tools.reports.plots import pyplot, safe_filename, save_figure
 from qir.tools.reports.tables import write_table
 
 __all__ = ["COLUMNS", "write_report", "write_histograms", "write_tensorboard"]
