@@ -295,7 +295,10 @@ class QIR:
         if fixed is not None:
             rec.fixed = bool(fixed)
         after = (rec.mode, rec.threshold, rec.scale, rec.zero_point, rec.axis, rec.fixed)
-        changed = any(a is not b and not np.array_equal(a, b) for a, b in zip(before, after))
+        # the mode by ==: numpy reads a str enum as its str() cut to the value's length ("Calib" for
+        # both int16 and float), so np.array_equal would call int16 -> float no change
+        changed = before[0] != after[0] or any(a is not b and not np.array_equal(a, b)
+                                               for a, b in zip(before[1:], after[1:]))
         if changed:
             self.touch()
         return changed

@@ -228,3 +228,14 @@ def test_set_calibration_is_the_one_way_to_change_a_node_and_moves_the_version()
     assert rec.scale is None and rec.fixed and rec.axis is None
     with pytest.raises(NotFoundError):
         ir.set_calibration("nope", mode="int8")
+
+
+@pytest.mark.parametrize("first, second", [("int16", "float"), ("float", "int16"), ("int8", "fp16"), ("fp16", "int8")])
+def test_every_mode_change_moves_the_version(first, second):
+    # the mode values of equal length (int16/float, int8/fp16) once compared equal through numpy
+    ir = small_ir()
+    ir.insert_calibration("x", "x_q", role="activation")
+    ir.set_calibration("x_q", mode=first)
+    v = ir.version
+    assert ir.set_calibration("x_q", mode=second) and ir.version > v
+    assert ir.calibration("x_q").mode is CalibMode(second)
