@@ -82,7 +82,7 @@ def _onnxruntime_minmax(ir, samples) -> float:
     from qir.passes import get_pass
 
     float_ir = ir.clone()
-    get_pass("set-mode", mode="float")(float_ir)  # every calibration node float: the plain model
+    get_pass("set-mode", mode="float", all=True)(float_ir)  # every calibration node float: the plain model
 
     class Reader(CalibrationDataReader):
         def __init__(self):

@@ -16,12 +16,16 @@ __all__ = ["SetModePass"]
 
 logger = logging.getLogger(__name__)
 
+
 def _names_from_file(path: str | Path) -> list[str]:
     p = Path(path)
     if not p.exists():
         raise InputError(f"node list file not found: {p}")
     lines = (line.split("#", 1)[0].strip() for line in p.read_text().splitlines())
-    return [line for line in lines if line]
+    names = [line for line in lines if line]
+    if not names:
+        raise InputError(f"{p} lists no node names (one per line, # starts a comment)")
+    return names
 
 
 @register_pass
@@ -31,9 +35,12 @@ class SetModePass(Pass):
     Selection: ``nodes`` (names/globs of calibration nodes, general nodes or module paths;
     comma-separated or a list), ``from_file`` (one name per line, ``#`` comments), ``op_types``,
     ``role``; ``sensitive`` (a ``sensitive_ops.json`` from op-sensitivity / ``qir compare``) with
-    ``top_k`` or ``ratio``: the calibration nodes of its most sensitive rows. No criterion selects
-    every calibration node. ``threshold`` sets a per-tensor
-    threshold, marks it ``fixed`` (calibration will not change it) and drops any imported scale.
+    ``top_k`` or ``ratio``: the calibration nodes of its most sensitive rows; criteria combine
+    with AND. Changing every calibration node takes ``all=True`` (``--all``): no criterion at all
+    is an error, and so is a name or glob that matches nothing, or criteria whose intersection is
+    empty (a selector that selects nothing is a mistake, not a request to change nothing).
+    ``threshold`` sets a per-tensor threshold, marks it ``fixed`` (calibration will not change it)
+    and drops any imported scale.
     """
 
     name = "set-mode"
@@ -41,7 +48,7 @@ class SetModePass(Pass):
     def __init__(self, mode: str | None = None, nodes: str | list[str] | None = None,
                  *, op_types: str | list[str] | None = None, role: str | None = None,
                  from_file: str | None = None, threshold: float | None = None, sensitive: str | None = None,
-                 top_k: int | None = None, ratio: float | None = None) -> None:
+                 top_k: int | None = None, ratio: float | None = None, all: bool = False) -> None:  # noqa: A002
         if mode is None and threshold is None:
             raise InputError("set-mode needs a mode (int8, int16, fp16, float) or a threshold")
         try:
@@ -61,12 +68,24 @@ class SetModePass(Pass):
             raise InputError("--top-k / --ratio choose rows of a sensitivity report: give --sensitive "
                              "sensitive_ops.json (sensitive=... in Python)")
         self.op_types, self.role, self.threshold = as_name_list(op_types), role, threshold
+        criteria = "--nodes, --op-types, --role, --from-file or --sensitive"
+        selected = bool(self.nodes or self.op_types or role)
+        if not selected and not all:
+            raise InputError(f"set-mode needs the calibration nodes to change: {criteria}, or --all for every "
+                             "one (all=True in Python)")
+        if selected and all:
+            raise InputError(f"--all selects every calibration node; give it without {criteria}")
+        self.all = bool(all)
         self.options = {k: v for k, v in (("mode", mode), ("nodes", self.nodes or None),
                                           ("op_types", self.op_types or None), ("role", role),
-                                          ("threshold", threshold)) if v is not None}
+                                          ("threshold", threshold), ("all", self.all or None)) if v is not None}
 
     def run(self, ir: QIR) -> PassResult:
         chosen = select_calibrations(ir, self.nodes, self.op_types, self.role)
+        if not chosen:
+            what = ", ".join(f"{k}={v}" for k, v in self.options.items() if k not in ("mode", "threshold"))
+            raise InputError(f"set-mode: {what} selects no calibration node of {ir.name!r}"
+                             + ("" if ir.calibrations() else "; it has none (calibrate it first)"))
         fixed = {} if self.threshold is None else {"threshold": np.float32(self.threshold), "axis": None, "fixed": True}
         changed = [cal.name for cal in chosen if ir.set_calibration(cal.name, mode=self.mode, **fixed)]
         logger.info("set-mode: %d of %d selected calibration node(s) changed", len(changed), len(chosen))

@@ -29,7 +29,8 @@ def select_calibrations(ir: QIR, nodes: Iterable[str] = (), op_types: Iterable[s
     ``nodes``: names or globs, each matching calibration nodes by their own name, or the
     calibration nodes that feed a general node matched by name or module path. ``op_types``:
     the calibration nodes feeding ops of those types. ``role``: ``weight`` or ``activation``.
-    A plain name that matches nothing is an error with suggestions.
+    A name or glob that matches nothing is an error (a plain name's message suggests close names):
+    a selector that selects nothing is a typo, never a request to change nothing.
     """
     chosen = ir.calibrations()
     nodes, op_types = list(nodes), list(op_types)
@@ -41,7 +42,10 @@ def select_calibrations(ir: QIR, nodes: Iterable[str] = (), op_types: Iterable[s
             match = (lambda n, p=pattern: fnmatch.fnmatchcase(n, p)) if is_glob else (lambda n, p=pattern: n == p)
             targets = {o.name for o in ops if match(o.name) or (o.module and match(o.module))}
             hits = [c for c in chosen if match(c.name) or targets & set(c.feeds)]
-            if not hits and not is_glob:
+            if not hits and is_glob:
+                raise NotFoundError(f"no calibration node, op or module path matches {pattern!r}; "
+                                    "`qir dump MODEL` lists the names")
+            if not hits:
                 names = [c.name for c in chosen] + [o.name for o in ops]
                 raise NotFoundError(did_you_mean(pattern, names, "calibration node or op"))
             picked.update((c.name, c) for c in hits)

@@ -31,7 +31,6 @@ def test_selection_criteria(ir, tmp_path):
     assert len(select_calibrations(ir, op_types=["Conv"], role="weight")) == 5
     assert names(select_calibrations(ir, ["conv*.weight_calib"])) == [
         "conv1.weight_calib", "conv2.weight_calib", "conv5.weight_calib"]
-    assert select_calibrations(ir, ["zzz*"]) == []  # a glob may match nothing
     ir.op("fc").module = "head.fc"
     assert names(select_calibrations(ir, ["head.fc"])) == ["fc.weight_calib", "flatten_out_calib"]
     listing = tmp_path / "nodes.txt"
@@ -60,3 +59,31 @@ def test_errors(ir):
         get_pass("set-mode", nodes="conv1")
     with pytest.raises(InputError, match="finite number > 0"):
         get_pass("set-mode", threshold=0.0)
+
+
+def test_a_selector_that_selects_nothing_is_an_error(ir):
+    before = {c.name: c.mode for c in ir.calibrations()}
+    with pytest.raises(NotFoundError, match=r"no calibration node, op or module path matches '/model.99/\*'"):
+        select_calibrations(ir, ["conv2", "/model.99/*"])  # one glob of the list matches nothing
+    with pytest.raises(NotFoundError, match="matches 'zzz\\*'"):
+        get_pass("set-mode", nodes="zzz*", mode="int16")(ir)
+    assert {c.name: c.mode for c in ir.calibrations()} == before
+    # each criterion matches something, but no calibration node meets both
+    fc_weight_only = get_pass("set-mode", nodes="fc.weight_calib", role="activation", mode="int16")
+    with pytest.raises(InputError, match="selects no calibration node"):
+        fc_weight_only(ir)
+
+
+def test_every_node_takes_all(ir, tmp_path):
+    with pytest.raises(InputError, match="--all for every one"):
+        get_pass("set-mode", mode="int16")
+    with pytest.raises(InputError, match="give it without"):
+        get_pass("set-mode", mode="int16", role="weight", all=True)
+    empty = tmp_path / "none.txt"
+    empty.write_text("# nothing chosen yet\n")
+    with pytest.raises(InputError, match="lists no node names"):
+        get_pass("set-mode", from_file=str(empty), mode="int16")
+    result = get_pass("set-mode", mode="int16", all=True)(ir)
+    assert sorted(result.report["changed"]) == sorted(c.name for c in ir.calibrations())
+    assert {c.mode.value for c in ir.calibrations()} == {"int16"}
+    assert PassManager("set-mode{all=True,mode=float}").run(ir).modified

@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -111,7 +112,11 @@ def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):
     data = str(DIGITS / "calibration_data")
     cal, partial, emitted = (str(tmp_path / n) for n in ("cal.onnx", "partial.onnx", "emitted.onnx"))
     assert main(["calibrate", MODEL, data, "-o", cal, "--method", "mse"]) == 0
-    assert main(["set-mode", cal, "-o", partial, "--nodes", "conv2,/no/such/*", "--mode", "int16"]) == 0
+    assert main(["set-mode", cal, "-o", partial, "--nodes", "conv2,/model.99/*", "--mode", "int16"]) == 2
+    assert "matches '/model.99/*'" in capsys.readouterr().err and not Path(partial).exists()
+    assert main(["set-mode", cal, "-o", partial, "--mode", "int16"]) == 2  # no selector: --all or a choice
+    assert "--all for every one" in capsys.readouterr().err and not Path(partial).exists()
+    assert main(["set-mode", cal, "-o", partial, "--nodes", "conv2", "--mode", "int16"]) == 0
     import qir
     modes = {c.name: c.mode.value for c in qir.load(partial).calibrations()}
     assert modes["conv2.weight_calib"] == modes["relu1_out_calib"] == "int16"
@@ -120,6 +125,9 @@ def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):
     assert "int16: 2" in capsys.readouterr().out
     assert main(["set-mode", cal, "-o", str(tmp_path / "x.onnx"), "--nodes", "conv22", "--mode", "int16"]) == 2
     assert "did you mean 'conv2'" in capsys.readouterr().err
+    everything = str(tmp_path / "all_float.onnx")
+    assert main(["set-mode", cal, "-o", everything, "--all", "--mode", "float"]) == 0
+    assert {c.mode.value for c in qir.load(everything).calibrations()} == {"float"}
 
 
 def _calibrated(tmp_path):

@@ -93,7 +93,7 @@ def cmd_set_mode(args: argparse.Namespace) -> int:
 
     set_mode = get_pass("set-mode", mode=args.mode, nodes=args.nodes, op_types=args.op_types,
                         role=args.role, from_file=args.from_file, threshold=args.threshold,
-                        sensitive=args.sensitive, top_k=args.top_k, ratio=args.ratio)
+                        sensitive=args.sensitive, top_k=args.top_k, ratio=args.ratio, all=args.all)
     return run_pipeline(args, [set_mode])
 
 
@@ -143,10 +143,13 @@ def _add_set_mode(sub) -> None:
     p = sub.add_parser("set-mode", help="set calibration nodes to int8/int16/fp16/float or a fixed threshold")
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
     p.add_argument("-o", "--output", required=True, help="the model to write (.onnx)")
-    p.add_argument("--mode", choices=["int8", "int16", "fp16", "float"])
-    p.add_argument("--nodes", help="comma-separated names or globs (calibration nodes, ops, module paths)")
+    p.add_argument("--mode", choices=["int8", "int16", "fp16", "float"],
+                   help="the precision to set (float: not quantized); give --mode, --threshold or both")
+    p.add_argument("--nodes", help="comma-separated names or globs (calibration nodes, ops, module paths); "
+                                   "each must match something")
     p.add_argument("--op-types", help="comma-separated op types, e.g. Conv,MatMul")
-    p.add_argument("--role", choices=["weight", "activation"])
+    p.add_argument("--role", choices=["weight", "activation"], help="only weight or only activation calibration nodes")
+    p.add_argument("--all", action="store_true", help="every calibration node (instead of a selection)")
     p.add_argument("--from-file", help="a file with one node name per line")
     p.add_argument("--threshold", type=float, help="a fixed threshold (kept by calibration)")
     p.add_argument("--sensitive", help="a sensitive_ops.json (qir compare): take its most sensitive rows")
