@@ -13,7 +13,7 @@ from qir.passes.lib.fusion import inside_fusion
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.march import OpClass, get_profile, op_class
 
-__all__ = ["InsertCalibrationPass", "weight_axis", "calibration_name"]
+__all__ = ["InsertCalibrationPass", "weight_axis", "calibration_name", "quantizes_weight"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,15 @@ def weight_axis(op: OpRecord, slot: int, rank: int) -> int | None:
         if slot == 0:
             return rank - 2 if rank >= 2 else None
     return None
+
+
+def quantizes_weight(op: OpRecord, slot: int, dtype: str | None) -> bool:
+    """Does a constant of ``dtype`` in input ``slot`` of ``op`` get a WEIGHT calibration node
+    (rule 1 of :class:`InsertCalibrationPass`)? Only float constants read by a GEMM op, bias
+    slots (input 2 of Conv, ConvTranspose and Gemm) excepted; int64 shape constants never."""
+    if not _is_float(dtype) or op_class(op.op_type) is not OpClass.GEMM:
+        return False
+    return not (op.op_type in ("Conv", "ConvTranspose", "Gemm") and slot == 2)
 
 
 def calibration_name(ir: QIR, value: str) -> str:
@@ -101,7 +110,7 @@ class InsertCalibrationPass(Pass):
                     continue
                 rec = ir.value(value)
                 if rec.kind is NodeKind.WEIGHT:
-                    if cls is not OpClass.GEMM or (op.op_type in ("Conv", "ConvTranspose", "Gemm") and slot == 2):
+                    if not quantizes_weight(op, slot, rec.dtype):
                         continue
                     rank = len(rec.shape or ())
                     uses = [(r.name, s) for r, s in ir.uses(value)

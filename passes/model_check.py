@@ -6,8 +6,11 @@ Sections of the report, each a list of findings (``{"kind", "node", "detail"}``)
    calibration node on a value inside it (quantized although the fused NPU kernel never writes
    it: run ``fuse`` before ``insert-calibration``), and Conv/Gemm→BatchNormalization pairs
    that ``fold-bn`` did not fold.
-2. **shared**: weights read by more than one op, and (for models from PyTorch) modules called
-   0 or more than once in one forward pass.
+2. **shared**: weights read by more than one op as a quantized weight input (a float constant in
+   a slot that gets a weight calibration node, :func:`~qir.passes.insert_calibration.quantizes_weight`:
+   those ops share one quantization of it; int64 shape constants and float constants that ops
+   read as data are not findings), and (for models from PyTorch) modules called 0 or more than
+   once in one forward pass.
 3. **config**: per general node, the mode of every calibration node feeding it (``data`` inputs
    and ``weight`` inputs, with axis), its output's mode (the calibration nodes reading it, or
    ``float``) and the calibration method.
@@ -25,6 +28,7 @@ import logging
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.insert_calibration import quantizes_weight
 from qir.passes.lib.fusion import META_KEY, match_pattern
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.march import OpClass, get_profile, op_class
@@ -91,8 +95,10 @@ class ModelCheckPass(AnalysisPass):
     def _shared(ir: QIR) -> list[dict]:
         found = []
         for w in ir.weights():
-            readers = {r.name for c in ir.consumers(w.name)
-                       for r in ([c] if isinstance(c, OpRecord) else ir.consumers(c.output)) if isinstance(r, OpRecord)}
+            # the weight itself and its calibration nodes' outputs: what ops read it as
+            values = [w.name] + [c.output for c in ir.consumers(w.name) if isinstance(c, CalibRecord)]
+            readers = {r.name for v in values for r, slot in ir.uses(v)
+                       if isinstance(r, OpRecord) and quantizes_weight(r, slot, w.dtype)}
             if len(readers) > 1 and w.data is not None and w.data.size > 1:
                 found.append({"kind": "shared weight", "node": w.name,
                               "detail": f"read by {len(readers)} ops ({', '.join(sorted(readers)[:5])}); they share "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 import qir
 from qir.passes import PassManager, get_pass
@@ -11,7 +12,7 @@ from qir.tools.cli import main
 from qir.tools.model_check import check_model
 from qir.tools.reports.model_check import format_report
 
-from ..conftest import REPO, model_from_text
+from ..conftest import REPO, calibrated_real, model_from_text, real_models
 
 DIGITS = REPO / "qir" / "examples" / "digits"
 DATA = DIGITS / "calibration_data"
@@ -72,6 +73,28 @@ g (float[1,4] x) => (float[1,4] y) {
     assert {("shared module", "act"), ("unused module", "spare")} <= found
 
 
+def test_only_constants_quantized_as_weights_count_as_shared():
+    # w: a float weight both MatMuls quantize (one quantization, shared: a finding); shape: an int64
+    # constant two Reshapes read (never quantized); b: a float constant two Adds read as data
+    model = model_from_text("""
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,4] x) => (float[1,4] y) <int64[2] shape = {1, 4}> {
+    a = MatMul (x, w)
+    ab = Add (a, b)
+    r = Reshape (ab, shape)
+    m = MatMul (r, w)
+    mb = Add (m, b)
+    y = Reshape (mb, shape)
+}
+""", {"w": (4, 4), "b": (1, 4)})
+    for calibrated in (False, True):  # as imported, and with the weight read through its calibration node
+        ir = qir.import_onnx(model)
+        if calibrated:
+            PassManager("insert-calibration{march=nash-e}").run(ir)
+            assert [c.input for c in ir.calibrations("weight")] == ["w"]
+        assert kinds(check_model(ir)["shared"]) == {("shared weight", "w")}
+
+
 def test_calibrate_writes_the_check_and_the_check_command(tmp_path, capsys):
     out = tmp_path / "cal.onnx"
     assert main(["calibrate", str(DIGITS / "model.onnx"), str(DATA), "-o", str(out)]) == 0
@@ -82,3 +105,16 @@ def test_calibrate_writes_the_check_and_the_check_command(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "unfolded batchnorm" in printed and (tmp_path / "c" / "model_check_result.txt").exists()
     assert "calibration configuration per op" in format_report(doc)
+
+
+@pytest.mark.slow
+def test_yolov8n_has_no_shared_weight_findings():
+    # its int64 Split sizes / Reshape shapes and the anchor constant (read by Add and Sub) are
+    # shared between ops, but no op quantizes them: none of them is a shared weight
+    ir, _ = calibrated_real("yolov8n_320", [1, 3, 320, 320], count=1)
+    report = check_model(ir)
+    shared_consts = {w.name for w in ir.weights() if len({r.name for r in ir.consumers(w.name)}) > 1}
+    assert any(ir.value(n).dtype == "int64" for n in shared_consts)  # the constants the check once reported
+    assert report["shared"] == []
+    raw = check_model(qir.load(real_models().model("yolov8n_320"), input_shapes={"images": [1, 3, 320, 320]}))
+    assert raw["shared"] == []
