@@ -51,7 +51,7 @@ from qir.runtimes.engine.cost import step_flops
 from qir.runtimes.engine.options import batch_size, check_options, optimization_level
 from qir.runtimes.engine.plan import Plan, build_plan, split_segments, weight_calibrations
 from qir.runtimes.engine.reference import ReferenceCache
-from qir.runtimes.engine.results import EngineResult, fingerprint, open_results, ordered_rows
+from qir.runtimes.engine.results import EngineResult, data_digest, fingerprint, open_results, ordered_rows
 from qir.runtimes.engine.rows import Rows
 from qir.runtimes.engine.runners import NumpySteps, OrtSteps
 from qir.runtimes.engine.steps import run_steps
@@ -150,9 +150,11 @@ class Engine:
         variants = list(variants)
         check_variants(self.ir, variants)
         start = time.perf_counter()
+        data = data_digest(self.samples) if out_dir is not None else None  # (only a results file needs it)
         analysis = fingerprint(self.ir, variants, len(self.samples), [
-            list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding])
-        rows, results = open_results(out_dir, analysis, variants, len(self.samples), resume=resume, force=force)
+            list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding], data)
+        rows, results = open_results(out_dir, analysis, variants, len(self.samples), resume=resume, force=force,
+                                     data=data)
         done = {(r["variant"], r["sample"]) for r in rows}
         bar = tqdm(total=len(variants) * len(self.samples), initial=len(done), desc="variants", unit="run",
                    leave=False, disable=None if self.progress else True)

@@ -2,9 +2,11 @@
 
 With an output directory, results are appended to ``engine_results.jsonl`` as they are
 produced: a header line naming the analysis (its *fingerprint*: model, calibration, variants,
-number of samples and options), then one line per (variant, sample). ``resume=True`` keeps the
-lines of the same analysis and the engine computes only what is missing; a file of another
-analysis is never mixed in, and an existing file is overwritten only with ``force``.
+number of samples, the samples' content (:func:`data_digest`) and options), then one line per
+(variant, sample). ``resume=True`` keeps the lines of the same analysis and the engine computes
+only what is missing; a file of another analysis (other data included: the header also keeps
+the data's digest, so the refusal can say so) is never mixed in, and an existing file is
+overwritten only with ``force``.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.runtimes.engine.variants import Variant
 
-__all__ = ["RESULTS_FILE", "EngineResult", "ResultsFile", "fingerprint", "open_results", "ordered_rows"]
+__all__ = ["RESULTS_FILE", "EngineResult", "ResultsFile", "data_digest", "fingerprint", "open_results", "ordered_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,15 +66,30 @@ class EngineResult:
         return sorted(table.items(), key=lambda kv: qmetrics.worst_first(metric, kv[1][metric]))
 
 
-def fingerprint(ir: QIR, variants: Sequence[Variant], sample_count: int, options: Sequence[Any]) -> str:
+def data_digest(samples: Iterable[Mapping[str, Any]]) -> str:
+    """A SHA-1 of the samples' content: per sample, each input's name, dtype, shape and raw bytes
+    (hashed as they lie in memory, no per-element work). Two data sets with the same number of
+    samples but another value anywhere get different digests."""
+    h = hashlib.sha1()
+    for sample in samples:
+        for name in sorted(sample):
+            a = np.ascontiguousarray(sample[name])
+            h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
+            h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def fingerprint(ir: QIR, variants: Sequence[Variant], sample_count: int, options: Sequence[Any],
+                data: str | None = None) -> str:
     """What makes two analyses the same: the model's name and node counts, every calibration
-    node's mode and threshold (or scale), the variants, the number of samples and ``options``
-    (whatever else changes the results, in a fixed order)."""
+    node's mode and threshold (or scale), the variants, the number of samples, ``data`` (the
+    samples' :func:`data_digest`) and ``options`` (whatever else changes the results, in a fixed
+    order)."""
     h = hashlib.sha1()
     calib = [(c.name, c.mode.value, np.asarray(c.threshold if c.threshold is not None else c.scale,
                                                 np.float64).round(9).tolist())
              for c in ir.calibrations()]
-    parts = [ir.name, repr(ir.counts()), calib, [(v.name, v.items()) for v in variants], sample_count, *options]
+    parts = [ir.name, repr(ir.counts()), calib, [(v.name, v.items()) for v in variants], sample_count, data, *options]
     h.update(json.dumps(parts, default=str).encode())
     return h.hexdigest()
 
@@ -90,11 +107,12 @@ class ResultsFile:
 
 
 def open_results(out_dir: str | Path | None, analysis: str, variants: Sequence[Variant], sample_count: int, *,
-                 resume: bool, force: bool) -> tuple[list[dict], ResultsFile]:
-    """Start the results file of the analysis fingerprinted ``analysis`` in ``out_dir``. With
-    ``resume``, the rows it already holds for these variants and samples are kept (returned,
-    and rewritten after a fresh header; a half-written last line is dropped). A file of another
-    analysis is an error, and so is an existing one without ``resume`` or ``force``."""
+                 resume: bool, force: bool, data: str | None = None) -> tuple[list[dict], ResultsFile]:
+    """Start the results file of the analysis fingerprinted ``analysis`` (on samples whose
+    :func:`data_digest` is ``data``) in ``out_dir``. With ``resume``, the rows it already holds
+    for these variants and samples are kept (returned, and rewritten after a fresh header; a
+    half-written last line is dropped). A file of another analysis is an error (naming the data
+    when that is what differs), and so is an existing one without ``resume`` or ``force``."""
     if out_dir is None:
         if resume:
             raise InputError("resume needs the output directory of the interrupted analysis")
@@ -102,10 +120,10 @@ def open_results(out_dir: str | Path | None, analysis: str, variants: Sequence[V
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS_FILE
-    header = {"qir_engine_results": 1, "fingerprint": analysis}
+    header = {"qir_engine_results": 1, "fingerprint": analysis, "data": data}
     rows: list[dict] = []
     if path.exists() and resume:
-        rows = _saved_rows(path, analysis, variants, sample_count)
+        rows = _saved_rows(path, analysis, data, variants, sample_count)
     elif path.exists() and not force:
         raise InputError(f"{path} already exists; pass --resume to continue that analysis or --force "
                          "to overwrite it")
@@ -115,13 +133,18 @@ def open_results(out_dir: str | Path | None, analysis: str, variants: Sequence[V
     return rows, ResultsFile(path)
 
 
-def _saved_rows(path: Path, analysis: str, variants: Sequence[Variant], sample_count: int) -> list[dict]:
+def _saved_rows(path: Path, analysis: str, data: str | None, variants: Sequence[Variant],
+                sample_count: int) -> list[dict]:
     """The complete rows of ``path`` for these variants and samples, when it holds ``analysis``."""
     lines = path.read_text().splitlines()
     try:
         head = json.loads(lines[0]) if lines else {}
     except json.JSONDecodeError:
         head = {}
+    if head.get("fingerprint") != analysis and head.get("data", data) != data:
+        raise InputError(f"{path} holds results of a different analysis, computed on other data (the samples' "
+                         "content differs: another folder, changed files or another --data-num); resume with the "
+                         "data of that run, use another output directory, or --force to start over")
     if head.get("fingerprint") != analysis:
         raise InputError(f"{path} holds results of a different analysis (other model, data, "
                          "variants or options); use another output directory, or --force to start over")

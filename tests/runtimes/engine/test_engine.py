@@ -125,6 +125,20 @@ def test_results_file_and_resume(calibrated, samples, tmp_path):
     assert again.rows == first.rows
 
 
+def test_resume_refuses_other_data_of_the_same_size(calibrated, samples, tmp_path):
+    ir = calibrated
+    variants = variants_of(ir, "int8")[:2]
+    out = tmp_path / "run"
+    Engine(ir, samples, runtime="numpy", progress=False).evaluate(variants, out)
+    other = [dict(s) for s in samples]
+    other[1] = {"input": other[1]["input"].copy()}
+    other[1]["input"].flat[5] += 0.5  # one value of one sample differs
+    with pytest.raises(InputError, match="other data"):
+        Engine(ir, other, runtime="numpy", progress=False).evaluate(variants, out, resume=True)
+    same = [{"input": s["input"].copy()} for s in samples]  # equal content, other arrays: resumes
+    assert Engine(ir, same, runtime="numpy", progress=False).evaluate(variants, out, resume=True).rows
+
+
 def test_bad_input_is_one_clear_error(calibrated, samples):
     ir = calibrated
     engine = Engine(ir, samples, runtime="numpy", progress=False)
