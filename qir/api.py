@@ -7,6 +7,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
+from qir.files import atomic_write, check_outputs
 from qir.graph import QIR
 from qir.io.onnx_export import export_onnx
 from qir.io.onnx_import import import_onnx
@@ -59,8 +60,15 @@ def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = "numpy",
     return get_runtime(runtime, level=level).run(ir, feeds, capture=capture)
 
 
-def save(ir: QIR, path: str | Path) -> Path:
-    """Write ``ir`` as an ONNX model that onnxruntime runs."""
+def save(ir: QIR, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``ir`` as an ONNX model that onnxruntime runs; returns the path.
+
+    An existing ``path`` (``ir``'s own input file too) is refused with an
+    :class:`~qir.errors.OutputError` unless ``overwrite``, as the command line refuses it without
+    ``--force``. The file is written atomically (:func:`qir.files.atomic_write`): a failed write
+    leaves the old file as it was.
+    """
     path = Path(path)
-    onnx.save(export_onnx(ir), str(path))
-    return path
+    check_outputs([path], overwrite=overwrite)
+    model = export_onnx(ir)
+    return atomic_write(path, lambda tmp: onnx.save(model, str(tmp)))

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from qir.errors import InputError, did_you_mean
+from qir.files import atomic_write
 
 __all__ = ["Samples", "load_samples", "model_samples", "save_outputs", "save_npz"]
 
@@ -181,13 +182,15 @@ def save_outputs(path: str | Path, results: Iterable[Mapping[str, np.ndarray]]) 
 
 
 def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
-    """``{name: array}`` as an uncompressed ``.npz`` readable with ``np.load(allow_pickle=False)``.
-    Like ``np.savez``, but any name works (``np.savez`` rejects ``file`` and ``allow_pickle``)."""
+    """``{name: array}`` as an uncompressed ``.npz`` readable with ``np.load(allow_pickle=False)``,
+    written atomically (:func:`qir.files.atomic_write`). Like ``np.savez``, but any name works
+    (``np.savez`` rejects ``file`` and ``allow_pickle``)."""
     import zipfile
 
-    path = Path(path)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-        for name, array in arrays.items():
-            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asarray(array), allow_pickle=False)
-    return path
+    def write(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+            for name, array in arrays.items():
+                with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asarray(array), allow_pickle=False)
+
+    return atomic_write(path, write)

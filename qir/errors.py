@@ -5,7 +5,7 @@ import difflib
 from typing import Iterable
 
 __all__ = ["QirError", "ImportError_", "UnsupportedOpError", "NotFoundError", "InputError",
-           "ExecutionError", "did_you_mean"]
+           "OutputError", "ExecutionError", "did_you_mean"]
 
 
 class QirError(Exception):
@@ -29,6 +29,11 @@ class NotFoundError(QirError, KeyError):
 
 class InputError(QirError):
     """Input data (feeds, calibration data) does not fit the model."""
+
+
+class OutputError(InputError):
+    """A file qir was asked to write cannot be written: it exists and replacing it was not allowed,
+    its folder is not writable, or the write failed (a full disk). The message names the path."""
 
 
 class ExecutionError(QirError):

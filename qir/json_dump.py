@@ -38,10 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from qir.files import write_text
 from qir.printer import MAX_INLINE
 from qir.records import CalibRecord
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable", "finite", "write_json"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable", "finite", "json_text", "write_json"]
 
 SCHEMA = "qir.ir"
 SCHEMA_VERSION = 1
@@ -59,13 +60,15 @@ def finite(v: Any) -> Any:
     return v
 
 
+def json_text(schema: str, doc: dict[str, Any], version: int = 1) -> str:
+    """``{"schema", "version", **doc}`` as strict JSON text (non-finite numbers as strings): the
+    file format of every analysis report."""
+    return json.dumps({"schema": schema, "version": version, **finite(doc)}, indent=1, allow_nan=False) + "\n"
+
+
 def write_json(path: str | Path, schema: str, doc: dict[str, Any], version: int = 1) -> Path:
-    """``{"schema", "version", **doc}`` as strict JSON (non-finite numbers as strings): the file
-    format of every analysis report."""
-    path = Path(path)
-    path.write_text(json.dumps({"schema": schema, "version": version, **finite(doc)}, indent=1,
-                               allow_nan=False) + "\n")
-    return path
+    """:func:`json_text` written to ``path`` atomically (:func:`qir.files.write_text`)."""
+    return write_text(path, json_text(schema, doc, version))
 
 
 def jsonable(value: Any) -> Any:

@@ -129,6 +129,6 @@ def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path |
         cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
         print(f"  {method:<11} int8 accuracy {acc:.4f}  logits cosine vs float {cos:.6f}")
         if out is not None:
-            qir.save(model, out / f"calibrated_{method}.onnx")
+            qir.save(model, out / f"calibrated_{method}.onnx", overwrite=True)  # the demo folder: empty or --force
         results[method] = (model, acc)
     return results

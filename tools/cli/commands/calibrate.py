@@ -41,7 +41,7 @@ def run_pipeline(args: argparse.Namespace, pipeline: str | Sequence[Pass], *, da
     for name, rep in result.report["passes"].items():
         details = ", ".join(f"{k}={_short(v)}" for k, v in rep.items() if k not in ("modified", "seconds"))
         print(f"  {name:<20} {'modified ' if rep['modified'] else 'unchanged'} {rep['seconds']:7.2f}s  {details}")
-    qir.save(ir, out)
+    qir.save(ir, out, overwrite=args.force)
     print(f"{ir!r}\nwrote {out} in {time.perf_counter() - start:.1f}s")
     return 0
 

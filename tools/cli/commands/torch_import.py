@@ -27,7 +27,7 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
     else:
         example = {name: torch.rand(*shape, generator=generator) for name, shape in shapes.items()}
     ir = from_torch(module, example, opset=args.opset)
-    qir.save(ir, out)
+    qir.save(ir, out, overwrite=args.force)
     named = sum(1 for op in ir.ops() if op.module)
     print(f"wrote {out}: {ir!r}; {named} of {len(ir.ops())} ops carry their module path")
     for name, calls in ir.meta["torch_call_warnings"].items():
