@@ -50,6 +50,32 @@ def test_golden_text_with_a_calibration_node():
     assert str(ir) == GOLDEN
 
 
+def test_derived_symbolic_dims_print_as_short_names_with_a_legend():
+    # the model names one of its own dims d0: the short names skip it
+    from onnx import TensorProto, helper
+
+    half = "floor(d0/2 - 1/2) + 1"
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2], strides=[2], name="pool"),
+         helper.make_node("Flatten", ["p"], ["y"], axis=1, name="flat")], "sym",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "d0"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", f"({half})*3"])],
+        value_info=[helper.make_tensor_value_info("p", TensorProto.FLOAT, ["batch", 3, half])])
+    ir = qir.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert ir.value("y").shape == ("batch", f"({half})*3")  # the IR keeps the expressions
+    assert str(ir) == textwrap.dedent("""\
+        qir "sym" opset=17
+          input  %x : f32[batch,3,d0]
+          dim    d1 = floor(d0/2 - 1/2) + 1
+          dim    d2 = (d1)*3
+        {
+             0  pool: %p : f32[batch,3,d1] = MaxPool(%x) {kernel_shape=[2], strides=[2]}
+             1  flat: %y : f32[batch,d2] = Flatten(%p) {axis=1}
+          return %y
+        }
+        """)
+
+
 def test_dump_is_deterministic_across_imports():
     assert str(load_block()) == str(load_block())
     assert json.dumps(load_block().to_json()) == json.dumps(load_block().to_json())
