@@ -11,7 +11,8 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.6), computed by the analy
    special entries are an error there. At least one of the two is needed.
 2. For each variant and each general node's output, in topological order, ``metric(float
    output, variant output)`` on the first ``data_num`` samples (mean over samples).
-3. ``average_mode``: the running mean of that curve instead. ±inf points are left out.
+3. ``average_mode``: the running mean of that curve instead. ±inf points are left out. A sample
+   whose float values hold NaN or Inf is left out with a warning (the report's ``left_out``).
 4. One PNG with a curve per variant, and the numbers as CSV and JSON: written from the report by
    ``qir.tools.reports.acc_error`` (the pass only computes); hmct's ``plot_acc_error`` lives in
    ``qir.tools.hmct``.
@@ -75,7 +76,7 @@ class AccErrorPass(AnalysisPass):
         nodes = [op for op in ir.ops() if op.outputs and op.outputs[0]]
         values = [op.outputs[0] for op in nodes]
         curves: dict[str, list[float | None]] = {}
-        stats = {}
+        stats, left_out = {}, {}
         for reference, variants in (("float", self._whitelist(ir)), ("quantized", self._blacklist(ir))):
             if not variants:
                 continue
@@ -87,12 +88,15 @@ class AccErrorPass(AnalysisPass):
             finally:
                 engine.close()
             stats[reference] = result.stats
+            left_out.update({str(s): why for s, why in result.left_out.items()})
             for v in variants:
                 rows = [r for r in result.rows if r["variant"] == v.name]
                 curve = [float(np.mean([r["values"][val][self.metric] for r in rows])) for val in values]
                 curves[v.name] = self._finish(curve)
         report = {"metric": self.metric, "average_mode": self.average_mode,
                   "nodes": [op.name for op in nodes], "values": values, "curves": curves, "engine": stats}
+        if left_out:
+            report["left_out"] = left_out
         return PassResult(ir, False, report)
 
     # ------------------------------------------------------------------ pieces

@@ -10,6 +10,10 @@ SQNR (dB), ATOL, from :mod:`qir.metrics` — the bad case is the sample with the
 2. the metric values of each output on its bad case (for the chosen ``metric``);
 3. per metric, the sample index of the worst output over all outputs.
 
+A sample whose baseline outputs hold NaN or Inf is left out with a warning (its values are NaN,
+it is never a bad case; the report's ``left_out``: ``{sample: why}``): every metric would score
+only its finite positions, or none. When every sample is left out, the search is an InputError.
+
 The pass returns the report (the ``data`` key holds the samples searched); it writes nothing.
 :mod:`qir.tools.reports.bad_case` writes ``badcase.txt`` (those tables), ``badcase.json`` (every
 per-sample value) and ``badcase.npz`` (the chosen bad case's inputs, no pickle).
@@ -51,7 +55,8 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     aliases = analy_ir.meta.get("value_aliases", {})  # an output fold-bn renamed: its name in the baseline
     rename = {o: aliases[o] for o in analy_ir.outputs if aliases.get(o) in base_ir.outputs}
     values: dict[str, dict[str, list[float]]] = {}
-    for sample in samples:
+    left_out: dict[int, str] = {}
+    for i, sample in enumerate(samples):
         base = runtimes[0].run(base_ir, sample, capture=replay)
         got = runtimes[1].run(analy_ir, {**sample, **{v: base[v] for v in replay}})
         outs = [{k: base[k] for k in base_ir.outputs}, {rename.get(k, k): got[k] for k in analy_ir.outputs}]
@@ -61,17 +66,29 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
         if missing:
             raise InputError(f"the two models' outputs differ ({missing[:3]}); compare models with the same outputs "
                              "or map them with post_process")
+        note = qmetrics.nonfinite_note(outs[0])
+        if note is not None:
+            left_out[i] = note
+            logger.warning("sample %d is left out of the bad-case search: the baseline's outputs hold NaN or Inf (%s)",
+                           i, note)
         for name in outs[0]:
             slot = values.setdefault(name, {m: [] for m in BAD_CASE_METRICS})
             for seed_name, qname in BAD_CASE_METRICS.items():
-                slot[seed_name].append(qmetrics.METRICS[qname](outs[0][name], outs[1][name]))
-    worst = {name: {m: _worst(m, vals) for m, vals in per.items()} for name, per in values.items()}
+                slot[seed_name].append(math.nan if i in left_out else
+                                       qmetrics.METRICS[qname](outs[0][name], outs[1][name]))
+    if len(left_out) == len(samples):
+        raise InputError(f"every sample's baseline outputs hold NaN or Inf ({left_out[0]} on sample 0): no bad case "
+                         "to find; check the data for NaN or infinite values")
+    worst = {name: {m: _worst(m, vals, left_out) for m, vals in per.items()} for name, per in values.items()}
     overall = {}
     for m in BAD_CASE_METRICS:
         name, index = max(((n, worst[n][m]) for n in worst), key=lambda kv: _badness(m, values[kv[0]][m][kv[1]]))
         overall[m] = {"output": name, "index": index}
-    return {"metric": metric, "samples": len(samples), "values": values, "bad_case": worst,
-            "worst_output": overall, "chosen": overall[metric]["index"], "data": samples}
+    report = {"metric": metric, "samples": len(samples), "values": values, "bad_case": worst,
+              "worst_output": overall, "chosen": overall[metric]["index"], "data": samples}
+    if left_out:
+        report["left_out"] = {str(i): why for i, why in left_out.items()}
+    return report
 
 
 def _badness(metric: str, value: float) -> float:
@@ -81,8 +98,9 @@ def _badness(metric: str, value: float) -> float:
     return -value if metric in ("Cosine", "SQNR") else value
 
 
-def _worst(metric: str, values: list[float]) -> int:
-    return int(max(range(len(values)), key=lambda i: _badness(metric, values[i])))
+def _worst(metric: str, values: list[float], skip) -> int:
+    """The index of the worst value, among the samples not in ``skip``."""
+    return int(max((i for i in range(len(values)) if i not in skip), key=lambda i: _badness(metric, values[i])))
 
 
 @register_pass

@@ -11,6 +11,8 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analy
    nodes back to float.
 3. Each variant's outputs (or ``output_node``'s output) are compared with the float model on the
    first ``data_num`` samples; per metric, the mean over outputs per sample, then over samples.
+   A sample whose float outputs hold NaN or Inf is left out with a warning (the report's
+   ``left_out``: ``{sample: why}``; ``samples`` counts those scored); none left is an error.
 4. Rows come most to blame first, by the first metric: from float, the worst model first; from
    quantized, the best recovered model first (the node whose de-quantization helps most).
 5. Saturated outputs: when every candidate scores the same (within 1e-9) (a saturated softmax or
@@ -126,6 +128,8 @@ class NodeSensitivityPass(AnalysisPass):
                   "samples": samples, "rows": rows, "engine": result.stats}
         if saturated is not None:
             report["saturated"] = saturated
+        if result.left_out:
+            report["left_out"] = {str(s): why for s, why in result.left_out.items()}
         return PassResult(ir, False, report)
 
     def _evaluate(self, ir: QIR, variants: list[Variant], compare):
@@ -133,7 +137,8 @@ class NodeSensitivityPass(AnalysisPass):
                         metrics=self.metrics, data_num=self.data_num, threads=self.threads,
                         progress=self.progress)
         try:
-            return engine.evaluate(variants), len(engine.samples)
+            result = engine.evaluate(variants)
+            return result, len(engine.samples) - len(result.left_out)
         finally:
             engine.close()
 

@@ -11,6 +11,7 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.7), on the analysis engin
 3. ``cumulative``: the metric of the calibrated model with nodes 1..k raised to ``qtype``
    (``float`` = not quantized, or ``int16``/``fp16``), for k = 0 (the calibrated model as is) to
    the number of nodes.
+   Samples whose float outputs hold NaN or Inf are left out of both (the report's ``left_out``).
 4. ``partial_quantization.png``: the cumulative curve (red), the single values (green crosses)
    and the float baseline (blue dashed), over "none" and then the nodes in order: drawn from the
    report, with the CSV and JSON, by ``qir.tools.reports.sensitivity_analysis`` (the pass only
@@ -77,13 +78,16 @@ class SensitivityAnalysisPass(AnalysisPass):
         engine = Engine(ir, self.data, runtime=self.runtime, reference="quantized", metrics=[self.metric],
                         data_num=self.data_num, threads=self.threads, progress=self.progress)
         try:
-            table = engine.evaluate(variants).per_variant()
+            result = engine.evaluate(variants)
         finally:
             engine.close()
+        table = result.per_variant()
         report = {"metric": self.metric, "qtype": self.qtype, "pick_threshold": self.pick_threshold,
                   "nodes": nodes, "single": {n: single[n] for n in nodes},
                   "cumulative": [table[v.name][self.metric] for v in variants],
                   "picked_from": len(single) if not self.sensitive else None}
+        if result.left_out:  # (the node sensitivity above left out the same samples)
+            report["left_out"] = {str(s): why for s, why in result.left_out.items()}
         return PassResult(ir, False, report)
 
     def _raised(self, cal) -> str:

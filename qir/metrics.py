@@ -20,18 +20,21 @@ Standard names: ``sqnr-db`` = 20·log10(‖a‖ / ‖a − d‖) (same edge case
 more than two dimensions, else the last axis; needs the unflattened shapes).
 
 Non-finite elements: positions where ``a`` or ``d`` is NaN or ±Inf are left out (and counted by
-:func:`nonfinite_count`), so one overflow does not turn a whole table into NaN.
+:func:`nonfinite_count`), so one overflow does not turn a whole table into NaN. A *reference* that
+holds NaN or ±Inf is another matter: every metric would score only what is left of it (nothing,
+for an all-NaN output: cosine 1, mse 0), so the analyses leave such a sample out with a warning
+(:func:`nonfinite_note` says why) and stop with an error when no sample is left.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from qir.errors import InputError, did_you_mean
 
-__all__ = ["METRICS", "BETTER", "compute", "check_metrics", "worst_first", "nonfinite_count"]
+__all__ = ["METRICS", "BETTER", "compute", "check_metrics", "worst_first", "nonfinite_count", "nonfinite_note"]
 
 
 def _pair(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -214,3 +217,16 @@ def nonfinite_count(*arrays: np.ndarray) -> int:
     for x in arrays:
         bad |= ~np.isfinite(np.asarray(x, np.float64).ravel())
     return int(bad.sum())
+
+
+def nonfinite_note(values: Mapping[str, np.ndarray]) -> str | None:
+    """None when every floating-point array of ``values`` is finite; else which ones hold NaN or
+    ±Inf and how many of their elements, for a message (``"'out' 10 of 10 values"``)."""
+    notes = []
+    for name, x in values.items():
+        x = np.asarray(x)
+        if x.dtype.kind in "fc":
+            bad = x.size - int(np.count_nonzero(np.isfinite(x)))
+            if bad:
+                notes.append(f"{name!r} {bad} of {x.size} values")
+    return ", ".join(notes) or None

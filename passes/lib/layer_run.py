@@ -15,6 +15,7 @@ from qir.calibration import QRANGE
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import NodeKind
+from qir.metrics import nonfinite_note
 from qir.passes.lib.fusion import fusion_groups, unit_of
 from qir.passes.lib.model_pair import model_pair
 from qir.records import CalibRecord, OpRecord
@@ -69,13 +70,23 @@ def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *
     memory-mapped, so a large model's layers need not fit in RAM: each model runs once per
     ``memory_budget`` bytes of values it captures. The spill is this run's memory, not a report:
     the index a person reads (``layers.json``) is written by
-    :func:`qir.tools.reports.layer_compare.save_layers`."""
+    :func:`qir.tools.reports.layer_compare.save_layers`.
+
+    A sample on which the baseline's outputs hold NaN or Inf is an InputError (the analyses
+    leave such samples out; here it is the only one): every layer's metrics would score only
+    what is finite, or nothing."""
     (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
     run = LayerRun(base_ir, analy_ir, (base_level, analy_level), dict(sample), {}, {})
     for name, ir, level, values in (("baseline", base_ir, base_level, run.base_values),
                                     ("analysis", analy_ir, analy_level, run.analy_values)):
         values.update(_capture(ir, level, sample, runtime, None if store is None else Path(store) / name,
                                memory_budget))
+        if name == "baseline":
+            note = nonfinite_note({v: values[v] for v in base_ir.outputs if v in values})
+            if note is not None:
+                raise InputError(f"the baseline model's outputs hold NaN or Inf on this sample ({note}): nothing to "
+                                 "compare the layers with; check the input for NaN or infinite values, or choose "
+                                 "another sample")
     return run
 
 

@@ -23,6 +23,11 @@ How it is fast (``../shared/DESIGN.md`` §5):
 6. **Resume** (:mod:`.results`). With ``out_dir``, results are appended to
    ``engine_results.jsonl`` as they are produced; ``resume=True`` computes only what is missing.
 
+A sample whose baseline (the compared values the variants are measured against) holds NaN or
+±Inf is left out with a warning naming it (``EngineResult.left_out``): the metrics drop
+non-finite positions, so such a sample would score what little is left, or perfect when nothing
+is. When every sample is left out, :meth:`Engine.evaluate` raises an InputError.
+
 Results equal a plain evaluation (clone the IR, set the modes, run the whole model:
 :func:`.variants.evaluate_plainly`) on the same runtime; the tests check it on real models.
 """
@@ -42,6 +47,7 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.data import model_samples
+from qir.errors import InputError
 from qir.graph import QIR
 from qir.json_dump import finite
 from qir.records import CalibRecord
@@ -132,6 +138,7 @@ class Engine:
         self.ref_cache = ReferenceCache(ir, self.plan, self.runner, self.records, self.constants, rounding, self.cache)
         self.rows = Rows(self.plan, self.runner, self.ref_cache, self.variant_records, self.compare, batch)
         self._baselines: dict[int, dict[str, np.ndarray]] = {}
+        self._left_out: dict[int, str] = {}  # samples left out of the current evaluate, and why
         self._lock = threading.Lock()
         self.stats = {"steps_run": 0, "segments_run": 0, "reference_seconds": 0.0}
 
@@ -165,15 +172,21 @@ class Engine:
             results.append(job_rows)
             bar.update(len(job_rows))
 
+        self._left_out = {}
         try:
             self._evaluate_missing(variants, done, pool, emit)
+            if len(self._left_out) == len(self.samples):
+                raise InputError(f"every sample's {self._baseline_name()} hold NaN or Inf "
+                                 f"({self._left_out[0]} on sample 0): nothing to compare; check the data "
+                                 f"({getattr(self.samples, 'source', 'the samples')}) for NaN or infinite values")
         finally:
             if pool:
                 pool.shutdown(cancel_futures=True)
             bar.close()
             self.cache.clear()
             self._baselines.clear()
-        return EngineResult(ordered_rows(rows, variants), self.metrics, self.compare, self._final_stats(start))
+        return EngineResult(ordered_rows(rows, variants), self.metrics, self.compare, self._final_stats(start),
+                            left_out=dict(self._left_out))
 
     def run_variant(self, variant: Variant) -> dict[str, np.ndarray]:
         """The compared values of ``variant`` on the current sample (after ``_reference``)."""
@@ -205,6 +218,8 @@ class Engine:
         if batched:
             for s, sample in pending.items():
                 base = self._reference(s, sample, pool, steps=False)
+                if not self._scored(s, base):
+                    continue
                 if self.rows.check_parts(pool):  # a switch failed its check: its variants go step by step
                     batched, single = self.rows.route(variants)
                 self._run_jobs(self.rows.jobs([(v, ch) for v, ch in batched if (v.name, s) not in done], []),
@@ -212,8 +227,30 @@ class Engine:
             if single:  # the segment sessions make way for the steps'
                 self.runner.release_parts()
         for s, sample in pending.items() if single else ():
+            if s in self._left_out:
+                continue
             base = self._reference(s, sample, pool, steps=True)
+            if not self._scored(s, base):
+                continue
             self._run_jobs(self.rows.jobs([], [v for v in single if (v.name, s) not in done]), s, base, pool, emit)
+
+    def _scored(self, s: int, base: Mapping[str, np.ndarray]) -> bool:
+        """Whether sample ``s`` is scored: not when its baseline values hold NaN or ±Inf (then it
+        is left out, noted in ``_left_out`` and warned about; see the module docstring)."""
+        if s in self._left_out:
+            return False
+        note = qmetrics.nonfinite_note({v: base[v] for v in self.compare})
+        if note is None:
+            return True
+        self._left_out[s] = note
+        logger.warning("sample %d of %s is left out: its %s hold NaN or Inf (%s), so no metric on it "
+                       "means anything", s, getattr(self.samples, "source", "the samples"), self._baseline_name(), note)
+        return False
+
+    def _baseline_name(self) -> str:
+        """What variants are compared with, for messages (``float outputs``)."""
+        what = "outputs" if self.compare == tuple(self.ir.outputs) else "compared values"
+        return f"float {what}" if self.baseline == "float" else f"{self.reference} reference {what}"
 
     def _run_jobs(self, jobs: list[Job], s: int, base: Mapping[str, np.ndarray], pool,
                   emit: Callable[[list[dict]], None]) -> None:

@@ -39,12 +39,15 @@ class EngineResult:
     ``rows``: ``{"variant": name, "sample": i, "values": {value: {metric: number}}}``.
     ``stats``: seconds, steps and segments executed, sessions built, peak bytes held by the
     reference cache, bytes spilled to disk and the process's peak RSS.
+    ``left_out``: ``{sample: why}`` for the samples left out because their baseline holds NaN or
+    ±Inf (they have no rows).
     """
 
     rows: list[dict]
     metrics: tuple[str, ...]
     compare: tuple[str, ...]
     stats: dict[str, Any] = field(default_factory=dict)
+    left_out: dict[int, str] = field(default_factory=dict)
 
     def per_variant(self) -> dict[str, dict[str, float]]:
         """Each variant's metrics: mean over compared values per sample, then over samples

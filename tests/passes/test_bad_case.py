@@ -46,6 +46,21 @@ def test_two_models_errors_and_cli(digits_calibrated, tmp_path, capsys):
     assert (tmp_path / "qa" / "badcase.npz").exists()
 
 
+def test_a_sample_with_nan_baseline_outputs_is_left_out(digits_calibrated, digits_samples, caplog):
+    ir = digits_calibrated
+    samples = [dict(s) for s in digits_samples]
+    samples[1] = {"input": samples[1]["input"].copy()}
+    samples[1]["input"].flat[3] = np.nan  # one NaN pixel: the float logits are all NaN
+    with caplog.at_level("WARNING"):
+        report = find_bad_cases(ir, None, samples, runtime="numpy")
+    assert list(report["left_out"]) == ["1"] and "sample 1 is left out" in caplog.text
+    clean = find_bad_cases(ir, None, [digits_samples[0], digits_samples[2]], runtime="numpy")
+    for m, per in report["bad_case"]["logits"].items():
+        assert per != 1 and per == [0, 2][clean["bad_case"]["logits"][m]]  # the same choice as without it
+    with pytest.raises(InputError, match="every sample.*NaN"):
+        find_bad_cases(ir, None, [{"input": np.full_like(s["input"], np.nan)} for s in digits_samples])
+
+
 def test_kl_matches_its_definition(rng):
     a, d = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5, 3))
     pa = np.exp(a) / np.exp(a).sum(1, keepdims=True)

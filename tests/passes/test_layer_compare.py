@@ -109,6 +109,14 @@ def test_planted_nan_is_flagged_at_its_layer_first(digits):
     assert findings[0]["kind"] == "nan/inf" and findings[0]["layer"] == "conv2"  # found before its Relu hides it
 
 
+def test_a_sample_with_nan_baseline_outputs_is_refused(digits):
+    ir, sample = digits
+    spoiled = {"input": sample["input"].copy()}
+    spoiled["input"].flat[0] = np.nan
+    with pytest.raises(qir.errors.InputError, match="baseline model's outputs hold NaN"):
+        lr.run_layers(ir, None, spoiled, runtime="numpy")
+
+
 def test_range_and_input_and_output_advice(digits):
     ir, sample = digits
     cal = next(c for c in ir.calibrations("activation") if c.input == "relu3_out")

@@ -109,6 +109,22 @@ def test_options_files_and_errors(calibrated, tmp_path):
         get_sensitivity_of_nodes(qir.load(DIGITS / "model.onnx"), DATA, progress=False)
 
 
+def test_a_nan_sample_is_left_out_not_scored_as_perfect(calibrated, tmp_path):
+    """One NaN pixel made its sample score cosine 1 for every node, pulling every mean toward 1."""
+    ir = calibrated
+    samples = list(qir.data.model_samples(ir, DATA, 8))
+    spoiled = samples[:3] + [{"input": samples[3]["input"].copy()}] + samples[4:]
+    spoiled[3]["input"].flat[20] = np.nan
+    sens = get_pass("node-sensitivity", data=spoiled, data_num=8, node_type="activation", runtime="numpy",
+                    progress=False)(ir).report
+    clean = get_pass("node-sensitivity", data=samples[:3] + samples[4:], data_num=8, node_type="activation",
+                     runtime="numpy", progress=False)(ir).report
+    assert sens["samples"] == 7 and list(sens["left_out"]) == ["3"]
+    assert sens["rows"] == clean["rows"]
+    write_report(sens, tmp_path)
+    assert json.loads((tmp_path / "node_sensitivity.json").read_text())["left_out"]["3"].startswith("'logits'")
+
+
 @pytest.mark.slow
 def test_planted_fault_in_a_real_model_is_found_first():
     from ..conftest import calibrated_real

@@ -139,6 +139,24 @@ def test_resume_refuses_other_data_of_the_same_size(calibrated, samples, tmp_pat
     assert Engine(ir, same, runtime="numpy", progress=False).evaluate(variants, out, resume=True).rows
 
 
+@pytest.mark.parametrize("runtime", ["numpy", "ort"])
+def test_a_sample_with_a_nan_reference_is_left_out(calibrated, samples, runtime, caplog):
+    ir = calibrated
+    variants = variants_of(ir, "int8")[:3]
+    spoiled = [dict(s) for s in samples]
+    spoiled[1] = {"input": samples[1]["input"].copy()}
+    spoiled[1]["input"].flat[10] = np.nan  # one NaN pixel: the float outputs are NaN
+    with caplog.at_level("WARNING"):
+        result = Engine(ir, spoiled, runtime=runtime, progress=False).evaluate(variants)
+    assert list(result.left_out) == [1] and "sample 1 " in caplog.text
+    assert {r["sample"] for r in result.rows} == {0, 2}
+    clean = Engine(ir, [samples[0], samples[2]], runtime=runtime, progress=False).evaluate(variants)
+    assert result.per_variant() == clean.per_variant()  # the means of the other samples, not pulled to 1
+    all_nan = [{"input": np.full_like(s["input"], np.nan)} for s in samples]
+    with pytest.raises(InputError, match="every sample.*NaN"):
+        Engine(ir, all_nan, runtime=runtime, progress=False).evaluate(variants)
+
+
 def test_bad_input_is_one_clear_error(calibrated, samples):
     ir = calibrated
     engine = Engine(ir, samples, runtime="numpy", progress=False)
