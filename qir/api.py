@@ -47,17 +47,19 @@ def from_torch(module, example_inputs, **options) -> QIR:
 
 
 def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = "numpy",
-        level: str = "fakequant", capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
+        level: str = "fakequant", capture: Iterable[str] = (), march: str | None = None) -> dict[str, np.ndarray]:
     """Execute ``ir`` once; returns the outputs (and captured values) by name.
 
     Args:
         runtime: ``numpy`` (reference interpreter) or ``ort`` (onnxruntime).
-        level: ``fakequant`` applies calibration nodes, ``float`` ignores them.
+        level: ``fakequant`` applies calibration nodes, ``float`` ignores them, ``integer``
+            (numpy runtime) computes on integer codes as the ``march`` profile says.
         capture: names of intermediate values to return as well.
+        march: the profile the integer level emulates (``nash-e``, ``ort``, ...; default ``generic``).
     """
     from qir.runtimes.base import get_runtime
 
-    return get_runtime(runtime, level=level).run(ir, feeds, capture=capture)
+    return get_runtime(runtime, level=level, march=march).run(ir, feeds, capture=capture)
 
 
 def save(ir: QIR, path: str | Path, *, overwrite: bool = False) -> Path:

@@ -13,7 +13,7 @@ __all__ = ["Runtime", "get_runtime", "RUNTIMES", "check_feeds", "check_capture",
 
 logger = logging.getLogger(__name__)
 
-LEVELS = ("float", "fakequant")
+LEVELS = ("float", "fakequant", "integer")
 
 
 @runtime_checkable
@@ -30,15 +30,25 @@ class Runtime(Protocol):
 
 
 def get_runtime(name: str, **options) -> Runtime:
-    """A runtime by name: ``numpy`` (reference interpreter) or ``ort`` (onnxruntime)."""
+    """A runtime by name: ``numpy`` (reference interpreter) or ``ort`` (onnxruntime). The numpy
+    runtime's ``level="integer"`` is :class:`qir.runtimes.integer.IntegerRuntime` (``march``:
+    the profile it emulates, default ``generic``)."""
     if name not in RUNTIMES:
         raise InputError(f"unknown runtime {name!r}; choose one of {sorted(RUNTIMES)}")
     module_name, cls_name = RUNTIMES[name]
+    march = options.pop("march", None)
+    if options.get("level") == "integer" and name == "numpy":
+        module_name, cls_name = INTEGER_RUNTIME
+        options = {"march": march or "generic"}
+    elif march is not None:
+        raise InputError(f"a march applies to the integer level only (runtime {name!r}, level "
+                         f"{options.get('level', 'fakequant')!r})")
     import importlib
     cls = getattr(importlib.import_module(module_name), cls_name)
     return cls(**options)
 
 
+INTEGER_RUNTIME = ("qir.runtimes.integer.interpreter", "IntegerRuntime")
 RUNTIMES = {
     "numpy": ("qir.runtimes.numpy_ref.interpreter", "NumpyRuntime"),
     "ort": ("qir.runtimes.ort.backend", "OrtRuntime"),

@@ -15,6 +15,9 @@ attribute         type     meaning
 ``fixed``         int      1 = the threshold was set by the user; calibration keeps it
 ``feeds``         strings  the general nodes this calibration node serves
 ``implied_clip``  floats   ``[lo, hi]`` of a Relu/Clip the quantizer's range replaced (±inf open)
+``unsigned``      int      1 = imported from an unsigned type (uint8/uint16; ``meta["unsigned"]``):
+                           codes + 128 (+ 32768) are that type's, for integer kernels whose float
+                           arithmetic depends on the frame
 ================  =======  ===================================================================
 
 Values are stored as float32/int64 lists, so a save/load round trip is exact.
@@ -58,6 +61,8 @@ def calibration_to_node(rec: CalibRecord) -> onnx.NodeProto:
         attrs["feeds"] = list(rec.feeds)
     if rec.implied_clip is not None:
         attrs["implied_clip"] = [float(v) for v in rec.implied_clip]
+    if rec.meta.get("unsigned"):
+        attrs["unsigned"] = 1
     return helper.make_node(OP_TYPE, [rec.input], [rec.output], name=rec.name, domain=DOMAIN, **attrs)
 
 
@@ -71,9 +76,12 @@ def calibration_state(attrs: dict[str, Any]) -> dict[str, Any]:
         arr = np.asarray(attrs[key], dtype=dtype)
         return arr if per_channel else arr.reshape(-1)[0].item()
 
-    return {"mode": CalibMode(attrs.get("mode", "int8")), "role": CalibRole(attrs.get("role", "activation")),
+    state = {"mode": CalibMode(attrs.get("mode", "int8")), "role": CalibRole(attrs.get("role", "activation")),
             "threshold": values("threshold", np.float32), "scale": values("scale", np.float32),
             "zero_point": values("zero_point", np.int64), "axis": attrs.get("axis"),
             "fixed": bool(attrs.get("fixed", 0)), "feeds": tuple(attrs.get("feeds", ())),
             "implied_clip": (tuple(float(v) for v in attrs["implied_clip"])
                              if "implied_clip" in attrs else None)}
+    if attrs.get("unsigned"):
+        state["meta"] = {"unsigned": True}
+    return state

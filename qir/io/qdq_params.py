@@ -115,4 +115,7 @@ def quantizer_state(params: QParams, rank: int | None, where: str) -> dict[str, 
         zero_point = None
     else:
         zero_point = zp if axis is not None else int(zp)
-    return {"mode": mode, "scale": scale, "zero_point": zero_point, "axis": axis}
+    state = {"mode": mode, "scale": scale, "zero_point": zero_point, "axis": axis}
+    if _FRAME[params.dtype][1]:  # unsigned: kept for kernels whose float arithmetic depends on the frame
+        state["meta"] = {"unsigned": True}
+    return state

@@ -40,7 +40,7 @@ GENERIC = make_profile(
     quant_round=S("half_to_even", D, _ONNX),
     scale_divisor=S("qmax", A, "T/127, T/32767 (hmct convention)"),
     consistency_level=S(0, A, "no power-of-two scales"),
-    requant_mode=S("float", A, "float64 requant, half-to-even"),
+    requant_mode=S("float", A, "float32 requant, half-to-even"),
     requant_multiplier_bits=S(16, A, "only used with requant_mode fixed16"),
     requant_shift_round=S("half_up", A, "only used with fixed-point requant"),
     high_precision_qpp=S(True, A, "float requant"),
@@ -55,4 +55,6 @@ GENERIC = make_profile(
     lut_int8=S(LutInt8(), A, "only used with lut_mode = segment"),
     lut_int16=S(LutInt16(), A, "only used with lut_mode = segment"),
     dynamic_quant_linear=S(False, A, "static quantization"),
+    softmax_mode=S("float", A, "dequantize, compute, requantize"),
+    integer_ops=S(None, A, "every op qir has an integer kernel for"),
 )

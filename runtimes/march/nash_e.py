@@ -106,7 +106,7 @@ NASH_E = make_profile(
                                "observers), neg_qmin (T/128, plugin fixed scale); default chosen "
                                "for the PTQ import path"),
     consistency_level=S(0, D, "ConsistencyStrategy level 0: statistical (non power-of-two) scales"),
-    requant_mode=S("float", A, "debugging default: requant in float64 with half-to-even rounding; "
+    requant_mode=S("float", A, "debugging default: multiply by s_x*s_w/s_y in float32, round half to even; "
                                "fixed16 = bayes hbdk3 multiplier [source for bayes], fixed32 = "
                                "gemmlowp Q31"),
     requant_multiplier_bits=S(16, A, "16-bit multiplier, 15 fractional bits: bayes hbdk3 builder "
@@ -139,4 +139,8 @@ NASH_E = make_profile(
                                      "index, rounded half up"),
                        "out_dtypes": (D, "int16 -> int8 | int16")}),
     dynamic_quant_linear=S(False, D, "dynamic quant (per-row Linear activations) is nash-p only"),
+    softmax_mode=S("float", A, "a BPU Softmax is a composite of int16 LUTs and integer ops (SegmentLUTSoftmax, "
+                               "plugin [source]); its decomposition is not public: qir computes it in float"),
+    integer_ops=S(None, A, "every op qir has an integer kernel for runs in integer; the BPU's "
+                           "exact op coverage per march is not public"),
 )

@@ -233,6 +233,7 @@ REQUANT_MODES = ("float", "fixed16", "fixed32")
 ACC_OVERFLOW = ("warn", "saturate", "wrap", "ignore")
 FP16_LEVELS = ("none", "limited", "full")
 LUT_MODES = ("float", "segment")
+SOFTMAX_MODES = ("float", "exp_table")
 _FP16_COMPUTE = ("fp32", "fp16")
 
 
@@ -310,7 +311,11 @@ class MarchProfile:
     lut_mode: str                        # "float" (evaluate f, quantize) | "segment" (tables)
     lut_int8: LutInt8
     lut_int16: LutInt16
+    softmax_mode: str                    # "float" (dequantize, compute, requantize) | "exp_table"
     dynamic_quant_linear: bool           # per-row dynamic activation scales for Linear
+    # the integer level
+    integer_ops: tuple[str, ...] | None  # op types computed in integer (None: every op qir has an
+    #                                      integer kernel for); the rest run in float (CPU fallback)
     # every field above -> Provenance
     provenance: FrozenMap = field(repr=False, compare=True)
 
@@ -341,6 +346,8 @@ class MarchProfile:
         put("act_dtypes", FrozenMap(act))
         for f in ("int8_only_inputs", "int8_only_outputs", "fp16_documented_ops"):
             put(f, tuple(str(o) for o in getattr(self, f)))
+        if self.integer_ops is not None:
+            put("integer_ops", tuple(str(o) for o in self.integer_ops))
         for f in PATTERN_FIELDS:
             put(f, tuple(tuple(str(o) for o in p) for p in getattr(self, f)))
         for f, cls in (("lut_int8", LutInt8), ("lut_int16", LutInt16)):
@@ -355,7 +362,7 @@ class MarchProfile:
             "quant_round": ROUND_MODES, "bias_round": ROUND_MODES,
             "requant_shift_round": SHIFT_ROUND_MODES, "scale_divisor": SCALE_DIVISORS,
             "requant_mode": REQUANT_MODES, "acc_overflow": ACC_OVERFLOW, "fp16_ops": FP16_LEVELS,
-            "lut_mode": LUT_MODES, "fp16_compute": _FP16_COMPUTE,
+            "lut_mode": LUT_MODES, "fp16_compute": _FP16_COMPUTE, "softmax_mode": SOFTMAX_MODES,
             "act_granularity": ("per_tensor",), "weight_granularity": ("per_channel", "per_tensor"),
         }
         for f, allowed in choices.items():
@@ -419,6 +426,11 @@ class MarchProfile:
         if op_class(op_type) is OpClass.GEMM:
             return self.default_act_dtype
         return self.default_non_gemm_act_dtype
+
+    def computes_in_integer(self, op_type: str) -> bool:
+        """Whether the integer level computes ``op_type`` in integer arithmetic on this march
+        (given qir has an integer kernel for it); otherwise it runs in float, as a CPU would."""
+        return self.integer_ops is None or op_type in self.integer_ops
 
     def round_fn(self) -> Callable:
         """The numpy rounding function of ``quant_round`` (float -> int quantization)."""

@@ -14,13 +14,14 @@ from qir.runtimes.march.generic import GENERIC
 from qir.runtimes.march.nash_e import NASH_E
 from qir.runtimes.march.nash_m import NASH_M
 from qir.runtimes.march.nash_p import NASH_P
+from qir.runtimes.march.ort import ORT
 from qir.runtimes.march.profile import FrozenMap, MarchProfile
 
 __all__ = ["PROFILES", "UnknownProfileError", "get_profile", "profile_names"]
 
 #: The built-in profiles by canonical name.
 PROFILES: Mapping[str, MarchProfile] = FrozenMap(
-    (p.name, p) for p in (NASH_E, NASH_M, NASH_P, GENERIC))
+    (p.name, p) for p in (NASH_E, NASH_M, NASH_P, GENERIC, ORT))
 
 
 class UnknownProfileError(QirError, ValueError):

@@ -30,7 +30,8 @@ from qir.runtimes.base import LEVELS, check_capture, check_feeds
 from qir.runtimes.numerics import ROUNDING, apply_calibration, apply_implied_clip, fold_batchnorm
 from qir.runtimes.numpy_ref.registry import lookup
 
-__all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "run_op", "ExecutionPlan", "PlanStep"]
+__all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "assign_frees", "run_op", "ExecutionPlan", "PlanStep",
+           "execution_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def run_op(ir: QIR, rec: OpRecord, args: list[np.ndarray | None]) -> tuple[np.nd
     except QirError:
         raise
     except Exception as exc:
-        raise _execution_error(rec, args, exc) from exc
+        raise execution_error(rec, args, exc) from exc
     return tuple(np.asarray(r) for r in result) if type(result) is tuple else (np.asarray(result),)
 
 
@@ -145,7 +146,13 @@ def execution_plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> Execu
             weights[w_name], weights[b_name] = _fold_batchnorm(ir, rec, bn)
             inputs, outputs = (rec.inputs[0], w_name, b_name), bn.outputs[:1]
         steps.append(PlanStep(rec, spec.fn, kwargs, tuple(inputs), tuple(outputs)))
-    # drop each value after its last reader; outputs nobody reads are dropped at once
+    assign_frees(steps, weights, keep)
+    return ExecutionPlan(steps, weights)
+
+
+def assign_frees(steps: list[PlanStep], weights: Mapping[str, Any], keep: frozenset[str]) -> None:
+    """Set each step's ``free``: the values whose last reader it is (outputs nobody reads are
+    dropped at once), except weights and ``keep``."""
     last_use: dict[str, int] = {}
     for i, step in enumerate(steps):
         for v in step.inputs:
@@ -158,14 +165,15 @@ def execution_plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> Execu
     for i, step in enumerate(steps):
         dead = [o for o in step.outputs if o and o not in last_use and o not in keep]
         step.free = tuple(frees.get(i, ())) + tuple(dead)
-    return ExecutionPlan(steps, weights)
 
 
 class NumpyRuntime:
     """The reference interpreter (see the module docstring).
 
     Args:
-        level: ``fakequant`` (default) applies calibration nodes; ``float`` ignores them.
+        level: ``fakequant`` (default) applies calibration nodes; ``float`` ignores them. (The
+            ``integer`` level is :class:`qir.runtimes.integer.IntegerRuntime`, which
+            ``get_runtime("numpy", level="integer")`` returns.)
         rounding: fake-quant rounding, ``half_to_even`` (default), ``half_up`` or ``half_away``.
         fold_batchnorm: execute Conv→BatchNormalization pairs whose intermediate value is not
             observed as one Conv with folded weights, as onnxruntime does (default); False
@@ -178,6 +186,9 @@ class NumpyRuntime:
                  fold_batchnorm: bool = True) -> None:
         if level not in LEVELS:
             raise InputError(f"unknown level {level!r}; the numpy runtime runs {list(LEVELS)}")
+        if level == "integer":
+            raise InputError("the integer level is qir.runtimes.integer.IntegerRuntime "
+                             "(get_runtime('numpy', level='integer', march=...))")
         if rounding not in ROUNDING:
             raise InputError(f"unknown rounding {rounding!r}; choose {sorted(ROUNDING)}")
         self.level = level
@@ -207,7 +218,7 @@ class NumpyRuntime:
             except QirError:
                 raise
             except Exception as exc:
-                raise _execution_error(rec, args, exc) from exc
+                raise execution_error(rec, args, exc) from exc
             if type(result) is tuple:
                 if len(result) < len(step.outputs):
                     raise ExecutionError(f"node {rec.name!r} ({rec.op_type}) produced {len(result)} "
@@ -222,7 +233,7 @@ class NumpyRuntime:
         return {name: np.asarray(env[name]) for name in (*ir.outputs, *captured)}
 
 
-def _execution_error(rec: OpRecord | CalibRecord, args: list, exc: Exception) -> ExecutionError:
+def execution_error(rec: OpRecord | CalibRecord, args: list, exc: Exception) -> ExecutionError:
     shapes = ", ".join("None" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
     op = getattr(rec, "op_type", "calibration")
     return ExecutionError(f"while executing node {rec.name!r} ({op}) on inputs ({shapes}): "

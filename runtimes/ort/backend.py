@@ -59,6 +59,9 @@ class OrtRuntime:
             raise InputError(f"unknown optimization {optimization!r}; choose {sorted(_LEVELS)}")
         if level not in LEVELS:
             raise InputError(f"unknown level {level!r}; choose {list(LEVELS)}")
+        if level == "integer":
+            raise InputError("the ort runtime computes the float and fakequant levels; run the integer level "
+                             "with the numpy runtime (--runtime numpy)")
         self.threads = threads
         self.optimization = optimization
         if rounding not in ROUNDING:

@@ -25,6 +25,7 @@ from qir.runtimes.march import (
     get_profile,
     op_class,
 )
+from qir.runtimes.march.ort import ORT
 from qir.runtimes.numpy_ref.registry import registered_op_types
 
 NASH = (NASH_E, NASH_M, NASH_P)
@@ -317,10 +318,15 @@ def test_the_assumed_parameters_are_pinned():
     nash_common = {"aliases", "act_dtypes", "matmul_act_act_pairs", "fp16_compute",
                    "fp16_saturate", "fusions", "quant_round", "scale_divisor", "requant_mode",
                    "requant_multiplier_bits", "requant_shift_round", "intermediate_sat16",
-                   "acc_bits", "acc_overflow", "bias_round", "lut_mode", "lut_int16"}
+                   "acc_bits", "acc_overflow", "bias_round", "lut_mode", "lut_int16", "softmax_mode",
+                   "integer_ops"}
     assert set(NASH_E.assumed_fields()) == nash_common | {"gemm_dtype_pairs", "saturate"}
     assert set(NASH_M.assumed_fields()) == nash_common | {"saturate"}
     assert set(NASH_P.assumed_fields()) == (nash_common - {"matmul_act_act_pairs"}) | {
         "consistency_level", "high_precision_qpp", "fuse_requant"}
     assert set(GENERIC.assumed_fields()) >= {"name", "gemm_dtype_pairs", "scale_divisor"}
     assert not {"quant_round", "saturate", "acc_bits"} & set(GENERIC.assumed_fields())
+    # the ort profile is onnxruntime's documented arithmetic, but for nearest Resize on codes
+    assert set(ORT.assumed_fields()) == set(GENERIC.assumed_fields()) - {
+        "name", "aliases", "symmetric", "requant_mode", "high_precision_qpp", "acc_overflow", "lut_mode",
+        "softmax_mode", "fusions"}

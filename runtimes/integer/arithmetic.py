@@ -1,0 +1,146 @@
+"""A march profile's integer arithmetic, bound once per run: quantize, rescale, requantize,
+the accumulator's width and overflow rule, and what happened (the :class:`IntegerStats`).
+
+Every kernel of the integer level goes through one :class:`Arithmetic`, so the profile is read
+in one place:
+
+* ``quant_round`` rounds float -> int (a calibration node on a float value);
+* ``requant_mode`` / ``requant_multiplier_bits`` / ``requant_shift_round`` requantize integer
+  accumulators (:mod:`.requant`); ``high_precision_qpp`` keeps ``float`` requantization;
+* ``acc_bits`` / ``acc_overflow`` bound the accumulators: ``warn`` and ``ignore`` keep the exact
+  sum (``warn`` reports it), ``saturate`` clamps it, ``wrap`` wraps it two's-complement;
+* ``bias_round`` rounds a float bias to the accumulator's scale.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qir.runtimes.integer.qtensor import QParams, QTensor
+from qir.runtimes.integer.requant import requantize, requantize_pair, saturate
+from qir.runtimes.march import MarchProfile, rounding_function
+
+__all__ = ["Arithmetic", "IntegerStats"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class IntegerStats:
+    """What one integer-level run did besides computing: accumulator overflows per node (count of
+    elements past ``acc_bits``), the ops that ran in float (``{op_type: [node names]}``) and the
+    ops emulated in float by design (Softmax & co. composites)."""
+
+    overflows: Counter = field(default_factory=Counter)
+    float_fallback: dict[str, list[str]] = field(default_factory=dict)
+    float_composite: dict[str, list[str]] = field(default_factory=dict)
+
+    def fell_back(self, op_type: str, name: str, *, composite: bool = False) -> None:
+        (self.float_composite if composite else self.float_fallback).setdefault(op_type, []).append(name)
+
+
+class Arithmetic:
+    """The integer arithmetic of ``profile`` (see the module docstring)."""
+
+    def __init__(self, profile: MarchProfile) -> None:
+        self.profile = profile
+        self.mode = "float" if profile.high_precision_qpp else profile.requant_mode
+        self.bits = profile.requant_multiplier_bits
+        self.shift_round = profile.requant_shift_round
+        self.quant_round = rounding_function(profile.quant_round)
+        self.bias_round = rounding_function(profile.bias_round)
+        self.acc_range = (-(2 ** (profile.acc_bits - 1)), 2 ** (profile.acc_bits - 1) - 1)
+        self.stats = IntegerStats()
+
+    # -- float -> codes --------------------------------------------------------------------
+    def quantize(self, x: np.ndarray, params: QParams) -> QTensor:
+        """``clip(round(x / s) + zp)``, in float32 and in the order fake quantization uses."""
+        x = np.asarray(x, np.float32)
+        scale, zp = params.broadcast(x.ndim)
+        q = self.quant_round(x / scale)
+        with np.errstate(invalid="ignore"):
+            codes = np.clip(np.nan_to_num(q, nan=0.0) + zp, *params.qrange)
+        return QTensor(codes.astype(np.int32), params)
+
+    # -- codes -> codes ----------------------------------------------------------------------
+    def requant(self, acc: np.ndarray, ratio: np.ndarray | float, params: QParams) -> QTensor:
+        """Requantize an exact accumulator at scale ``s_acc`` into ``params`` (``ratio = s_acc / s``)."""
+        qmin, qmax = params.qrange
+        _, zp = params.broadcast(np.ndim(acc))
+        codes = requantize(acc, ratio, mode=self.mode, qmin=qmin, qmax=qmax, zero_point=zp, bits=self.bits,
+                           shift_round=self.shift_round)
+        return QTensor(codes, params)
+
+    def requant_pair(self, a: QTensor, b: QTensor, params: QParams, *, subtract: bool = False) -> QTensor:
+        """``a ± b`` requantized into per-tensor ``params`` (:func:`.requant.requantize_pair`), in
+        the target's integer frame (uint8 for an imported unsigned quantizer: onnxruntime folds
+        the zero points into a float constant, so the frame changes its rounding)."""
+        qmin, qmax = params.qrange
+        s_y = np.float32(params.scale)
+        sign, frame = (-1, 0) if subtract else (1, params.frame)
+        codes = requantize_pair(
+            a.codes.astype(np.int64) + frame, float(np.float32(a.params.scale) / s_y),
+            sign * b.codes.astype(np.int64) + frame, float(np.float32(b.params.scale) / s_y), mode=self.mode,
+            qmin=qmin + frame, qmax=qmax + frame, zero_point=int(params.zero_point) + frame,
+            zp_a=int(a.params.zero_point) + frame, zp_b=sign * int(b.params.zero_point) + frame, bits=self.bits,
+            shift_round=self.shift_round)
+        return QTensor((codes - frame).astype(np.int32), params)
+
+    def rescale(self, q: QTensor, params: QParams) -> QTensor:
+        """``q`` in other parameters. ``float`` mode: quantize its dequantized value (what a
+        Q(DQ(x)) pair computes); fixed modes: requantize ``codes - zp`` by ``s_in / s_out``."""
+        if q.params.same_as(params):
+            return q
+        if self.mode == "float":
+            return self.quantize(q.dequantize(), params)
+        s_in, _ = q.params.broadcast(q.codes.ndim)
+        s_out, _ = params.broadcast(q.codes.ndim)
+        return self.requant(q.centered(np.int64), np.float64(s_in) / np.float64(s_out), params)
+
+    def lut(self, domain: QTensor, fn, kwargs: dict, params: QParams) -> np.ndarray:
+        """The table of a unary op over the codes ``domain``: ``quantize(f(dequantize(q)))``
+        (``lut_mode`` ``float``, and every int8 table); int16 inputs with ``lut_mode`` ``segment``
+        use the segmented LUT of :mod:`.segment_lut`."""
+        if self.profile.lut_mode == "segment" and domain.params.dtype == "int16":
+            from qir.runtimes.integer.segment_lut import segment_table
+
+            return segment_table(domain, fn, kwargs, params, self.profile.lut_int16)
+        y = np.asarray(fn(domain.dequantize(), **kwargs), np.float32)
+        return self.quantize(y, params).codes
+
+    # -- accumulators ------------------------------------------------------------------------
+    def bias_codes(self, bias: np.ndarray, acc_scale: np.ndarray) -> np.ndarray:
+        """A float bias at the accumulator's scale ``s_x·s_w``, rounded, saturated to int32."""
+        q = self.bias_round(np.asarray(bias, np.float64) / np.asarray(acc_scale, np.float64))
+        return saturate(q, -(2 ** 31), 2 ** 31 - 1).astype(np.int64)
+
+    def accumulate(self, node: str, acc: np.ndarray) -> np.ndarray:
+        """``acc`` (exact) under the profile's accumulator width and overflow rule."""
+        lo, hi = self.acc_range
+        over = int(np.count_nonzero((acc < lo) | (acc > hi)))
+        if not over:
+            return acc
+        self.stats.overflows[node] += over
+        rule = self.profile.acc_overflow
+        if rule == "saturate":
+            return np.clip(acc, lo, hi)
+        if rule == "wrap":
+            span = float(hi) - float(lo) + 1
+            return np.mod(acc - lo, span) + lo
+        return acc
+
+    def report(self) -> None:
+        """Log what the run did that a user must know (overflows, float fallbacks)."""
+        stats = self.stats
+        if stats.overflows and self.profile.acc_overflow != "ignore":
+            worst = ", ".join(f"{n} ({c})" for n, c in stats.overflows.most_common(5))
+            logger.warning("accumulator overflow past %d bits (%s) in %d node(s): %s", self.profile.acc_bits,
+                           self.profile.acc_overflow, len(stats.overflows), worst)
+        if stats.float_fallback:
+            ops = "; ".join(f"{op} ({len(names)}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                            for op, names in sorted(stats.float_fallback.items()))
+            logger.warning("integer level (%s): these quantized ops have no integer kernel and ran in float, "
+                           "as an NPU would hand them to the CPU: %s", self.profile.name, ops)

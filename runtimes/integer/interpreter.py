@@ -1,0 +1,222 @@
+"""The integer level of the numpy runtime: what an NPU computes, per a march profile.
+
+It runs the numpy interpreter's execution plan (:func:`qir.runtimes.numpy_ref.interpreter.
+execution_plan`) with values that are either float arrays or :class:`QTensor` codes:
+
+* a calibration node in an integer mode quantizes a float value (``quant_round``), passes codes
+  with its own parameters through, and rescales codes with other parameters; in ``fp16`` it
+  rounds the (dequantized) value to IEEE half; in ``float`` it dequantizes (its implied clip
+  kept);
+* an op whose inputs are codes runs its integer kernel (:mod:`.kernels`) when the march computes
+  it in integer (``profile.integer_ops``). Its output is requantized straight into the
+  parameters of the calibration node(s) that read it (the *target*: every reader an integer
+  calibration node with the same parameters; a Relu/Clip between is applied on the codes), as a
+  fused NPU kernel does; with no target the output stays high precision;
+* any other op runs its float kernel on dequantized inputs (reported once per run: what a real
+  NPU hands to the CPU; Softmax-like composites are emulated in float by design).
+
+Graph outputs and captured values come back dequantized (float32), so results compare with the
+fake-quant and float levels directly. :attr:`IntegerRuntime.last_stats` holds the run's
+accumulator overflows and float fallbacks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from qir.errors import QirError
+from qir.graph import QIR
+from qir.kinds import CalibMode, CalibRole
+from qir.records import CalibRecord, OpRecord
+from qir.runtimes.base import check_capture, check_feeds
+from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
+from qir.runtimes.integer.kernels import FLOAT_COMPOSITES, INTEGER_KERNELS, OpCall
+from qir.runtimes.integer.qtensor import QParams, QTensor, dequantize, params_of
+from qir.runtimes.march import MarchProfile, get_profile
+from qir.runtimes.numerics import apply_implied_clip
+from qir.runtimes.numpy_ref.interpreter import ExecutionPlan, PlanStep, assign_frees, execution_error, execution_plan
+
+__all__ = ["IntegerRuntime", "requant_targets"]
+
+#: Ops between a producer and the calibration node it is requantized into that act on codes
+#: without arithmetic (clamps, data movement), looked through when finding the target.
+_REPORTED: set = set()  # what has been logged (fallbacks and overflows are logged once per process)
+_LOOK_THROUGH = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
+
+
+@dataclass
+class _IntegerPlan:
+    base: ExecutionPlan
+    targets: dict[str, QParams]                   # op name -> the parameters its output is requantized into
+    params: dict[str, QParams]                    # integer calibration node name -> its parameters
+    weights: dict[str, QTensor]                   # weight calibration node name -> its codes
+    fused: dict[str, str]                         # GEMM name -> the Add fused into its accumulator
+
+
+def _common_params(ir: QIR, value: str) -> QParams | None:
+    """The parameters every reader of ``value`` quantizes it to, when all readers are integer
+    calibration nodes with the same per-tensor parameters (and ``value`` is not a graph output)."""
+    readers = ir.consumers(value)
+    if not readers or value in ir.outputs or not all(
+            isinstance(r, CalibRecord) and r.mode in (CalibMode.INT8, CalibMode.INT16) for r in readers):
+        return None
+    params = [params_of(r) for r in readers]
+    return params[0] if all(p.same_as(params[0]) and p.per_tensor for p in params) else None
+
+
+def _target(ir: QIR, value: str) -> QParams | None:
+    """The target of ``value``: its readers' common parameters, or those found by following a
+    chain of single-reader :data:`_LOOK_THROUGH` ops."""
+    while True:
+        found = _common_params(ir, value)
+        readers = ir.consumers(value)
+        if found is not None or value in ir.outputs or len(readers) != 1:
+            return found
+        reader = readers[0]
+        if not isinstance(reader, OpRecord) or reader.op_type not in _LOOK_THROUGH or len(reader.outputs) != 1:
+            return None
+        value = reader.outputs[0]
+
+
+def requant_targets(ir: QIR) -> dict[str, QParams]:
+    """``{op name: the parameters its output is requantized into}`` (see the module docstring)."""
+    targets: dict[str, QParams] = {}
+    for rec in ir.ops():
+        if len(rec.outputs) == 1 and rec.outputs[0]:
+            found = _target(ir, rec.outputs[0])
+            if found is not None:
+                targets[rec.name] = found
+    return targets
+
+
+def _accumulator_adds(ir: QIR, profile: MarchProfile, keep: frozenset[str], targets: dict) -> dict[str, str]:
+    """``{GEMM name: Add name}`` where the march fuses the Add into the GEMM's accumulator (a
+    ``(GEMM, Add, ...)`` pattern in ``profile.fusions``): the GEMM output is read by that Add only,
+    nothing observes it, and the Add has a target."""
+    heads = {p[0] for p in profile.fusions if len(p) > 1 and p[1] == "Add"}
+    fused = {}
+    for rec in ir.ops():
+        out = rec.outputs[0] if rec.outputs else ""
+        readers = ir.consumers(out) if out else []
+        if rec.op_type in heads and len(readers) == 1 and out not in keep and isinstance(readers[0], OpRecord) \
+                and readers[0].op_type == "Add" and readers[0].name in targets and readers[0].inputs.count(out) == 1:
+            fused[rec.name] = readers[0].name
+    return fused
+
+
+def _fuse_steps(base: ExecutionPlan, fused: dict[str, str], keep: frozenset[str]) -> ExecutionPlan:
+    """The plan with each fused GEMM moved to its Add's place, reading the Add's other operand as
+    a fourth input (bias slot padded) and writing the Add's output; the Add step removed."""
+    by_name = {step.rec.name: step for step in base.steps}
+    adds = {add: gemm for gemm, add in fused.items()}
+    steps: list[PlanStep] = []
+    for step in base.steps:
+        name = step.rec.name
+        if name in fused:
+            continue
+        if name in adds:
+            g = by_name[adds[name]]
+            other = next(v for v in step.inputs if v != g.outputs[0])
+            inputs = tuple(g.inputs) + ("",) * (3 - len(g.inputs)) + (other,)
+            steps.append(PlanStep(g.rec, g.fn, g.kwargs, inputs, tuple(step.outputs)))
+            continue
+        steps.append(PlanStep(step.rec, step.fn, step.kwargs, step.inputs, step.outputs))
+    assign_frees(steps, base.weights, keep)
+    return ExecutionPlan(steps, base.weights)
+
+
+def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic) -> _IntegerPlan:
+    base = execution_plan(ir, keep, fold_batchnorm=True)
+    params = {c.name: params_of(c) for c in ir.calibrations() if c.mode in (CalibMode.INT8, CalibMode.INT16)}
+    weights = {}
+    for c in ir.calibrations(CalibRole.WEIGHT):
+        if c.name in params and ir.value(c.input).data is not None:
+            weights[c.name] = replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
+    targets = requant_targets(ir)
+    fused = _accumulator_adds(ir, arith.profile, keep, targets)
+    for gemm, add in fused.items():
+        targets[gemm] = targets[add]
+    return _IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused)
+
+
+class IntegerRuntime:
+    """The integer level (see the module docstring).
+
+    Args:
+        march: a profile name or :class:`MarchProfile` whose arithmetic to emulate.
+    """
+
+    name = "numpy"
+    level = "integer"
+
+    def __init__(self, march: str | MarchProfile = "generic") -> None:
+        self.profile = get_profile(march)
+        self.last_stats: IntegerStats | None = None
+
+    @staticmethod
+    def warn_once(arith: Arithmetic) -> None:
+        """Log the run's fallbacks and overflows, once per distinct set per process."""
+        stats = arith.stats
+        key = (arith.profile.name, tuple((op, tuple(n)) for op, n in sorted(stats.float_fallback.items())),
+               tuple(sorted(stats.overflows)))
+        if key not in _REPORTED:
+            _REPORTED.add(key)
+            arith.report()
+
+    def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
+            capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
+        """Execute ``ir`` at the integer level; returns outputs and captured values (float32)."""
+        feeds = check_feeds(ir, feeds)
+        captured = check_capture(ir, capture)
+        keep = frozenset(ir.outputs) | frozenset(captured)
+        arith = Arithmetic(self.profile)
+        plan = ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith))
+        env: dict[str, Any] = dict(plan.base.weights)
+        env.update(feeds)
+        for step in plan.base.steps:
+            rec = step.rec
+            args = [env[v] if v else None for v in step.inputs]
+            try:
+                if step.fn is None:
+                    result = self._calibration(rec, args[0], plan, arith)
+                else:
+                    result = self._op(rec, step.fn, step.kwargs, args, plan, arith)
+            except QirError:
+                raise
+            except Exception as exc:
+                raise execution_error(rec, [dequantize(a) for a in args], exc) from exc
+            outs = result if type(result) is tuple else (result,)
+            for name, value in zip(step.outputs, outs):
+                if name:
+                    env[name] = value
+            for name in step.free:
+                del env[name]
+        self.last_stats = arith.stats
+        self.warn_once(arith)
+        return {name: np.asarray(dequantize(env[name])) for name in (*ir.outputs, *captured)}
+
+    @staticmethod
+    def _calibration(rec: CalibRecord, x, plan: _IntegerPlan, arith: Arithmetic):
+        if rec.name in plan.weights:
+            return plan.weights[rec.name]
+        params = plan.params.get(rec.name)
+        if params is not None:
+            return arith.rescale(x, params) if isinstance(x, QTensor) else arith.quantize(x, params)
+        x = apply_implied_clip(rec, dequantize(x))
+        if rec.mode is CalibMode.FP16:
+            with np.errstate(over="ignore"):
+                return x.astype(np.float16).astype(x.dtype)
+        return x
+
+    def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: _IntegerPlan, arith: Arithmetic):
+        if any(isinstance(a, QTensor) for a in args):
+            kernel = INTEGER_KERNELS.get(rec.op_type)
+            if kernel is not None and self.profile.computes_in_integer(rec.op_type):
+                result = kernel(OpCall(rec, args, kwargs, fn, plan.targets.get(rec.name), arith))
+                if result is not None:
+                    return result
+            arith.stats.fell_back(rec.op_type, rec.name, composite=rec.op_type in FLOAT_COMPOSITES)
+            args = [dequantize(a) for a in args]
+        return fn(*args, **kwargs)

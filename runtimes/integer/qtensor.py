@@ -1,0 +1,92 @@
+"""A quantized value at the integer level: integer codes plus the parameters that give them a
+meaning, ``x ≈ (codes - zero_point) · scale``.
+
+Codes are int32 arrays that hold int8 / int16 values (onnxruntime's uint8 activations are stored
+in the int8 frame, ``code - 128`` and ``zp - 128``, as the calibration nodes store them: the
+arithmetic on ``codes - zp`` is the same). ``scale`` and ``zero_point`` are scalars (per tensor)
+or vectors along ``axis`` (per channel, weights).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point
+from qir.kinds import CalibMode
+from qir.records import CalibRecord
+
+__all__ = ["QTensor", "QParams", "params_of", "dequantize"]
+
+
+@dataclass(frozen=True)
+class QParams:
+    """How codes map to reals: ``(codes - zero_point) · scale`` in ``mode``'s integer range."""
+
+    mode: CalibMode
+    scale: np.ndarray          # float32, 0-d (per tensor) or 1-d along ``axis``
+    zero_point: np.ndarray     # int64, same shape as scale
+    axis: int | None = None
+    frame: int = 0             # added to codes and zero point to get the imported ONNX integer
+    #                            type (128: uint8), for arithmetic that depends on it
+
+    @property
+    def qrange(self) -> tuple[int, int]:
+        return QRANGE[self.mode]
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.scale.ndim == 0
+
+    @property
+    def dtype(self) -> str:
+        return self.mode.value
+
+    def same_as(self, other: "QParams") -> bool:
+        """Whether codes in ``self`` mean the same reals in ``other`` (no requantization needed)."""
+        return (self.mode is other.mode and self.axis == other.axis
+                and np.array_equal(self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point))
+
+    def broadcast(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scale, zero point) shaped to broadcast against an array of rank ``ndim``."""
+        return along_axis(self.scale, self.axis, ndim), along_axis(self.zero_point, self.axis, ndim)
+
+
+def params_of(rec: CalibRecord) -> QParams:
+    """The quantization parameters of an integer-mode calibration node."""
+    scale = np.asarray(calib_scale(rec), np.float32)
+    zp = calib_zero_point(rec)
+    zp = np.zeros(scale.shape, np.int64) if zp is None else np.broadcast_to(np.asarray(zp, np.int64), scale.shape)
+    frame = -QRANGE[rec.mode][0] if rec.meta.get("unsigned") else 0
+    return QParams(rec.mode, scale, zp, rec.axis if scale.ndim else None, frame)
+
+
+@dataclass(frozen=True)
+class QTensor:
+    """Integer codes (int32 array, zero point included) and their :class:`QParams`; ``weight``
+    marks a constant (a quantized weight), for the march's GEMM dtype-pair rules."""
+
+    codes: np.ndarray
+    params: QParams
+    weight: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.codes.shape
+
+    def centered(self, dtype=np.float64) -> np.ndarray:
+        """``codes - zero_point`` as ``dtype`` (exact: integers below 2^24 in float32)."""
+        _, zp = self.params.broadcast(self.codes.ndim)
+        if not zp.any():
+            return self.codes.astype(dtype)
+        return (self.codes - zp).astype(dtype)
+
+    def dequantize(self) -> np.ndarray:
+        """float32 ``(codes - zp) · scale``: exactly what fake quantization outputs for these codes."""
+        scale, _ = self.params.broadcast(self.codes.ndim)
+        return (self.centered(np.float32) * scale).astype(np.float32, copy=False)
+
+
+def dequantize(value):
+    """A QTensor as its float32 reals; anything else unchanged."""
+    return value.dequantize() if isinstance(value, QTensor) else value

@@ -1,0 +1,130 @@
+"""The integer level on the digits example: what it computes against fake quantization, how it
+follows the march profile, and its errors and reports."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import qir
+from qir.kinds import CalibMode
+from qir.runtimes.base import get_runtime
+from qir.runtimes.integer import IntegerRuntime
+from qir.runtimes.integer.interpreter import requant_targets
+from qir.runtimes.integer.kernels import IntegerDtypeError
+from qir.runtimes.integer.qtensor import params_of
+from qir.runtimes.march import get_profile
+
+from ...conftest import DIGITS
+
+
+def _images(n: int = 40) -> np.ndarray:
+    return np.load(DIGITS / "eval_images.npy")[:n].astype(np.float32)
+
+
+def _outputs(ir, level: str, march: str | None = None, n: int = 40, capture=()) -> list[dict]:
+    return [qir.run(ir, {"input": im}, level=level, march=march, capture=capture) for im in _images(n)]
+
+
+def _cos(a, b) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_integer_level_tracks_fake_quant_and_keeps_accuracy(digits_calibrated):
+    labels = np.load(DIGITS / "eval_labels.npy")[:40]
+    out = digits_calibrated.outputs[0]
+    fq = np.array([o[out] for o in _outputs(digits_calibrated, "fakequant")]).reshape(40, -1)
+    it = np.array([o[out] for o in _outputs(digits_calibrated, "integer", "nash-e")]).reshape(40, -1)
+    assert _cos(fq, it) > 0.9999
+    assert np.mean(it.argmax(1) == labels) >= np.mean(fq.argmax(1) == labels) - 0.05
+    assert not np.array_equal(fq, it)  # requantization is not fake quantization
+
+
+def test_every_quantized_value_is_on_its_grid(digits_calibrated):
+    """Captured values of integer calibration nodes are exact multiples of their scale (codes)."""
+    cals = [c for c in digits_calibrated.calibrations() if c.mode is CalibMode.INT8 and c.role.value == "activation"]
+    got = _outputs(digits_calibrated, "integer", "nash-e", n=3, capture=[c.output for c in cals])
+    for o in got:
+        for c in cals:
+            q = o[c.output] / params_of(c).scale
+            assert np.allclose(q, np.rint(q), atol=1e-3), c.name
+            assert q.min() >= -128.5 and q.max() <= 127.5
+
+
+def test_nash_fuses_conv_add_into_the_accumulator(digits_calibrated):
+    """nash-e's (Conv, Add) fusion: pw4 + the residual run as one accumulator, requantized into
+    relu4's calibration node through the Relu; generic (no such fusion) adds in float."""
+    rt = IntegerRuntime("nash-e")
+    rt.run(digits_calibrated, {"input": _images(1)[0]})
+    assert rt.last_stats.float_fallback == {}
+    generic = IntegerRuntime("generic")
+    generic.run(digits_calibrated, {"input": _images(1)[0]})
+    assert list(generic.last_stats.float_fallback) == ["Add"]
+    targets = requant_targets(digits_calibrated)
+    assert targets["gap"].same_as(params_of(digits_calibrated.calibration("flatten_out_calib")))  # via Flatten
+    assert targets["conv1"].same_as(params_of(digits_calibrated.calibration("relu1_out_calib")))  # via Relu
+
+
+@pytest.mark.parametrize("mode", ["fixed16", "fixed32"])
+def test_fixed_point_requant_modes_stay_close_to_float(digits_calibrated, mode):
+    out = digits_calibrated.outputs[0]
+    prof = get_profile("nash-e").with_overrides(requant_mode=mode, high_precision_qpp=False)
+    base = [o[out] for o in _outputs(digits_calibrated, "integer", "nash-e", n=10)]
+    fixed = [IntegerRuntime(prof).run(digits_calibrated, {"input": im})[out] for im in _images(10)]
+    assert _cos(base, fixed) > 0.999
+    assert not all(np.array_equal(a, b) for a, b in zip(base, fixed))
+
+
+def test_int16_activations_reduce_the_error(digits_calibrated):
+    ir = digits_calibrated.clone()
+    for c in ir.calibrations():
+        if c.role.value == "activation":
+            ir.set_calibration(c.name, mode="int16")
+    out = ir.outputs[0]
+    ref = [o[out] for o in _outputs(ir, "float", n=10)]
+    e16 = [o[out] for o in _outputs(ir, "integer", "nash-e", n=10)]
+    e8 = [o[out] for o in _outputs(digits_calibrated, "integer", "nash-e", n=10)]
+    assert _cos(ref, e16) > _cos(ref, e8)
+
+
+def test_a_dtype_pair_the_march_forbids_names_node_and_pair(digits_calibrated):
+    ir = digits_calibrated.clone()
+    ir.set_calibration("conv2.weight_calib", mode="int16")  # int8 activation x int16 weight
+    with pytest.raises(IntegerDtypeError, match=r"conv2.*int8 × int16.*nash-e"):
+        qir.run(ir, {"input": _images(1)[0]}, level="integer", march="nash-e")
+    qir.run(ir, {"input": _images(1)[0]}, level="integer", march="generic")  # generic allows it
+
+
+def test_accumulator_overflow_is_counted_and_handled_as_the_profile_says(digits_calibrated, caplog):
+    ir = digits_calibrated.clone()
+    for c in ir.calibrations():
+        ir.set_calibration(c.name, mode="int16")
+    feed = {"input": _images(1)[0]}
+    narrow = get_profile("nash-e").with_overrides(acc_bits=16, acc_overflow="saturate")
+    rt = IntegerRuntime(narrow)
+    with caplog.at_level(logging.WARNING):
+        saturated = rt.run(ir, feed)[ir.outputs[0]]
+    assert rt.last_stats.overflows and all(n in {r.name for r in ir.ops()} for n in rt.last_stats.overflows)
+    assert "accumulator overflow past 16 bits" in caplog.text
+    exact = IntegerRuntime(narrow.with_overrides(acc_overflow="ignore")).run(ir, feed)[ir.outputs[0]]
+    assert not np.array_equal(saturated, exact)
+
+
+def test_ops_without_an_integer_kernel_run_in_float_with_one_warning(digits_calibrated, caplog):
+    prof = get_profile("nash-e").with_overrides(integer_ops=("Conv",))
+    with caplog.at_level(logging.WARNING):
+        rt = IntegerRuntime(prof)
+        rt.run(digits_calibrated, {"input": _images(1)[0]})
+        rt.run(digits_calibrated, {"input": _images(2)[1]})
+    assert set(rt.last_stats.float_fallback) == {"Gemm", "GlobalAveragePool", "MaxPool", "Relu"}
+    assert caplog.text.count("ran in float") == 1
+
+
+def test_levels_and_runtimes_are_checked():
+    with pytest.raises(qir.errors.InputError, match="integer level only"):
+        get_runtime("numpy", level="fakequant", march="nash-e")
+    with pytest.raises(qir.errors.InputError, match="numpy runtime"):
+        get_runtime("ort", level="integer")
+    assert isinstance(get_runtime("numpy", level="integer", march="ort"), IntegerRuntime)
