@@ -12,7 +12,9 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.6), computed by the analy
 2. For each variant and each general node's output, in topological order, ``metric(float
    output, variant output)`` on the first ``data_num`` samples (mean over samples).
 3. ``average_mode``: the running mean of that curve instead. ±inf points are left out. A sample
-   whose float values hold NaN or Inf is left out with a warning (the report's ``left_out``).
+   whose float values hold NaN or Inf is left out with a warning (the report's ``left_out``); a
+   value near zero or constant on a sample is left out of that point's cosine/SQNR mean unless
+   it is so on every sample (:class:`qir.runtimes.engine.EngineResult`).
 4. One PNG with a curve per variant, and the numbers as CSV and JSON: written from the report by
    ``qir.tools.reports.acc_error`` (the pass only computes); hmct's ``plot_acc_error`` lives in
    ``qir.tools.hmct``.
@@ -22,8 +24,6 @@ from __future__ import annotations
 import logging
 import math
 from typing import Any
-
-import numpy as np
 
 from qir import metrics as qmetrics
 from qir.errors import InputError
@@ -90,9 +90,8 @@ class AccErrorPass(AnalysisPass):
             stats[reference] = result.stats
             left_out.update({str(s): why for s, why in result.left_out.items()})
             for v in variants:
-                rows = [r for r in result.rows if r["variant"] == v.name]
-                curve = [float(np.mean([r["values"][val][self.metric] for r in rows])) for val in values]
-                curves[v.name] = self._finish(curve)
+                means = result.per_value(v.name)
+                curves[v.name] = self._finish([means[val][self.metric] for val in values])
         report = {"metric": self.metric, "average_mode": self.average_mode,
                   "nodes": [op.name for op in nodes], "values": values, "curves": curves, "engine": stats}
         if left_out:

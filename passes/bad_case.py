@@ -13,6 +13,10 @@ SQNR (dB), ATOL, from :mod:`qir.metrics` — the bad case is the sample with the
 A sample whose baseline outputs hold NaN or Inf is left out with a warning (its values are NaN,
 it is never a bad case; the report's ``left_out``: ``{sample: why}``): every metric would score
 only its finite positions, or none. When every sample is left out, the search is an InputError.
+A sample on which an output's baseline is near zero or constant
+(:func:`qir.metrics.ill_conditioned`) is never that output's Cosine or SQNR bad case (those
+metrics are noise there; a warning names it and points to L1 or MSE), unless every sample is;
+the report's ``ill_conditioned`` lists them: ``{output: {sample: why}}``.
 
 The pass returns the report (the ``data`` key holds the samples searched); it writes nothing.
 :mod:`qir.tools.reports.bad_case` writes ``badcase.txt`` (those tables), ``badcase.json`` (every
@@ -37,6 +41,8 @@ __all__ = ["BadCasePass", "find_bad_cases"]
 
 logger = logging.getLogger(__name__)
 
+_RELATIVE = ("Cosine", "SQNR")  # relative to the baseline: noise where it is near zero or constant
+
 
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
@@ -56,6 +62,7 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     rename = {o: aliases[o] for o in analy_ir.outputs if aliases.get(o) in base_ir.outputs}
     values: dict[str, dict[str, list[float]]] = {}
     left_out: dict[int, str] = {}
+    ill: dict[str, dict[int, str]] = {}  # output -> sample -> why Cosine/SQNR are noise there
     for i, sample in enumerate(samples):
         base = runtimes[0].run(base_ir, sample, capture=replay)
         got = runtimes[1].run(analy_ir, {**sample, **{v: base[v] for v in replay}})
@@ -66,20 +73,12 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
         if missing:
             raise InputError(f"the two models' outputs differ ({missing[:3]}); compare models with the same outputs "
                              "or map them with post_process")
-        note = qmetrics.nonfinite_note(outs[0])
-        if note is not None:
-            left_out[i] = note
-            logger.warning("sample %d is left out of the bad-case search: the baseline's outputs hold NaN or Inf (%s)",
-                           i, note)
-        for name in outs[0]:
-            slot = values.setdefault(name, {m: [] for m in BAD_CASE_METRICS})
-            for seed_name, qname in BAD_CASE_METRICS.items():
-                slot[seed_name].append(math.nan if i in left_out else
-                                       qmetrics.METRICS[qname](outs[0][name], outs[1][name]))
+        _score(i, outs, values, left_out, ill, base_ir)
     if len(left_out) == len(samples):
         raise InputError(f"every sample's baseline outputs hold NaN or Inf ({left_out[0]} on sample 0): no bad case "
                          "to find; check the data for NaN or infinite values")
-    worst = {name: {m: _worst(m, vals, left_out) for m, vals in per.items()} for name, per in values.items()}
+    worst = {name: {m: _worst(m, vals, _skipped(m, name, left_out, ill, len(samples))) for m, vals in per.items()}
+             for name, per in values.items()}
     overall = {}
     for m in BAD_CASE_METRICS:
         name, index = max(((n, worst[n][m]) for n in worst), key=lambda kv: _badness(m, values[kv[0]][m][kv[1]]))
@@ -88,7 +87,44 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
               "worst_output": overall, "chosen": overall[metric]["index"], "data": samples}
     if left_out:
         report["left_out"] = {str(i): why for i, why in left_out.items()}
+    if ill:
+        report["ill_conditioned"] = {name: {str(i): why for i, why in per.items()} for name, per in ill.items()}
     return report
+
+
+def _score(i: int, outs: list[dict], values: dict, left_out: dict[int, str], ill: dict[str, dict[int, str]],
+           base_ir: QIR) -> None:
+    """Sample ``i``'s metrics per output into ``values`` (NaN when its baseline outputs hold NaN
+    or Inf: then it goes into ``left_out``), and its outputs whose baseline is ill-conditioned
+    (:func:`qir.metrics.ill_conditioned`) into ``ill``."""
+    note = qmetrics.nonfinite_note(outs[0])
+    if note is not None:
+        left_out[i] = note
+        logger.warning("sample %d is left out of the bad-case search: the baseline's outputs hold NaN or Inf (%s)",
+                       i, note)
+    for name in outs[0]:
+        slot = values.setdefault(name, {m: [] for m in BAD_CASE_METRICS})
+        for seed_name, qname in BAD_CASE_METRICS.items():
+            slot[seed_name].append(math.nan if i in left_out else qmetrics.METRICS[qname](outs[0][name], outs[1][name]))
+        why = None if i in left_out else qmetrics.ill_conditioned(outs[0][name], qmetrics.output_bound(base_ir, name))
+        if why:
+            ill.setdefault(name, {})[i] = why
+            logger.warning("sample %d is not a candidate for the Cosine and SQNR bad case of %r: its baseline output is "
+                           "%s, so those metrics measure noise there; L1 or MSE pick a meaningful bad case on such "
+                           "data", i, name, why)
+
+
+def _skipped(metric: str, name: str, left_out: dict[int, str], ill: dict[str, dict[int, str]], count: int) -> set[int]:
+    """The samples that cannot be ``metric``'s bad case of output ``name``: those left out, and
+    for Cosine and SQNR those where the output is ill-conditioned, unless that is every sample
+    (then they are all there is, and a warning says so)."""
+    skip = set(left_out)
+    if metric in _RELATIVE and ill.get(name):
+        if len(skip | set(ill[name])) < count:
+            return skip | set(ill[name])
+        logger.warning("output %r is near zero or constant on every sample: its %s bad case is noise; "
+                       "use L1 or MSE", name, metric)
+    return skip
 
 
 def _badness(metric: str, value: float) -> float:

@@ -13,6 +13,10 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analy
    first ``data_num`` samples; per metric, the mean over outputs per sample, then over samples.
    A sample whose float outputs hold NaN or Inf is left out with a warning (the report's
    ``left_out``: ``{sample: why}``; ``samples`` counts those scored); none left is an error.
+   A sample on which a compared float value is near zero or constant
+   (:func:`qir.metrics.ill_conditioned`) is left out of cosine/SQNR means (unless every
+   sample is), with a warning naming the metric to use instead; the report's
+   ``ill_conditioned`` lists them: ``{sample: {value: why}}``.
 4. Rows come most to blame first, by the first metric: from float, the worst model first; from
    quantized, the best recovered model first (the node whose de-quantization helps most).
 5. Saturated outputs: when every candidate scores the same (within 1e-9) (a saturated softmax or
@@ -130,6 +134,8 @@ class NodeSensitivityPass(AnalysisPass):
             report["saturated"] = saturated
         if result.left_out:
             report["left_out"] = {str(s): why for s, why in result.left_out.items()}
+        if result.ill_conditioned:
+            report["ill_conditioned"] = {str(s): ill for s, ill in result.ill_conditioned.items()}
         return PassResult(ir, False, report)
 
     def _evaluate(self, ir: QIR, variants: list[Variant], compare):
@@ -175,7 +181,6 @@ class NodeSensitivityPass(AnalysisPass):
 
 
 _SATURATING = ("Softmax", "LogSoftmax", "Sigmoid", "HardSigmoid")
-_PASS_THROUGH = ("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
 
 
 def _all_equal(result, metric: str) -> bool:
@@ -191,9 +196,7 @@ def _pre_activations(ir: QIR) -> list[str]:
     saturating activation, the value entering that activation."""
     out = []
     for value in ir.outputs:
-        rec = ir.producer(value)
-        while rec is not None and (isinstance(rec, CalibRecord) or rec.op_type in _PASS_THROUGH):
-            rec = ir.producer(rec.inputs[0])
-        if isinstance(rec, OpRecord) and rec.op_type in _SATURATING and rec.inputs[0] not in out:
+        rec = qmetrics.final_activation(ir, value)
+        if rec is not None and rec.op_type in _SATURATING and rec.inputs[0] not in out:
             out.append(rec.inputs[0])
     return out

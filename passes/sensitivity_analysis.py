@@ -11,7 +11,9 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.7), on the analysis engin
 3. ``cumulative``: the metric of the calibrated model with nodes 1..k raised to ``qtype``
    (``float`` = not quantized, or ``int16``/``fp16``), for k = 0 (the calibrated model as is) to
    the number of nodes.
-   Samples whose float outputs hold NaN or Inf are left out of both (the report's ``left_out``).
+   Samples whose float outputs hold NaN or Inf are left out of both (the report's ``left_out``);
+   those where they are near zero or constant are left out of cosine/SQNR means, unless all are
+   (the report's ``ill_conditioned``; :class:`qir.runtimes.engine.EngineResult`).
 4. ``partial_quantization.png``: the cumulative curve (red), the single values (green crosses)
    and the float baseline (blue dashed), over "none" and then the nodes in order: drawn from the
    report, with the CSV and JSON, by ``qir.tools.reports.sensitivity_analysis`` (the pass only
@@ -88,6 +90,8 @@ class SensitivityAnalysisPass(AnalysisPass):
                   "picked_from": len(single) if not self.sensitive else None}
         if result.left_out:  # (the node sensitivity above left out the same samples)
             report["left_out"] = {str(s): why for s, why in result.left_out.items()}
+        if result.ill_conditioned:
+            report["ill_conditioned"] = {str(s): ill for s, ill in result.ill_conditioned.items()}
         return PassResult(ir, False, report)
 
     def _raised(self, cal) -> str:

@@ -24,6 +24,12 @@ Non-finite elements: positions where ``a`` or ``d`` is NaN or ±Inf are left out
 holds NaN or ±Inf is another matter: every metric would score only what is left of it (nothing,
 for an all-NaN output: cosine 1, mse 0), so the analyses leave such a sample out with a warning
 (:func:`nonfinite_note` says why) and stop with an error when no sample is left.
+
+Ill-conditioned references (:func:`ill_conditioned`): cosine similarity and SQNR (``RELATIVE``)
+measure the error relative to the reference, so on a reference that is near zero everywhere (a
+text detector on a photo without text) or constant they measure noise. The analyses flag such
+samples with a warning, leave them out of those metrics' means and choices (unless every sample
+is one), and point to an absolute metric (mse, l1) instead.
 """
 from __future__ import annotations
 
@@ -33,8 +39,10 @@ from typing import Callable, Mapping
 import numpy as np
 
 from qir.errors import InputError, did_you_mean
+from qir.records import CalibRecord, OpRecord
 
-__all__ = ["METRICS", "BETTER", "compute", "check_metrics", "worst_first", "nonfinite_count", "nonfinite_note"]
+__all__ = ["METRICS", "BETTER", "RELATIVE", "compute", "check_metrics", "worst_first", "nonfinite_count",
+           "nonfinite_note", "ill_conditioned", "output_bound", "final_activation"]
 
 
 def _pair(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -230,3 +238,57 @@ def nonfinite_note(values: Mapping[str, np.ndarray]) -> str | None:
             if bad:
                 notes.append(f"{name!r} {bad} of {x.size} values")
     return ", ".join(notes) or None
+
+
+RELATIVE = ("cosine-similarity", "sqnr", "sqnr-db")  # relative to the reference: noise on an ill-conditioned one
+NEAR_ZERO = 1e-3  # RMS below this fraction of the reference's range: "near zero"
+CONSTANT = 1e-6  # peak-to-peak below this fraction of max |x|: "constant" (float32 rounding, a few ulps)
+
+_BOUNDED = {"Sigmoid": 1.0, "HardSigmoid": 1.0, "Softmax": 1.0, "Tanh": 1.0}  # op type -> largest |output|
+_PASS_THROUGH = ("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
+
+
+def ill_conditioned(a: np.ndarray, bound: float | None = None) -> str | None:
+    """Why :data:`RELATIVE` metrics against the reference ``a`` are noise, or None when they are
+    not. A scale-free rule on the finite elements of ``a`` (multiplying ``a`` and ``bound`` by
+    any factor changes nothing):
+
+    - *constant*: ``max(a) - min(a) <= 1e-6 · max|a|`` (all zero included): cosine is 1 for
+      any output proportional to it and 0 for anything else;
+    - *near zero*: ``RMS(a) < 1e-3 · R`` with ``R = max(max|a|, bound)``; ``bound`` is the
+      value's range when a bounded activation produces it (:func:`output_bound`: 1 for a
+      Sigmoid or Softmax output). Then the reference holds less energy than one element at
+      full range in a million: a probability map with nothing detected (PP-OCRv4 det on a
+      photo without text: RMS ~1e-5 of 1), or a lone spike; the quantization error elsewhere
+      dominates cosine and SQNR. Without a bound, ``R`` is the sample's own peak.
+    """
+    x = np.asarray(a, np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return None
+    peak = float(np.max(np.abs(x)))
+    spread = float(np.max(x) - np.min(x))
+    if spread <= CONSTANT * peak:
+        return "constant (every value 0)" if peak == 0.0 else f"constant (every value {float(x[0]):.6g})"
+    scale = max(peak, bound or 0.0)
+    rms = math.sqrt(_sum_sq(x) / x.size)
+    if rms < NEAR_ZERO * scale:
+        of = f"its range {scale:.6g}" if bound and bound >= peak else f"its peak {peak:.6g}"
+        return f"near zero (RMS {rms:.3g}, below {NEAR_ZERO:g} of {of})"
+    return None
+
+
+def final_activation(ir, value: str) -> OpRecord | None:
+    """The op producing ``value`` through shape-only ops (Identity, Reshape, Flatten, Squeeze,
+    Unsqueeze, Transpose) and calibration nodes: the model's last real op for an output."""
+    rec = ir.producer(value)
+    while rec is not None and (isinstance(rec, CalibRecord) or rec.op_type in _PASS_THROUGH):
+        rec = ir.producer(rec.inputs[0])
+    return rec if isinstance(rec, OpRecord) else None
+
+
+def output_bound(ir, value: str) -> float | None:
+    """The largest |x| ``value`` can take when its :func:`final_activation` is bounded (Sigmoid,
+    HardSigmoid, Softmax, Tanh: 1), else None."""
+    op = final_activation(ir, value) if ir.has_value(value) else None
+    return _BOUNDED.get(op.op_type) if op is not None else None

@@ -26,7 +26,11 @@ How it is fast (``../shared/DESIGN.md`` §5):
 A sample whose baseline (the compared values the variants are measured against) holds NaN or
 ±Inf is left out with a warning naming it (``EngineResult.left_out``): the metrics drop
 non-finite positions, so such a sample would score what little is left, or perfect when nothing
-is. When every sample is left out, :meth:`Engine.evaluate` raises an InputError.
+is. When every sample is left out, :meth:`Engine.evaluate` raises an InputError. A baseline value
+that is near zero or constant on a sample (:func:`qir.metrics.ill_conditioned`) makes cosine
+similarity and SQNR noise there: with such a metric, the sample's rows say so
+(``ill_conditioned``), a warning names it and the metric to use instead, and the means leave
+those entries out (:class:`.results.EngineResult`).
 
 Results equal a plain evaluation (clone the IR, set the modes, run the whole model:
 :func:`.variants.evaluate_plainly`) on the same runtime; the tests check it on real models.
@@ -139,6 +143,9 @@ class Engine:
         self.rows = Rows(self.plan, self.runner, self.ref_cache, self.variant_records, self.compare, batch)
         self._baselines: dict[int, dict[str, np.ndarray]] = {}
         self._left_out: dict[int, str] = {}  # samples left out of the current evaluate, and why
+        self._ill: dict[int, dict[str, str]] = {}  # sample -> compared value -> why relative metrics are noise
+        self._bounds = ({v: qmetrics.output_bound(ir, v) for v in self.compare}
+                        if any(m in qmetrics.RELATIVE for m in self.metrics) else None)
         self._lock = threading.Lock()
         self.stats = {"steps_run": 0, "segments_run": 0, "reference_seconds": 0.0}
 
@@ -172,7 +179,7 @@ class Engine:
             results.append(job_rows)
             bar.update(len(job_rows))
 
-        self._left_out = {}
+        self._left_out, self._ill = {}, {}
         try:
             self._evaluate_missing(variants, done, pool, emit)
             if len(self._left_out) == len(self.samples):
@@ -185,8 +192,14 @@ class Engine:
             bar.close()
             self.cache.clear()
             self._baselines.clear()
-        return EngineResult(ordered_rows(rows, variants), self.metrics, self.compare, self._final_stats(start),
-                            left_out=dict(self._left_out))
+        result = EngineResult(ordered_rows(rows, variants), self.metrics, self.compare, self._final_stats(start),
+                              left_out=dict(self._left_out))
+        if self._bounds is not None and rows and all(len(r.get("ill_conditioned") or ()) == len(self.compare)
+                                                     for r in rows):
+            logger.warning("every sample's %s are near zero or constant: the %s numbers are kept (there are no "
+                           "others) but measure noise; rank with mse or l1, or use data on which the model responds",
+                           self._baseline_name(), "/".join(m for m in self.metrics if m in qmetrics.RELATIVE))
+        return result
 
     def run_variant(self, variant: Variant) -> dict[str, np.ndarray]:
         """The compared values of ``variant`` on the current sample (after ``_reference``)."""
@@ -241,11 +254,26 @@ class Engine:
             return False
         note = qmetrics.nonfinite_note({v: base[v] for v in self.compare})
         if note is None:
+            self._note_conditioning(s, base)
             return True
         self._left_out[s] = note
         logger.warning("sample %d of %s is left out: its %s hold NaN or Inf (%s), so no metric on it "
                        "means anything", s, getattr(self.samples, "source", "the samples"), self._baseline_name(), note)
         return False
+
+    def _note_conditioning(self, s: int, base: Mapping[str, np.ndarray]) -> None:
+        """Flag the compared values whose baseline on sample ``s`` is near zero or constant
+        (:func:`qir.metrics.ill_conditioned`), when a relative metric is asked for; warn once."""
+        if self._bounds is None or s in self._ill:
+            return
+        ill = {v: why for v in self.compare if (why := qmetrics.ill_conditioned(base[v], self._bounds[v]))}
+        self._ill[s] = ill
+        if ill:
+            relative = "/".join(m for m in self.metrics if m in qmetrics.RELATIVE)
+            shown = "; ".join(f"{v!r} {why}" for v, why in list(ill.items())[:3]) + (" ..." if len(ill) > 3 else "")
+            logger.warning("sample %d: %s is noise on it, its %s being near zero or constant (%s); it is left out "
+                           "of the %s means (use mse or l1 to rank on such data)", s, relative,
+                           self._baseline_name(), shown, relative)
 
     def _baseline_name(self) -> str:
         """What variants are compared with, for messages (``float outputs``)."""
@@ -256,10 +284,13 @@ class Engine:
                   emit: Callable[[list[dict]], None]) -> None:
         """Run ``jobs`` on sample ``s`` (``threads`` at a time) and ``emit`` each job's rows: its
         variants' metrics against ``base``. Freed C memory is handed back as the process grows."""
+        ill = self._ill.get(s)
+        extra = {"ill_conditioned": ill} if ill else {}
+
         def measure(job: Job) -> list[dict]:
             return [{"variant": v.name, "sample": s,
-                     "values": finite({n: qmetrics.compute(self.metrics, base[n], got[n]) for n in self.compare})}
-                    for (v, _), got in zip(job, self._run_job(job))]
+                     "values": finite({n: qmetrics.compute(self.metrics, base[n], got[n]) for n in self.compare}),
+                     **extra} for (v, _), got in zip(job, self._run_job(job))]
 
         trim = MemoryTrim()
         for job_rows in pool.map(measure, jobs) if pool else map(measure, jobs):

@@ -36,11 +36,18 @@ RESULTS_FILE = "engine_results.jsonl"
 class EngineResult:
     """Metrics per (variant, sample, compared value), and how the work went.
 
-    ``rows``: ``{"variant": name, "sample": i, "values": {value: {metric: number}}}``.
+    ``rows``: ``{"variant": name, "sample": i, "values": {value: {metric: number}}}``, with
+    ``"ill_conditioned": {value: why}`` when the baseline of some compared values is near zero
+    or constant on that sample (:func:`qir.metrics.ill_conditioned`; only looked for when a
+    :data:`~qir.metrics.RELATIVE` metric is asked for).
     ``stats``: seconds, steps and segments executed, sessions built, peak bytes held by the
     reference cache, bytes spilled to disk and the process's peak RSS.
     ``left_out``: ``{sample: why}`` for the samples left out because their baseline holds NaN or
     ±Inf (they have no rows).
+
+    Means (:meth:`per_variant`, :meth:`per_value`) skip NaN entries, and for the relative
+    metrics (cosine similarity, SQNR) the ill-conditioned ones, unless that leaves nothing:
+    then they are the only numbers there are, and the means keep them.
     """
 
     rows: list[dict]
@@ -50,23 +57,53 @@ class EngineResult:
     left_out: dict[int, str] = field(default_factory=dict)
 
     def per_variant(self) -> dict[str, dict[str, float]]:
-        """Each variant's metrics: mean over compared values per sample, then over samples
-        (NaN entries skipped), in the order variants were given."""
-        acc: dict[str, dict[str, list[float]]] = {}
+        """Each variant's metrics: mean over compared values per sample, then over samples, in
+        the order variants were given (NaN and ill-conditioned entries skipped as the class
+        docstring says)."""
+        return {name: {m: _mean_over(rows, m) for m in self.metrics} for name, rows in self._by_variant().items()}
+
+    def per_value(self, variant: str) -> dict[str, dict[str, float]]:
+        """``{compared value: {metric: mean over samples}}`` of one variant (entries skipped as
+        in :meth:`per_variant`)."""
+        rows = self._by_variant().get(variant, [])
+        return {value: {m: _mean_over(rows, m, value) for m in self.metrics} for value in self.compare}
+
+    @property
+    def ill_conditioned(self) -> dict[int, dict[str, str]]:
+        """``{sample: {compared value: why}}`` for the samples whose baseline is ill-conditioned."""
+        return {row["sample"]: row["ill_conditioned"] for row in self.rows if row.get("ill_conditioned")}
+
+    def _by_variant(self) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
         for row in self.rows:
-            slot = acc.setdefault(row["variant"], {m: [] for m in self.metrics})
-            for m in self.metrics:
-                vals = [v[m] for v in row["values"].values() if v[m] == v[m]]
-                if vals:
-                    slot[m].append(float(np.mean(vals)))
-        return {name: {m: (float(np.mean(v)) if v else math.nan) for m, v in ms.items()}
-                for name, ms in acc.items()}
+            out.setdefault(row["variant"], []).append(row)
+        return out
 
     def ranked(self, metric: str | None = None) -> list[tuple[str, dict[str, float]]]:
         """``per_variant`` sorted worst first by ``metric`` (default: the first metric)."""
         metric = metric or self.metrics[0]
         table = self.per_variant()
         return sorted(table.items(), key=lambda kv: qmetrics.worst_first(metric, kv[1][metric]))
+
+
+def _row_mean(row: dict, metric: str, value: str | None, trusted: bool) -> float:
+    """The mean of ``metric`` over one row's compared values (or just ``value``), NaN entries
+    skipped; with ``trusted``, also the ill-conditioned values when ``metric`` is relative. NaN
+    when nothing is left."""
+    ill = (row.get("ill_conditioned") or {}) if trusted and metric in qmetrics.RELATIVE else {}
+    numbers = [v[metric] for n, v in row["values"].items()
+               if (value is None or n == value) and n not in ill and v[metric] == v[metric]]
+    return float(np.mean(numbers)) if numbers else math.nan
+
+
+def _mean_over(rows: list[dict], metric: str, value: str | None = None) -> float:
+    """The mean over samples (``rows``) of :func:`_row_mean`: of the trusted per-sample means,
+    else (none is a number) of all of them; NaN when there is no number at all."""
+    for trusted in (True, False):
+        numbers = [x for x in (_row_mean(row, metric, value, trusted) for row in rows) if x == x]
+        if numbers:
+            return float(np.mean(numbers))
+    return math.nan
 
 
 def data_digest(samples: Iterable[Mapping[str, Any]]) -> str:

@@ -81,3 +81,28 @@ def test_bad_case_search_over_16_real_images(tmp_path):
     write_report(report, tmp_path)
     assert report["samples"] == 16 and len(report["values"]["output0"]["L1"]) == 16
     assert (tmp_path / "badcase.txt").read_text().count("\n") >= 10
+
+
+@pytest.mark.slow
+def test_det_photos_without_text_are_flagged_and_never_the_cosine_bad_case():
+    """PP-OCRv4 det on ordinary photos: where it sees no text its float output is ~0 everywhere,
+    so cosine and SQNR there are noise; the engine flags the same samples."""
+    from qir.runtimes.engine import Engine, Variant, configured_clone
+
+    from ..conftest import real_models
+
+    rm = real_models()
+    ir, samples = calibrated_real("ppocrv4_det", [1, 3, 640, 640], count=8)
+    out = ir.outputs[0]
+    float_ir = configured_clone(ir, "float", {})
+    peaks = [float(qir.run(float_ir, s, runtime="ort")[out].max()) for s in samples]
+    blank = {i for i, p in enumerate(peaks) if p < 0.3}  # below DB's binarization threshold: not one text pixel
+    assert 0 < len(blank) < len(samples)
+    report = find_bad_cases(ir, None, samples, metric="Cosine")
+    assert {int(i) for i in report["ill_conditioned"][out]} == blank
+    assert report["chosen"] not in blank and report["bad_case"][out]["SQNR"] not in blank
+    result = Engine(ir, samples, metrics=["cosine-similarity"], progress=False).evaluate([Variant("calibrated", {
+        c.name: c.mode.value for c in ir.calibrations()})])
+    assert set(result.ill_conditioned) == blank
+    text = [{"x": rm.ppocr_det_input(img)} for img in rm.text_images(3)]  # printed text on every image
+    assert "ill_conditioned" not in find_bad_cases(ir, None, text, metric="Cosine")

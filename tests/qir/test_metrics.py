@@ -59,3 +59,41 @@ def test_worst_first_and_errors():
         M.check_metrics(["cosine-similarty"])
     with pytest.raises(InputError, match="elements"):
         M.compute("mse", np.zeros(3), np.zeros(4))
+
+
+def test_ill_conditioned_references_are_flagged_by_a_scale_free_rule(rng):
+    probs = np.full((1, 1, 64, 64), 1e-5)  # a probability map with nothing detected (range [0, 1])
+    probs[0, 0, 3, 4] = 2e-3
+    text = probs.copy()
+    text[0, 0, 10:14, 5:30] = 0.9  # one word detected: 100 of 4096 values lit
+    normal = rng.standard_normal(1000)
+    spike = np.zeros(2_000_000)
+    spike[7] = 3.0  # one value in two million: RMS below 1e-3 of its own peak
+    for k in (1e-6, 1.0, 1e6):  # the same verdicts at any scale (reference and bound scaled alike)
+        assert M.ill_conditioned(k * probs, bound=k).startswith("near zero")
+        assert M.ill_conditioned(k * text, bound=k) is None
+        assert M.ill_conditioned(k * probs) is None  # without a bound: its own peak sets the scale
+        assert M.ill_conditioned(k * normal) is None
+        assert M.ill_conditioned(k * spike).startswith("near zero")
+        assert M.ill_conditioned(np.full(50, 3.0 * k)).startswith("constant")
+    assert M.ill_conditioned(np.zeros((2, 3))) == "constant (every value 0)"
+    assert M.ill_conditioned(np.array([np.nan, 1.0, 2.0])) is None  # (non-finite positions are not its business)
+    # cosine on such a reference is noise: a small, harmless-looking error flips it
+    noise = 1e-4 * rng.standard_normal(probs.shape)
+    assert M.cosine_similarity(probs, probs + noise) < 0.5 < M.cosine_similarity(text, text + noise)
+
+
+def test_output_bound_follows_shape_ops_to_a_bounded_activation():
+    import onnx.parser
+
+    import qir
+
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 4] x) => (float[4] p, float[1, 4] r) {
+            s = Sigmoid(x)
+            p = Squeeze(s)
+            r = Relu(x)
+        }""")
+    ir = qir.import_onnx(model)
+    assert M.output_bound(ir, "p") == 1.0 and M.output_bound(ir, "s") == 1.0
+    assert M.output_bound(ir, "r") is None and M.output_bound(ir, "not a value") is None

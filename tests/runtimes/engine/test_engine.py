@@ -157,6 +157,43 @@ def test_a_sample_with_a_nan_reference_is_left_out(calibrated, samples, runtime,
         Engine(ir, all_nan, runtime=runtime, progress=False).evaluate(variants)
 
 
+def test_near_zero_references_are_flagged_and_left_out_of_cosine_means(rng, caplog):
+    """A detector-like head (a Sigmoid map): on a sample where nothing fires the float output is
+    ~0 everywhere and cosine is noise there; mse still counts it."""
+    import onnx
+
+    import qir
+
+    from ...conftest import calibrate_for_nash_e, model_from_text
+
+    model = model_from_text("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 8, 6, 6] x) => (float[1, 1, 6, 6] y) {
+            h = Conv(x, w)
+            y = Sigmoid(h)
+        }""", {"w": (1, 8, 1, 1)})
+    w = onnx.numpy_helper.to_array(model.graph.initializer[0]).reshape(8)
+    x = rng.standard_normal((3, 1, 8, 6, 6)).astype(np.float32)
+    x[1] = 0.1 * x[1] - (12 / np.abs(w).sum() * np.sign(w))[None, :, None, None]  # h ~ -12: y ~ 6e-6 everywhere
+    samples = [{"x": s} for s in x]
+    ir = calibrate_for_nash_e(qir.load(model), samples)
+    variants = [Variant(c.name, {c.name: c.mode.value}) for c in ir.calibrations()]
+    with caplog.at_level("WARNING"):
+        result = Engine(ir, samples, runtime="numpy", metrics=["cosine-similarity", "mse"],
+                        progress=False).evaluate(variants)
+    assert list(result.ill_conditioned) == [1] and result.ill_conditioned[1]["y"].startswith("near zero")
+    assert "sample 1" in caplog.text and "mse" in caplog.text
+    others = Engine(ir, [samples[0], samples[2]], runtime="numpy", metrics=["cosine-similarity", "mse"],
+                    progress=False).evaluate(variants).per_variant()
+    every = Engine(ir, samples, runtime="numpy", metrics=["mse"], progress=False).evaluate(variants).per_variant()
+    for name, values in result.per_variant().items():
+        assert values["cosine-similarity"] == others[name]["cosine-similarity"]  # sample 1 left out of cosine
+        assert values["mse"] == every[name]["mse"]  # and kept in mse
+    alone = Engine(ir, samples[1:2], runtime="numpy", progress=False).evaluate(variants)
+    assert alone.per_variant()[variants[0].name]["cosine-similarity"] == alone.rows[0]["values"]["y"][
+        "cosine-similarity"]  # nothing else to rank on: kept, and warned about
+    assert "every sample" in caplog.text
+
+
 def test_bad_input_is_one_clear_error(calibrated, samples):
     ir = calibrated
     engine = Engine(ir, samples, runtime="numpy", progress=False)
