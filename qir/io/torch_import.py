@@ -5,12 +5,19 @@ Steps:
 1. The module runs once in eval mode under ``torch.no_grad`` with forward hooks that count how
    often every submodule is called (``ir.meta["torch_calls"]``; modules called 0 or more than
    once are listed in ``ir.meta["torch_call_warnings"]``) and that record the output structure.
-2. It is exported in memory with torch's TorchScript ONNX exporter (opset 17 by default). Graph
+2. It is exported in memory with torch's TorchScript ONNX exporter (opset 17 by default), or
+   with torch's newer ``torch.export``-based one (``dynamo=True``; needs ``onnxscript``). Example
+   inputs given positionally are first bound to ``forward()``'s parameter names
+   (``inspect.signature``) and exported as keyword arguments, the way a dict of inputs is:
+   Hugging Face models fill some of their keyword parameters themselves while being traced, and
+   positional tensors then collide with them ("got multiple values for argument 'use_cache'").
+   Only a ``forward(*args)`` (or positional-only parameters) keeps the positional call. Graph
    inputs are named after ``forward()``'s parameters; outputs after the returned structure
    (dict keys, ``output`` for one tensor, ``output_<i>`` for tuples and lists, nested ones
    joined with ``_``).
 3. The ONNX importer lowers it. Every general node gets the module path that produced it, read
-   from the exporter's scope names (``/layer1/layer1.0/conv1/Conv`` → ``layer1.0.conv1``).
+   from the TorchScript exporter's scope names (``/layer1/layer1.0/conv1/Conv`` → ``layer1.0.conv1``)
+   or from the newer exporter's ``pkg.torch.onnx.name_scopes`` node metadata.
 4. A model prepared with ``torch.ao.quantization`` (FakeQuantize, per tensor or per channel,
    qint8/quint8) exports its fake quantizers as QuantizeLinear/DequantizeLinear pairs, which the
    QDQ importer turns into calibration nodes holding the observers' scales and zero points as
@@ -19,6 +26,7 @@ Steps:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import inspect
 import io
 import logging
@@ -29,7 +37,8 @@ from typing import Any, Mapping, Sequence
 
 from qir.errors import ImportError_, InputError, QirError
 
-__all__ = ["from_torch", "is_torch_module", "module_path", "torch_outputs", "load_factory", "split_inputs"]
+__all__ = ["from_torch", "is_torch_module", "module_path", "torch_outputs", "load_factory", "split_inputs",
+           "bind_to_parameters"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,24 +61,33 @@ def _torch():
 def module_path(node_name: str, root) -> str | None:
     """The dotted path of the submodule of ``root`` that an exported node came from.
 
-    The exporter names nodes ``/<scope>/<scope>/.../<Op>``; a scope is a child's name or a
-    qualified name ending with it (``layer1.0``), with ``_<n>`` appended when a module is called
-    again. Scopes are matched to children from the root down; the walk stops at the first scope
-    that matches no child."""
+    The exporter names nodes ``/<scope>/<scope>/.../<Op>``; a scope is a child's name, a
+    qualified name ending with it (``layer1.0`` under ``layer1``) or a dotted path below the
+    current module (``layer.0``: item 0 of a ModuleList ``layer``), with ``_<n>`` appended when a
+    module is called again. Scopes are matched from the root down; the walk stops at the first
+    scope that matches no submodule."""
     module, path = root, []
     for scope in (s for s in node_name.split("/")[1:-1] if s):
-        children = dict(module.named_children())
-        child = None
+        found = None
         for candidate in (scope, re.sub(r"_\d+$", "", scope)):
             parts = candidate.split(".")
-            child = next((".".join(parts[k:]) for k in range(len(parts)) if ".".join(parts[k:]) in children), None)
-            if child is not None:
+            found = next((sub for k in range(len(parts)) if (sub := _descend(module, parts[k:])) is not None), None)
+            if found is not None:
                 break
-        if child is None:
+        if found is None:
             break
-        path.append(child)
-        module = children[child]
+        path += found[0]
+        module = found[1]
     return ".".join(path) or None
+
+
+def _descend(module, names: list[str]):
+    """``(names, submodule)`` when ``names`` lead from ``module`` down through its children, else None."""
+    for name in names:
+        module = dict(module.named_children()).get(name)
+        if module is None:
+            return None
+    return names, module
 
 
 def _flatten(value, prefix: str) -> list[tuple[str, Any]]:
@@ -111,64 +129,145 @@ def split_inputs(example_inputs) -> tuple[tuple, dict]:
 
 
 def from_torch(module, example_inputs, *, opset: int = 17, input_names: Sequence[str] | None = None,
-               dynamic_batch: bool = False):
+               dynamic_batch: bool = False, dynamo: bool = False):
     """``module`` (``torch.nn.Module``) as a QIR; see the module docstring.
 
     Args:
-        example_inputs: a tensor, a tuple of tensors (positional ``forward`` arguments) or a
-            dict ``{parameter name: tensor}``.
+        example_inputs: a tensor, a tuple of tensors (positional ``forward`` arguments, bound to
+            its parameter names) or a dict ``{parameter name: tensor}``.
         opset: the ONNX opset to export with.
         input_names: names for the graph inputs (default: ``forward()``'s parameter names).
         dynamic_batch: keep the first dimension of inputs and outputs dynamic.
+        dynamo: export with torch's ``torch.export``-based exporter instead of TorchScript
+            (needs ``pip install onnxscript``; an ImportError_ says so when it is missing), at
+            opset ``max(opset, 18)``: it writes no older opset faithfully.
     """
     torch = _torch()
-    import onnx
 
     from qir.io.onnx_import import import_onnx
 
     if not isinstance(module, torch.nn.Module):
         raise InputError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
+    if dynamo and importlib.util.find_spec("onnxscript") is None:
+        raise ImportError_("from_torch(dynamo=True) uses torch's newer ONNX exporter, which needs onnxscript: "
+                           "pip install onnxscript (or leave dynamo=False for the TorchScript exporter)")
     was_training = module.training
     module.eval()
     try:
-        args, kwargs = split_inputs(example_inputs)
+        args, kwargs = bind_to_parameters(module, *split_inputs(example_inputs))
         names = list(input_names or _parameter_names(module, len(args), kwargs))
         calls = _count_calls(module, args, kwargs)
         with torch.no_grad():
             out = module(*args, **kwargs)
         output_names = [n for n, _ in _flatten(out, "output")]
-        tensors = list(args) + [kwargs[k] for k in kwargs]
-        if kwargs:  # keyword inputs: bind them in forward()'s order through a positional wrapper
-            module_to_export = _Positional(module, list(kwargs))
-        else:
-            module_to_export = module
         dynamic = ({n: {0: "batch"} for n in names + output_names} if dynamic_batch else None)
-        buffer = io.BytesIO()
         try:
             with _static_fake_quant(module), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch's deprecation and tracer notices are not the user's problem
-                torch.onnx.export(module_to_export, tuple(tensors), buffer, input_names=names, output_names=output_names,
-                                  opset_version=opset, dynamo=False, dynamic_axes=dynamic, do_constant_folding=True)
+                export = _export_dynamo if dynamo else _export_torchscript
+                proto, scopes = export(module, args, kwargs, names=names, output_names=output_names, opset=opset,
+                                       dynamic=dynamic)
         except QirError:
             raise
         except Exception as exc:  # torch's own message says which op or qconfig it could not export
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ImportError_(f"torch could not export {type(module).__name__} to ONNX: {first}") from exc
-        proto = onnx.load_from_string(buffer.getvalue())
     finally:
         module.train(was_training)
-    scopes = {n.name: module_path(n.name, module_to_export if kwargs else module) for n in proto.graph.node}
     ir = import_onnx(proto)
     for op in ir.ops():
-        path = scopes.get(op.name)
-        if path:
-            op.module = path[len("module."):] if kwargs and path.startswith("module.") else path
+        if scopes.get(op.name):
+            op.module = scopes[op.name]
     ir.meta["torch_calls"] = calls
     ir.meta["torch_call_warnings"] = {k: v for k, v in calls.items() if v != 1}
     if ir.meta["torch_call_warnings"]:
         logger.info("modules not called exactly once: %s", ir.meta["torch_call_warnings"])
     ir.touch()
     return ir
+
+
+def bind_to_parameters(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Positional example tensors as keyword arguments named after ``module.forward``'s
+    parameters (``(), {name: tensor}``, in the signature's order); ``(args, kwargs)`` unchanged
+    when there are none, or when they fill ``*args`` or positional-only parameters."""
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):  # no signature to read (a builtin, a C extension)
+        return args, kwargs
+    if not args:
+        return args, kwargs
+    try:
+        bound = signature.bind_partial(*args, **kwargs)
+    except TypeError as exc:
+        raise InputError(f"the example inputs do not fit {type(module).__name__}.forward{signature}: {exc}") from None
+    params = signature.parameters
+    if any(params[name].kind not in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+           for name in bound.arguments):
+        return args, kwargs
+    return (), dict(bound.arguments)
+
+
+def _export_torchscript(module, args, kwargs, *, names, output_names, opset, dynamic):
+    """The ONNX model from torch's TorchScript exporter and ``{node name: module path}``. The
+    exporter passes inputs positionally, so keyword inputs go in that way, in the order given,
+    and :func:`_keyword_forward` hands them on to ``forward()`` by name."""
+    torch = _torch()
+    import onnx
+
+    buffer = io.BytesIO()
+    with _keyword_forward(module, list(kwargs)):
+        torch.onnx.export(module, tuple(args) + tuple(kwargs.values()), buffer, input_names=names,
+                          output_names=output_names, opset_version=opset, dynamo=False, dynamic_axes=dynamic,
+                          do_constant_folding=True)
+    proto = onnx.load_from_string(buffer.getvalue())
+    return proto, {node.name: module_path(node.name, module) for node in proto.graph.node}
+
+
+@contextlib.contextmanager
+def _keyword_forward(module, keys: list[str]):
+    """While active, ``module(*tensors)`` calls ``forward(**dict(zip(keys, tensors)))`` (nothing
+    changes without ``keys``). It replaces ``forward`` on the instance, not a wrapper module
+    around it, so scope, op and weight names stay the module's own (``conv.weight``, not
+    ``module.conv.weight``)."""
+    if not keys:
+        yield
+        return
+    own = module.__dict__.get("forward")
+    forward = module.forward
+
+    def by_name(*tensors):
+        return forward(**dict(zip(keys, tensors)))
+
+    module.forward = by_name
+    try:
+        yield
+    finally:
+        if own is None:
+            del module.forward
+        else:
+            module.forward = own
+
+
+def _export_dynamo(module, args, kwargs, *, names, output_names, opset, dynamic):
+    """The ONNX model from torch's ``torch.export``-based exporter and ``{node name: module path}``
+    (from each node's ``pkg.torch.onnx.name_scopes``: the innermost scope that is a submodule)."""
+    torch = _torch()
+    import ast
+
+    # at opset 18 or later: the exporter's (and onnx's) conversion to older opsets drops the scope
+    # metadata and can leave attributes the older op does not have (ReduceMean's noop_with_empty_axes)
+    program = torch.onnx.export(module, tuple(args), kwargs=kwargs or None, input_names=names,
+                                output_names=output_names, opset_version=max(opset, 18), dynamo=True,
+                                dynamic_axes=dynamic, verbose=False)
+    proto = program.model_proto
+    modules = {name for name, _ in module.named_modules() if name}
+    scopes = {}
+    for node in proto.graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        found = ast.literal_eval(meta["pkg.torch.onnx.name_scopes"]) if "pkg.torch.onnx.name_scopes" in meta else []
+        paths = [re.sub(r"_\d+$", "", s) if s not in modules else s for s in found[1:-1]]
+        scopes[node.name] = next((s for s in reversed(paths) if s in modules), None)
+    return proto, scopes
 
 
 _RANGES = {(-128, 127), (0, 255)}
@@ -242,26 +341,6 @@ def _count_calls(module, args, kwargs) -> dict[str, int]:
         for h in hooks:
             h.remove()
     return counts
-
-
-def _positional_class():
-    torch = _torch()
-
-    class Positional(torch.nn.Module):
-        """Calls the wrapped module with keyword arguments given positionally (for the exporter)."""
-
-        def __init__(self, module, keys):
-            super().__init__()
-            self.module, self.keys = module, keys
-
-        def forward(self, *tensors):
-            return self.module(**dict(zip(self.keys, tensors)))
-
-    return Positional
-
-
-def _Positional(module, keys):  # noqa: N802 - a class built on first use (torch is optional)
-    return _positional_class()(module, keys)
 
 
 def load_factory(spec: str):

@@ -154,6 +154,80 @@ def test_unsupported_qconfig_and_missing_torch_are_clear_errors(monkeypatch):
         qir.from_torch(object(), None)
 
 
+def _fills_use_cache(forward):
+    """What Hugging Face's forward decorators do: the model fills a keyword parameter itself."""
+    import functools
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        kwargs["use_cache"] = False
+        return forward(self, *args, **kwargs)
+
+    return wrapper
+
+
+class HFLike(nn.Module):
+    """A forward shaped like BertModel's: tensors, then keyword parameters with defaults."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.proj = nn.Linear(8, 4)
+
+    @_fills_use_cache
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, use_cache=None):
+        return self.proj(self.embed(input_ids) * attention_mask.unsqueeze(-1))
+
+
+def test_positional_tensors_are_bound_to_forward_parameter_names():
+    # the TorchScript exporter pads positional inputs with forward()'s defaults, then the decorator's
+    # use_cache collides with the padded one: "got multiple values for argument 'use_cache'"
+    torch.manual_seed(0)
+    model = HFLike().eval()
+    ids, mask = torch.randint(0, 16, (1, 5)), torch.ones(1, 5)
+    ir = from_torch(model, (ids, mask))
+    assert ir.inputs == ("input_ids", "attention_mask")
+    assert str(ir) == str(from_torch(model, {"input_ids": ids, "attention_mask": mask}))  # the keyword path
+    assert {op.module for op in ir.ops()} >= {"embed", "proj"} and "embed.weight" in {w.name for w in ir.weights()}
+    _agree(ir, model, (ids, mask))
+
+
+def test_a_small_bert_built_from_its_config_imports_with_positional_inputs():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=32)
+    torch.manual_seed(0)
+    bert = transformers.BertModel(config).eval()
+    ids, mask = torch.randint(0, 64, (1, 8)), torch.ones(1, 8, dtype=torch.long)
+    ir = qir.from_torch(bert, (ids, mask))
+    assert ir.inputs == ("input_ids", "attention_mask") and ir.outputs == ("last_hidden_state", "pooler_output")
+    assert "encoder.layer.0.attention.self.query" in {op.module for op in ir.ops()}
+    diffs = check_against_torch(ir, bert, (ids, mask), runtime="ort")
+    assert max(diffs.values()) <= 1e-4, diffs
+
+
+def test_the_newer_exporter_keeps_module_paths_and_needs_onnxscript(monkeypatch):
+    import importlib.util
+
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    example = torch.randn(1, 3, 8, 8)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript"
+                        else real_find_spec(name, *a))
+    with pytest.raises(ImportError_, match="pip install onnxscript"):
+        from_torch(model, example, dynamo=True)
+    monkeypatch.undo()
+    pytest.importorskip("onnxscript")
+    ir = from_torch(model, example, dynamo=True)
+    script = from_torch(model, example)
+    assert ir.inputs == script.inputs == ("image",) and (ir.opset, script.opset) == (18, 17)
+    # (its graph optimizer folds the stem's BatchNorm into the Conv, which then names stem.1)
+    assert {"stem", "dw", "pw", "fc"} <= {op.module.split(".")[0] for op in ir.ops() if op.module}
+    assert [op.module for op in ir.ops() if op.op_type == "Conv"][1:] == ["dw", "pw"]
+    _agree(ir, model, example)
+
+
 def test_import_torch_command(tmp_path, capsys):
     from qir.tools.cli import main
 
