@@ -60,10 +60,13 @@ class Arithmetic:
         """``clip(round(x / s) + zp)``, in float32 and in the order fake quantization uses."""
         x = np.asarray(x, np.float32)
         scale, zp = params.broadcast(x.ndim)
-        q = self.quant_round(x / scale)
-        with np.errstate(invalid="ignore"):
-            codes = np.clip(np.nan_to_num(q, nan=0.0) + zp, *params.qrange)
-        return QTensor(codes.astype(np.int32), params)
+        q = np.array(self.quant_round(x / scale), dtype=np.float32, copy=None, ndmin=0)
+        if np.any(zp):
+            q += zp
+        qmin, qmax = params.qrange
+        np.fmax(q, np.float32(qmin), out=q)  # fmax/fmin: NaN becomes qmin instead of garbage
+        np.fmin(q, np.float32(qmax), out=q)
+        return QTensor(q.astype(np.int32), params)
 
     # -- codes -> codes ----------------------------------------------------------------------
     def requant(self, acc: np.ndarray, ratio: np.ndarray | float, params: QParams) -> QTensor:
@@ -120,9 +123,9 @@ class Arithmetic:
     def accumulate(self, node: str, acc: np.ndarray) -> np.ndarray:
         """``acc`` (exact) under the profile's accumulator width and overflow rule."""
         lo, hi = self.acc_range
-        over = int(np.count_nonzero((acc < lo) | (acc > hi)))
-        if not over:
+        if acc.size == 0 or (acc.min() >= lo and acc.max() <= hi):
             return acc
+        over = int(np.count_nonzero((acc < lo) | (acc > hi)))
         self.stats.overflows[node] += over
         rule = self.profile.acc_overflow
         if rule == "saturate":

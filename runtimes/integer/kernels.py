@@ -7,8 +7,8 @@ apply (an input is float, per-channel where it must be per-tensor, an attribute 
 model): the interpreter then runs the op in float on dequantized inputs and reports it.
 
 * GEMM (Conv, ConvTranspose, MatMul, Gemm): ``acc = Σ (x - zp_x)(w - zp_w)`` exactly - float32
-  BLAS when ``K·max|x|·max|w| < 2^24`` proves every partial sum exact, else float64 (exact below
-  2^53) -, ``+ round(b / (s_x·s_w))`` (and, for a Conv+Add the march fuses, the Add's other
+  BLAS when ``max|x| · max_c Σ_k |w[c,k]| < 2^24`` bounds every partial sum (so each is exact),
+  else float64 (exact below 2^53) -, ``+ round(b / (s_x·s_w))`` (and, for a Conv+Add the march fuses, the Add's other
   operand in accumulator units), the accumulator rule, then requantized by
   ``s_x·s_w / s_y`` per output channel; with no target, the high-precision output
   ``acc·s_x·s_w`` in float32.
@@ -98,9 +98,10 @@ def gemm(call: OpCall):
     if not w.params.per_tensor and w.params.axis % w.codes.ndim != axis:
         return None
     _check_pair(call, x, w, weight_is_constant=w.weight or call.rec.op_type != "MatMul")
-    k = w.codes.size // max(w.codes.shape[axis], 1)
-    bound = k * float(np.abs(x.centered(np.float32)).max(initial=0)) * float(np.abs(w.centered(np.float32)).max(initial=0))
-    dt = np.float32 if bound < _EXACT_F32 else np.float64
+    # every partial sum of output channel c is at most max|x| · Σ_k |w[c, k]|
+    wc = w.centered(np.float32)
+    l1 = np.abs(np.moveaxis(wc, axis, 0)).reshape(wc.shape[axis], -1).sum(1).max(initial=0)
+    dt = np.float32 if float(np.abs(x.centered(np.float32)).max(initial=0)) * float(l1) < _EXACT_F32 else np.float64
     acc = np.asarray(call.float_fn(x.centered(dt), w.centered(dt), **call.kwargs), np.float64)
     out_axis = _OUT_AXIS[call.rec.op_type] % acc.ndim
     w_scale = w.params.scale

@@ -92,9 +92,14 @@ def requantize(acc: np.ndarray, ratio: np.ndarray | float, *, mode: str, qmin: i
     accumulator ``acc`` requantized by ``ratio`` (see the module docstring for each mode)."""
     zp = np.asarray(zero_point, np.int64)
     if mode == "float":
-        value = np.asarray(acc, np.float64).astype(np.float32) * np.asarray(ratio, np.float32)
-        lo, hi = (np.asarray(qmin - zp, np.float32), np.asarray(qmax - zp, np.float32))
-        return saturate(np.rint(np.clip(value, lo, hi)).astype(np.int64) + zp, qmin, qmax)
+        value = np.array(acc, dtype=np.float32, ndmin=1)  # f32(acc): a fresh array, changed in place below
+        value *= np.asarray(ratio, np.float32)
+        np.maximum(value, np.asarray(qmin - zp, np.float32), out=value)
+        np.minimum(value, np.asarray(qmax - zp, np.float32), out=value)
+        np.rint(value, out=value)
+        if zp.any():
+            value += zp.astype(np.float32)
+        return value.astype(np.int32).reshape(np.shape(acc)) if np.ndim(acc) == 0 else value.astype(np.int32)
     acc = np.asarray(np.rint(acc), np.int64)
     if mode == "fixed16":
         mult, e = fixed_multiplier(ratio, bits)
