@@ -82,7 +82,7 @@ class AccErrorPass(AnalysisPass):
                 continue
             engine = Engine(ir, self.data, runtime=self.runtime, reference=reference, compare=values,
                             metrics=[self.metric], data_num=self.data_num, threads=self.threads,
-                            progress=self.progress)
+                            progress=self.progress and f"accumulated error (from {reference})")
             try:
                 result = engine.evaluate(variants)
             finally:

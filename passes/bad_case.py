@@ -36,6 +36,7 @@ from qir.graph import QIR
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, model_pair, replay_setup
 from qir.runtimes.base import get_runtime
+from qir.runtimes.progress import track
 
 __all__ = ["BadCasePass", "find_bad_cases"]
 
@@ -63,7 +64,7 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     values: dict[str, dict[str, list[float]]] = {}
     left_out: dict[int, str] = {}
     ill: dict[str, dict[int, str]] = {}  # output -> sample -> why Cosine/SQNR are noise there
-    for i, sample in enumerate(samples):
+    for i, sample in enumerate(track(samples, "bad-case search", unit="samples")):
         base = runtimes[0].run(base_ir, sample, capture=replay)
         got = runtimes[1].run(analy_ir, {**sample, **{v: base[v] for v in replay}})
         outs = [{k: base[k] for k in base_ir.outputs}, {rename.get(k, k): got[k] for k in analy_ir.outputs}]

@@ -21,6 +21,7 @@ from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import fake_quant
 from qir.runtimes.numpy_ref.registry import lookup
+from qir.runtimes.progress import track
 
 __all__ = ["CalibratePass", "METHODS"]
 
@@ -117,8 +118,6 @@ class CalibratePass(Pass):
         return model_samples(ir, self.data, self.limit)
 
     def _collect(self, ir: QIR, targets: list[CalibRecord], samples) -> dict[str, AbsHistogram]:
-        from tqdm import tqdm
-
         values = list(dict.fromkeys(c.input for c in targets))
         fast_max = self.method == "max" and self.runtime == "ort"
         hists = {v: (AbsMaxObserver() if fast_max else AbsHistogram(self.num_bins)) for v in values}
@@ -127,9 +126,8 @@ class CalibratePass(Pass):
         rt = get_runtime(self.runtime, level="float")
         rules = derivations(ir, values) if fast_max else {}
         observed = [v for v in values if v not in rules]  # the rest follow from these exactly
-        bar = tqdm(samples, desc=f"calibrate ({self.method})", unit="sample", leave=False,
-                   disable=None if self.progress else True)
-        for i, sample in enumerate(bar):
+        for i, sample in enumerate(track(samples, f"calibrate ({self.method})", unit="samples",
+                                         enabled=self.progress)):
             try:
                 feed = check_feeds(ir, sample)
             except InputError as exc:

@@ -80,6 +80,7 @@ from qir.passes.lib.fusion import unit_type
 from qir.passes.lib.layer_run import LayerRun, _readers, _source, compared_ops, run_layers, shadow_outputs
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.numerics import clip_only
+from qir.runtimes.progress import track
 
 __all__ = ["LayerComparePass", "compare_per_layer", "advise"]
 
@@ -116,7 +117,7 @@ def _rows(run: LayerRun, prefixes: Iterable[str], types: Iterable[str]) -> list[
     ops = compared_ops(ir, prefixes, types)
     shadows = shadow_outputs(run, ops)
     rows = []
-    for op in ops:
+    for op in track(ops, "layer comparison", unit="layers"):
         for k, value in enumerate(op.outputs):
             base_value = run.base_name(value)
             a, b = run.analy_values.get(value), run.base_values.get(base_value)

@@ -141,7 +141,7 @@ class NodeSensitivityPass(AnalysisPass):
     def _evaluate(self, ir: QIR, variants: list[Variant], compare):
         engine = Engine(ir, self.data, runtime=self.runtime, reference=self.start, compare=compare,
                         metrics=self.metrics, data_num=self.data_num, threads=self.threads,
-                        progress=self.progress)
+                        progress=self.progress and f"node sensitivity ({self.node_type})")
         try:
             result = engine.evaluate(variants)
             return result, len(engine.samples) - len(result.left_out)

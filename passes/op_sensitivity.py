@@ -87,7 +87,7 @@ def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", re
 
         sample = with_replay(ir, "float", [sample], replay, runtime)[0]
     engine = Engine(model, [dict(sample)], runtime=runtime, reference="float", metrics=[qname], threads=threads,
-                    progress=progress)
+                    progress=progress and "op sensitivity")
     try:
         result = engine.evaluate(variants)
     finally:

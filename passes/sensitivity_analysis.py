@@ -78,7 +78,8 @@ class SensitivityAnalysisPass(AnalysisPass):
             changes.update({c.name: self._raised(c) for c in calibrations_of(ir, node)})
             variants.append(Variant(node, dict(changes)))
         engine = Engine(ir, self.data, runtime=self.runtime, reference="quantized", metrics=[self.metric],
-                        data_num=self.data_num, threads=self.threads, progress=self.progress)
+                        data_num=self.data_num, threads=self.threads,
+                        progress=self.progress and "sensitivity analysis (raised together)")
         try:
             result = engine.evaluate(variants)
         finally:

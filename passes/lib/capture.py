@@ -12,6 +12,7 @@ from qir.graph import QIR
 from qir.passes.base import PassResult
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine import configured_clone
+from qir.runtimes.progress import track
 
 
 def collect(ir: QIR, data: Any, values: list[str], *, quantized: bool, data_num: int | None,
@@ -23,7 +24,8 @@ def collect(ir: QIR, data: Any, values: list[str], *, quantized: bool, data_num:
     model = ir if quantized else configured_clone(ir, "float", {})
     rt = get_runtime(runtime, level="fakequant")
     parts: dict[str, list[np.ndarray]] = {v: [] for v in values}
-    for sample in model_samples(ir, data, data_num):
+    for sample in track(model_samples(ir, data, data_num), "capture " + ("calibrated" if quantized else "float"),
+                        unit="samples"):
         got = rt.run(model, sample, capture=values)
         for v in values:
             parts[v].append(np.asarray(got[v]))

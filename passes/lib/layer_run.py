@@ -23,6 +23,7 @@ from qir.runtimes.base import get_runtime
 from qir.runtimes.engine.cache import release_free_memory
 from qir.runtimes.numerics import apply_calibration, clip_only
 from qir.runtimes.numpy_ref.interpreter import run_op
+from qir.runtimes.progress import track
 
 __all__ = ["LayerRun", "run_layers", "captured_values", "compared_ops", "shadow_outputs"]
 
@@ -167,7 +168,7 @@ def shadow_outputs(run: LayerRun, ops: Iterable[OpRecord] | None = None) -> dict
     numpy kernels."""
     float_baseline = run.levels[0] == "float" or not any(c.quantizes for c in run.baseline.calibrations())
     found: dict[str, tuple | None] = {}
-    for op in compared_ops(run.analysis) if ops is None else ops:
+    for op in track(compared_ops(run.analysis) if ops is None else ops, "layer shadows", unit="layers"):
         unit = unit_of(run.analysis, op)
         full = _run_unit(run, unit, apply_calibration)
         if full is _NOT_QUANTIZED:

@@ -67,6 +67,7 @@ from qir.runtimes.engine.runners import NumpySteps, OrtSteps
 from qir.runtimes.engine.steps import run_steps
 from qir.runtimes.engine.variants import Variant, VariantRecords, check_variants, configured, configured_clone, run_whole
 from qir.runtimes.numerics import apply_calibration
+from qir.runtimes.progress import task
 
 __all__ = ["Engine"]
 
@@ -105,7 +106,8 @@ class Engine:
             plain run at that level.
         rounding: fake-quant rounding.
         spill_dir: where cached values go past ``memory_budget`` (default: the system temp folder).
-        progress: show a progress bar with ETA (on a terminal).
+        progress: report progress (:mod:`qir.runtimes.progress`: log lines, or a tqdm bar with ETA
+            on a terminal under ``qir.tools``); a string names the task (default ``variants``).
     """
 
     def __init__(self, ir: QIR, data: Any, *, runtime: str = "ort", reference: str = "float",
@@ -114,7 +116,7 @@ class Engine:
                  segments: int | None = None, batch: int | None = None, data_num: int | None = None,
                  threads: int | None = None,
                  optimization: str = "auto", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
-                 progress: bool = True) -> None:
+                 progress: bool | str = True) -> None:
         check_options(runtime, reference, baseline, memory_budget)
         self.ir, self.runtime, self.reference, self.baseline = ir, runtime, reference, baseline
         self.compare = tuple(dict.fromkeys(compare or ir.outputs))
@@ -159,8 +161,6 @@ class Engine:
     def evaluate(self, variants: Iterable[Variant], out_dir: str | Path | None = None, *,
                  resume: bool = False, force: bool = False) -> EngineResult:
         """Metrics of every variant on every sample (see :class:`EngineResult`)."""
-        from tqdm import tqdm
-
         variants = list(variants)
         check_variants(self.ir, variants)
         start = time.perf_counter()
@@ -170,14 +170,14 @@ class Engine:
         rows, results = open_results(out_dir, analysis, variants, len(self.samples), resume=resume, force=force,
                                      data=data)
         done = {(r["variant"], r["sample"]) for r in rows}
-        bar = tqdm(total=len(variants) * len(self.samples), initial=len(done), desc="variants", unit="run",
-                   leave=False, disable=None if self.progress else True)
+        bar = task(self.progress if isinstance(self.progress, str) else "variants", len(variants) * len(self.samples),
+                   unit="runs", initial=len(done), enabled=bool(self.progress))
         pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
 
-        def emit(job_rows: list[dict]) -> None:
+        def emit(job_rows: list[dict], skipped: int = 0) -> None:
             rows.extend(job_rows)
             results.append(job_rows)
-            bar.update(len(job_rows))
+            bar.update(len(job_rows) + skipped)
 
         self._left_out, self._ill = {}, {}
         try:
@@ -213,11 +213,12 @@ class Engine:
 
     # ------------------------------------------------------------------ orchestration
     def _evaluate_missing(self, variants: list[Variant], done: set[tuple[str, int]], pool,
-                          emit: Callable[[list[dict]], None]) -> None:
+                          emit: Callable[..., None]) -> None:
         """Rows of every (variant, sample) not ``done``, passed to ``emit`` as they are produced:
         first every sample's batched variants on a segment-level reference, then, once the
-        segment sessions are let go, the step-by-step ones on a step-level reference. The float
-        baselines are computed beside the building of the segment sessions."""
+        segment sessions are let go, the step-by-step ones on a step-level reference (a sample
+        left out is passed as ``emit([], n)``, its ``n`` runs). The float baselines are computed
+        beside the building of the segment sessions."""
         pending = {s: sample for s, sample in enumerate(self.samples)
                    if any((v.name, s) not in done for v in variants)}
         batched, single = self.rows.route(variants)
@@ -232,6 +233,7 @@ class Engine:
             for s, sample in pending.items():
                 base = self._reference(s, sample, pool, steps=False)
                 if not self._scored(s, base):
+                    emit([], sum((v.name, s) not in done for v in variants))  # (its runs count as done)
                     continue
                 if self.rows.check_parts(pool):  # a switch failed its check: its variants go step by step
                     batched, single = self.rows.route(variants)
@@ -244,6 +246,7 @@ class Engine:
                 continue
             base = self._reference(s, sample, pool, steps=True)
             if not self._scored(s, base):
+                emit([], sum((v.name, s) not in done for v in variants))
                 continue
             self._run_jobs(self.rows.jobs([], [v for v in single if (v.name, s) not in done]), s, base, pool, emit)
 

@@ -2,7 +2,10 @@
 
 Errors the user can fix (bad paths, corrupt files, unsupported ops, data that does not fit the
 model) print one line ``qir: error: ...`` and exit with code 2; ``--debug`` shows tracebacks.
-Output files are never overwritten unless ``--force`` is given.
+Output files follow one rule (:class:`qir.tools.reports.output.Outputs`): checked before the
+work, never replaced without ``--force``, written atomically. Long steps show their progress
+with an ETA: a tqdm bar when stderr is a terminal, else a ``qir.progress`` log line every few
+seconds (:mod:`qir.tools.progress`).
 
 Commands are found, not listed: every module of :mod:`qir.tools.cli.commands` defines
 ``add_commands(subparsers)``, which adds its subcommands (each with ``set_defaults(func=...)``),
@@ -61,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("qir.progress").setLevel(logging.INFO)  # progress lines when stderr is no terminal
     try:
         return int(args.func(args) or 0)
     except QirError as exc:
