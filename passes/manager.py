@@ -15,9 +15,10 @@ import ast
 import logging
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from qir.errors import QirError
+from qir.files import write_text
 from qir.graph import QIR
 from qir.passes.base import Pass, PassError, PassResult, get_pass, pass_options
 from qir.verify import verify
@@ -99,25 +100,40 @@ def build_pipeline(text: str, context: Mapping[str, Any] | None = None) -> list[
 class PassManager:
     """Run passes in order; optionally verify the IR and dump it after each one.
 
-    Dumps go to ``dump_dir`` as ``000_input.qir.txt``, ``001_<pass>.qir.txt``, ... each starting
-    with a ``# IR after <pass> (modified|unchanged)`` line. A pass that fails is reported with
+    Dumps go to ``dump_dir`` as ``000_input.qir.txt``, ``001_<pass>.qir.txt``, ... (their names:
+    :meth:`dump_files`) each starting with a ``# IR after <pass> (modified|unchanged)`` line,
+    written by ``write(path, text)`` (default: :func:`qir.files.write_text`, atomic; a command
+    passes its checked outputs' writer). A pass that fails is reported with
     the passes that ran before it; with ``verify_each`` an IR that breaks an invariant stops the
     pipeline at the pass that broke it.
     """
 
     def __init__(self, passes: Iterable[Pass] | str, *, verify_each: bool = True,
-                 dump_dir: str | Path | None = None, context: Mapping[str, Any] | None = None) -> None:
+                 dump_dir: str | Path | None = None, context: Mapping[str, Any] | None = None,
+                 write: Callable[[Path, str], Any] | None = None) -> None:
         self.passes = build_pipeline(passes, context) if isinstance(passes, str) else list(passes)
         self.verify_each = verify_each
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
+        self.write = write
+
+    def dump_files(self) -> list[Path]:
+        """The IR dumps :meth:`run` writes (none without ``dump_dir``), in order."""
+        if self.dump_dir is None:
+            return []
+        labels = ["input"] + [p.name for p in self.passes]
+        return [self.dump_dir / f"{i:03d}_{label}.qir.txt" for i, label in enumerate(labels)]
 
     def _dump(self, index: int, label: str, ir: QIR, modified: bool | None) -> None:
         if self.dump_dir is None:
             return
-        self.dump_dir.mkdir(parents=True, exist_ok=True)
         state = "" if modified is None else (" (modified)" if modified else " (unchanged)")
         path = self.dump_dir / f"{index:03d}_{label}.qir.txt"
-        path.write_text(f"# IR after {label}{state}\n{ir}")
+        text = f"# IR after {label}{state}\n{ir}"
+        if self.write is not None:
+            self.write(path, text)
+        else:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            write_text(path, text)
 
     def run(self, ir: QIR) -> PassResult:
         """Apply every pass; the report holds each pass's report and time under its name."""

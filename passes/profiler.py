@@ -51,11 +51,16 @@ class ProfilerPass(AnalysisPass):
         self.prefixes, self.types = list(prefixes or []), list(types or [])
         self.options = {"data_num": data_num, "prefixes": self.prefixes, "types": self.types}
 
-    def run(self, ir: QIR) -> PassResult:
+    def selected_ops(self, ir: QIR) -> list:
+        """The general nodes the filters keep (the ops the report has a row and tensors for)."""
         ops = [op for op in ir.ops() if (not self.prefixes or any(op.name.startswith(p) for p in self.prefixes))
                and (not self.types or op.op_type in self.types)]
         if not ops:
             raise InputError(f"no op matches prefixes {self.prefixes} and types {self.types}")
+        return ops
+
+    def run(self, ir: QIR) -> PassResult:
+        ops = self.selected_ops(ir)
         activations = sorted({v for op in ops for v in (*op.inputs, *op.outputs)
                               if v and ir.value(v).kind is NodeKind.ACTIVATION and not self._weight_view(ir, v)})
         pooled = collect(ir, self.data, activations, quantized=True, data_num=self.data_num, runtime=self.runtime)

@@ -50,6 +50,12 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     except OSError as exc:
         _remove(tmp)
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    except OutputError as exc:  # a writer that writes atomically itself: name this path, not its temporary one
+        _remove(tmp)
+        cause = exc.__cause__
+        if isinstance(cause, OSError):
+            raise OutputError(f"cannot write {path}: {cause.strerror or cause}") from cause
+        raise
     except BaseException:
         _remove(tmp)
         raise
@@ -90,7 +96,7 @@ def check_outputs(paths: Iterable[str | Path], *, overwrite: bool = False,
     problems: dict[str, str] = {}
     for path in dict.fromkeys(Path(p) for p in paths):
         if path.is_dir():
-            problems[str(path)] = f"{path} is a folder, not a file"
+            problems[str(path)] = f"{path} is a directory, not a file"
             continue
         allowed = overwrite or path in replaceable
         if (path.exists() or path.is_symlink()) and not allowed:

@@ -10,6 +10,8 @@
    accuracy is measured on the same images.
 
 Files go to the output folder (``-o``), else to a new temporary folder whose path is printed.
+Every file the demo writes is checked before it starts (:func:`plan_files`): none may exist
+unless ``overwrite`` (``--force``); other files in the folder are left alone.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["run_demo", "example_dir"]
+__all__ = ["run_demo", "example_dir", "plan_files"]
+
+METHODS = ("max", "percentile", "kl", "mse", "mix")
 
 
 def example_dir() -> Path:
@@ -30,14 +34,33 @@ def example_dir() -> Path:
     return Path(digits.__file__).resolve().parent
 
 
-def run_demo(out: Path | None, runtimes: list[str]) -> int:
+def plan_files(files, base, runtimes: list[str], *, saved: bool):
+    """Plan on ``files`` (an :class:`~qir.tools.reports.output.Outputs`) every file the demo writes
+    for the prepared model ``base``; ``saved``: the folder is the user's (``-o``), so the outputs,
+    dumps and picture are written too. Returns ``files``."""
+    from qir.tools.runall import plan_files as plan_runall
+
+    files.plan(*(f"calibrated_{m}.onnx" for m in METHODS), "repaired.onnx")
+    if saved:
+        files.plan(*(f"outputs_{rt}.npz" for rt in runtimes), "model.qir.txt", "model.qir.json", "model.dot")
+    plan_runall(files.sub("debug_result"), base, ["weight", "activation"])
+    return files
+
+
+def run_demo(out: Path | None, runtimes: list[str], *, overwrite: bool = False) -> int:
     import qir
     from qir.data import save_outputs
+    from qir.passes import PassManager
     from qir.tools.progress import run_samples
+    from qir.tools.reports.output import Outputs
     from qir.verify import verify
 
     root = example_dir()
     ir = qir.load(root / "model.onnx")
+    base = ir.clone()
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(base)
+    work = out if out is not None else Path(tempfile.mkdtemp(prefix="qir-demo-"))
+    files = plan_files(Outputs(work, overwrite=overwrite), base, runtimes, saved=out is not None).check()
     problems = verify(ir)
     print(f"model   {root / 'model.onnx'}")
     print(f"ir      {ir!r}; verify: {'ok' if not problems else problems}")
@@ -57,26 +80,23 @@ def run_demo(out: Path | None, runtimes: list[str]) -> int:
         acc = float((logits[rt].argmax(1) == labels).mean())
         print(f"{rt:<7} accuracy {acc:.4f} on {len(labels)} evaluation images, {per:.2f} ms/sample")
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            save_outputs(out / f"outputs_{rt}.npz", results)
+            files.write(f"outputs_{rt}.npz", lambda tmp, r=results: save_outputs(tmp, r))
     if len(logits) == 2:
         a, b = logits.values()
         rel = float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
         print(f"agree   numpy vs ort: max |diff| / max |ort| = {rel:.2e}")
-    work = out if out is not None else Path(tempfile.mkdtemp(prefix="qir-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
-    calibrated = calibrate_all(ir, root, samples, labels, work)
-    debug_and_repair(calibrated, root, samples, labels, work)
+    calibrated = calibrate_all(base, root, samples, labels, files)
+    debug_and_repair(calibrated, root, samples, labels, files)
     if out is not None:
-        (out / "model.qir.txt").write_text(str(ir))
-        (out / "model.qir.json").write_text(json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n")
-        (out / "model.dot").write_text(ir.to_dot())
+        files.write_text("model.qir.txt", str(ir))
+        files.write_text("model.qir.json", json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n")
+        files.write_text("model.dot", ir.to_dot())
         print(f"wrote   {out}/ (model.qir.txt, model.qir.json, model.dot, outputs_<runtime>.npz, "
               "calibrated_<method>.onnx)")
     return 0
 
 
-def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.ndarray, work: Path) -> None:
+def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.ndarray, files) -> None:
     """Steps 3 and 4 of the module docstring on the least accurate calibrated model."""
     import qir
     from qir.tools.emit import emit_model
@@ -86,7 +106,7 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     method, (model, acc) = min(calibrated.items(), key=lambda kv: kv[1][1])
     print(f"debug   the {method} model ({acc:.4f}): runall")
     start = time.perf_counter()
-    report = runall(model, root / "calibration_data", save_dir=work / "debug_result", progress=False,
+    report = runall(model, root / "calibration_data", save_dir=files.sub("debug_result"), progress=False,
                     log=lambda line: print("        " + line))
     print(f"        {time.perf_counter() - start:.1f} s")
     for tip in report["advice"]:
@@ -97,29 +117,28 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
         print("repair  nothing to repair: no node is below the pick threshold")
         return
     k = next((i for i, v in enumerate(cumulative[1:], 1) if v >= sa["pick_threshold"]), len(nodes))
-    path = work / "repaired.onnx"
-    emit_model(model, path, float=nodes[:k], overwrite=True)
+    path = files.path("repaired.onnx")
+    emit_model(model, "repaired.onnx", float=nodes[:k], outputs=files)
     repaired = qir.load(path)
     logits = np.concatenate([r["logits"] for r in run_samples(repaired, samples, "ort", desc="repaired")])
     fixed = float((logits.argmax(1) == labels).mean())
     print(f"repair  {', '.join(nodes[:k])} back to float -> {path.name}: accuracy {acc:.4f} -> {fixed:.4f}")
 
 
-def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path | None) -> dict:
-    """Calibrate a copy of ``ir`` with each method; print int8 accuracy and cosine vs float.
-    Returns ``{method: (calibrated IR, accuracy)}``."""
+def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) -> dict:
+    """Calibrate a copy of ``base`` (folded, fused, with calibration nodes) with each method and
+    write it to ``files``; print int8 accuracy and cosine vs float. Returns ``{method: (calibrated
+    IR, accuracy)}``."""
     import qir
     from qir.passes import PassManager
     from qir.tools.progress import run_samples
 
-    base = ir.clone()
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(base)
     reference = np.concatenate([r["logits"] for r in run_samples(base, samples, "ort", desc="float",
                                                                   level="float")])
     results = {}
     print(f"calib   nash-e int8, {len(base.calibrations())} calibration nodes, "
           f"data {root / 'calibration_data'}")
-    for method in ("max", "percentile", "kl", "mse", "mix"):
+    for method in METHODS:
         model = base.clone()
         PassManager(f"calibrate{{method={method},progress=False}}",
                     context={"data": root / "calibration_data"}).run(model)
@@ -128,7 +147,6 @@ def calibrate_all(ir, root: Path, samples: list, labels: np.ndarray, out: Path |
         a, b = logits.reshape(-1).astype(np.float64), reference.reshape(-1).astype(np.float64)
         cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
         print(f"  {method:<11} int8 accuracy {acc:.4f}  logits cosine vs float {cos:.6f}")
-        if out is not None:
-            qir.save(model, out / f"calibrated_{method}.onnx", overwrite=True)  # the demo folder: empty or --force
+        files.write(f"calibrated_{method}.onnx", lambda tmp, m=model: qir.save(m, tmp))
         results[method] = (model, acc)
     return results

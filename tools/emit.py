@@ -1,5 +1,6 @@
 """Writing the emitted model: the ``emit`` pass returns the QDQ ONNX model, these functions put it
-in a file (``qir emit``, the demo). Passes never write; this is where ``overwrite`` is decided.
+in a file (``qir emit``, the demo). Passes never write; files are written through
+:class:`~qir.tools.reports.output.Outputs` (an existing file only with ``overwrite``, atomically).
 
 ::
 
@@ -19,31 +20,32 @@ from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.emit import EmitPass
 from qir.passes.lib.selection import as_name_list, select_calibrations
+from qir.tools.reports.output import Outputs
 
-__all__ = ["emit", "emit_model", "write_model", "write_reports"]
+__all__ = ["emit", "emit_model", "write_model", "plan_reports", "write_reports"]
 
 logger = logging.getLogger(__name__)
 
 
-def write_model(model: onnx.ModelProto, path: str | Path, *, overwrite: bool = False) -> Path:
-    """``model`` saved to ``path`` (its folder created); an existing file only with ``overwrite``."""
-    path = _writable(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
+def write_model(model: onnx.ModelProto, path: str | Path, *, overwrite: bool = False,
+                outputs: Outputs | None = None) -> Path:
+    """``model`` saved to ``path`` (its folder created, atomically) through ``outputs`` (default: a
+    new :class:`~qir.tools.reports.output.Outputs`): an existing file only with ``overwrite``."""
+    out = outputs if outputs is not None else Outputs(overwrite=overwrite)
+    return out.write(path, lambda tmp: onnx.save(model, str(tmp)))
 
 
-def _writable(path: str | Path, overwrite: bool) -> Path:
-    """``path``, unless it exists and ``overwrite`` is off, or is a folder: then one clear error."""
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise InputError(f"{path} exists; choose another output path or pass overwrite=True")
-    if path.is_dir():
-        raise InputError(f"{path} is a directory; give the path of an .onnx file")
-    return path
+def plan_reports(passes: Iterable[Any], outputs: Outputs) -> Outputs:
+    """Plan, on ``outputs``, the file of every ``emit`` pass of a pipeline that names a ``path``
+    (an ``emit{path=...}`` step; its own ``overwrite=True`` lets it replace that file)."""
+    for p in passes:
+        if isinstance(p, EmitPass) and p.path:
+            outputs.plan(p.path, replace=p.overwrite)
+    return outputs
 
 
-def write_reports(reports: Iterable[dict[str, Any]], *, overwrite: bool = False) -> list[Path]:
+def write_reports(reports: Iterable[dict[str, Any]], *, overwrite: bool = False,
+                  outputs: Outputs | None = None) -> list[Path]:
     """Write the model of every ``emit`` report that names a ``path`` (an ``emit{path=...}`` step
     of a pipeline), replacing an existing file when the step or ``overwrite`` allows it; the
     report then holds the path instead of the model."""
@@ -51,17 +53,22 @@ def write_reports(reports: Iterable[dict[str, Any]], *, overwrite: bool = False)
     for report in reports:
         if report.get("path") and "model" in report:
             model = report.pop("model")
-            written.append(write_model(model, report["path"], overwrite=overwrite or bool(report.get("overwrite"))))
+            out = outputs if outputs is not None else Outputs(overwrite=overwrite)
+            if report.get("overwrite"):
+                out.plan(report["path"], replace=True)
+            written.append(write_model(model, report["path"], outputs=out))
     return written
 
 
-def emit(ir: QIR, path: str | Path, *, opset: int | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """Emit ``ir`` (:class:`qir.passes.emit.EmitPass`) and write the model to ``path``. Returns the
-    pass's report with ``path`` in place of the model. An existing ``path`` is refused before
-    anything is built unless ``overwrite``. ``ir`` is not changed."""
-    path = _writable(path, overwrite)  # refused before the model is built
+def emit(ir: QIR, path: str | Path, *, opset: int | None = None, overwrite: bool = False,
+         outputs: Outputs | None = None) -> dict[str, Any]:
+    """Emit ``ir`` (:class:`qir.passes.emit.EmitPass`) and write the model to ``path`` (through
+    ``outputs``, a command's, when given: then ``path`` is in its folder). Returns the pass's report with ``path`` in place of the
+    model. An existing ``path`` is refused before anything is built unless ``overwrite``. ``ir`` is
+    not changed."""
+    out = (outputs if outputs is not None else Outputs(overwrite=overwrite)).plan(path).check()  # before building
     found = dict(EmitPass(opset=opset)(ir).report)
-    write_model(found.pop("model"), path, overwrite=True)
+    path = write_model(found.pop("model"), path, outputs=out)
     found.pop("overwrite")
     report = {**found, "path": str(path)}
     logger.info("emit: %s (opset %d): %s", report["path"], report["opset"], report["modes"])
@@ -69,7 +76,8 @@ def emit(ir: QIR, path: str | Path, *, opset: int | None = None, overwrite: bool
 
 
 def emit_model(ir: QIR, path: str | Path, *, int16: str | Iterable[str] = (), float: str | Iterable[str] = (),  # noqa: A002
-               fp16: str | Iterable[str] = (), opset: int | None = None, overwrite: bool = False) -> dict[str, Any]:
+               fp16: str | Iterable[str] = (), opset: int | None = None, overwrite: bool = False,
+               outputs: Outputs | None = None) -> dict[str, Any]:
     """Set the chosen calibration nodes' modes on a clone of ``ir`` and emit it to ``path``.
 
     ``int16`` / ``float`` / ``fp16``: names or globs of calibration nodes, of the ops they feed,
@@ -90,7 +98,7 @@ def emit_model(ir: QIR, path: str | Path, *, int16: str | Iterable[str] = (), fl
             chosen[cal.name] = mode
     for name, mode in chosen.items():
         clone.set_calibration(name, mode=mode)
-    report = emit(clone, path, opset=opset, overwrite=overwrite)
+    report = emit(clone, path, opset=opset, overwrite=overwrite, outputs=outputs)
     report["selected"] = {m.value: sorted(n for n, mm in chosen.items() if mm is m)
                           for m in (CalibMode.INT16, CalibMode.FLOAT, CalibMode.FP16)}
     return report

@@ -19,7 +19,9 @@ Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices
 
 The computations are the passes' (:mod:`qir.passes.bad_case`, :mod:`qir.passes.layer_compare`,
 :mod:`qir.passes.op_sensitivity`); this facade runs them in order and writes their reports
-(:mod:`qir.tools.reports`), which is the only part that touches files.
+(:mod:`qir.tools.reports`), which is the only part that touches files. Each step checks the files
+it writes before it runs (:class:`~qir.tools.reports.output.Outputs`; :func:`compare` checks them
+all first): none may exist unless ``overwrite=True``; a file the same object wrote may be rewritten.
 """
 from __future__ import annotations
 
@@ -32,13 +34,13 @@ import numpy as np
 from qir.api import as_ir
 from qir.errors import InputError
 from qir.io.torch_import import is_torch_module as _is_torch
-from qir.json_dump import write_json
 from qir.passes import bad_case, layer_compare, op_sensitivity
 from qir.passes.lib.layer_run import LayerRun, compared_ops, run_layers
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
 from qir.tools.reports import bad_case as bad_case_report
 from qir.tools.reports import layer_compare as layer_report
 from qir.tools.reports import op_sensitivity as sensitivity_report
+from qir.tools.reports.output import Outputs
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
 
@@ -58,13 +60,14 @@ class QuantAnalysis:
 
     def __init__(self, baseline_model: Any, analysis_model: Any = None, *,
                  post_process: Callable[[dict], dict] | None = None, out_dir: str | Path = "./qir_quant_analysis",
-                 runtime: str = "ort", replay_discrete: bool = True) -> None:
+                 runtime: str = "ort", replay_discrete: bool = True, overwrite: bool = False) -> None:
         self._torch = [m for m in (baseline_model, analysis_model) if _is_torch(m)]
         self._given = (baseline_model, analysis_model)
         if not self._torch:
             self._import(None)
         self.post_process, self.runtime, self.replay_discrete = post_process, runtime, replay_discrete
         self.out_dir = Path(out_dir)
+        self.outputs = Outputs(self.out_dir, overwrite=overwrite)
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
         self.chosen: int | None = None
         self.layer_run: LayerRun | None = None
@@ -103,12 +106,13 @@ class QuantAnalysis:
     def auto_find_bad_case(self, data: Any, num_steps: int | None = None, metric: str = "L1") -> dict:
         """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``."""
         metric = metric_name(metric)
+        self.outputs.plan(*bad_case_report.FILES).check()
         if self._torch:
             self._import(self._torch_samples(data)[0])
         report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
                                          post_process=self.post_process, runtime=self.runtime,
                                          replay_discrete=self.replay_discrete)
-        bad_case_report.write_report(report, self.out_dir)
+        bad_case_report.write_report(report, self.outputs)
         indices = {entry["index"] for entry in report["worst_output"].values()}
         indices |= {i for per in report["bad_case"].values() for i in per.values()}
         self.bad_cases = {i: report["data"][i] for i in sorted(indices)}
@@ -126,8 +130,8 @@ class QuantAnalysis:
 
     def save_bad_case(self, path: str | Path | None = None) -> Path:
         """The current bad case as ``.npz`` (default ``<out_dir>/badcase.npz``)."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        return bad_case_report.save_bad_case(self._case(None), path or self.out_dir / "badcase.npz")
+        out, name = (Outputs(overwrite=self.outputs.overwrite), path) if path else (self.outputs, "badcase.npz")
+        return bad_case_report.save_bad_case(self._case(None), name, out.plan(name).check())
 
     def load_bad_case(self, filename: str | Path | None = None) -> None:
         """Read a bad case saved by ``auto_find_bad_case``/``save_bad_case``."""
@@ -148,19 +152,21 @@ class QuantAnalysis:
         """Both models on the bad case (``index``: another bad case from ``badcase.txt``), every
         layer's values saved under ``<out_dir>/layers/`` as they are captured (and read back
         memory-mapped: a large model's layers need not fit in RAM), indexed by ``layers.json``."""
-        layers = self.out_dir / "layers"
-        self.layer_run = run_layers(self.baseline, self.analysis, self._case(index), runtime=self.runtime,
-                                    store=layers)
+        layers = self.outputs.sub("layers")
+        case = self._case(index)
+        layers.plan(*layer_report.layer_files(self.baseline, self.analysis)).check()
+        self.layer_run = run_layers(self.baseline, self.analysis, case, runtime=self.runtime, store=layers.folder)
         layer_report.save_layers(self.layer_run, layers)
         return self.layer_run
 
     def compare_per_layer(self, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:
         """The per-layer table and the advisor (``compare_per_layer_out.*``, ``abnormal_layer_advisor.*``)."""
+        self.outputs.plan(*layer_report.FILES).check()
         if self.layer_run is None:
             self.run()
         rows = layer_compare.compare_per_layer(self.layer_run, prefixes, types)
         findings = layer_compare.advise(self.layer_run, rows)
-        layer_report.write_report(rows, findings, self.out_dir)
+        layer_report.write_report(rows, findings, self.outputs)
         self.report["advisor"] = findings
         return rows
 
@@ -170,10 +176,11 @@ class QuantAnalysis:
         """Per-op activation and weight sensitivity on the bad case (``sensitive_ops.txt``/``.json``);
         ``reverse`` (horizon spells it ``reserve``, also accepted) lists the least sensitive first."""
         reverse = reverse if reserve is None else reserve
+        self.outputs.plan(*sensitivity_report.FILES).check()
         report = op_sensitivity.op_sensitivity(self.analysis_ir, self._case(None), metric=metric_name(metric),
                                                reverse=reverse, runtime=self.runtime, threads=threads,
                                                replay_discrete=self.replay_discrete)
-        sensitivity_report.write_report(report, self.out_dir)
+        sensitivity_report.write_report(report, self.outputs)
         self.report["sensitivity"] = {out: rows[:10] for out, rows in report["outputs"].items()}
         return report
 
@@ -181,11 +188,17 @@ class QuantAnalysis:
 def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num_steps: int | None = None,
             metric: str = "L1", prefixes: Iterable[str] = (), types: Iterable[str] = (),
             sensitivity: bool = True, post_process: Callable[[dict], dict] | None = None,
-            runtime: str = "ort", replay_discrete: bool = True) -> dict[str, Any]:
-    """The whole workflow; returns (and writes as ``compare.json``) a summary."""
+            runtime: str = "ort", replay_discrete: bool = True, overwrite: bool = False) -> dict[str, Any]:
+    """The whole workflow; returns (and writes as ``compare.json``) a summary. Every file it writes
+    is checked first (PyTorch models: ``layers/`` when they are exported, before that step runs)."""
     qa = QuantAnalysis(baseline, analysis, post_process=post_process, out_dir=out_dir, runtime=runtime,
-                       replay_discrete=replay_discrete)
-    compared_ops(qa.analysis_ir, prefixes, types)  # a filter matching nothing fails now, not later
+                       replay_discrete=replay_discrete, overwrite=overwrite)
+    out = qa.outputs.plan(*bad_case_report.FILES, *layer_report.FILES, *sensitivity_report.FILES, "compare.json")
+    if not qa._torch:
+        out.sub("layers").plan(*layer_report.layer_files(qa.baseline, qa.analysis))
+    out.check()
+    if not qa._torch:
+        compared_ops(qa.analysis_ir, prefixes, types)  # a filter matching nothing fails now, not later
     logger.info("bad-case search")
     qa.auto_find_bad_case(data, num_steps=num_steps, metric=metric)
     logger.info("layer by layer on sample %s", qa.chosen)
@@ -198,5 +211,5 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
         else:
             logger.warning("the analysis model has no quantized calibration node: no sensitivity table")
     summary = {"out_dir": str(out_dir), "bad_case_index": qa.chosen, "layers": len(rows), **qa.report}
-    write_json(Path(out_dir) / "compare.json", "qir.compare", summary)
+    out.write_json("compare.json", "qir.compare", summary)
     return summary

@@ -13,6 +13,7 @@ import numpy as np
 
 from qir.calibration import QRANGE
 from qir.errors import InputError
+from qir.files import atomic_write
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.metrics import nonfinite_note
@@ -71,7 +72,9 @@ def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *
     memory-mapped, so a large model's layers need not fit in RAM: each model runs once per
     ``memory_budget`` bytes of values it captures. The spill is this run's memory, not a report:
     the index a person reads (``layers.json``) is written by
-    :func:`qir.tools.reports.layer_compare.save_layers`.
+    :func:`qir.tools.reports.layer_compare.save_layers`. Each file is written atomically and
+    replaces one of its name: the caller checks them first (``layer_compare.layer_files``), and no
+    other file of ``store`` is touched.
 
     A sample on which the baseline's outputs hold NaN or Inf is an InputError (the analyses
     leave such samples out; here it is the only one): every layer's metrics would score only
@@ -104,9 +107,6 @@ def _capture(ir: QIR, level: str, sample, runtime: str, folder: Path | None, bud
         got = rt.run(ir, sample, capture=values)
         return {v: np.asarray(got[v]) for v in values}
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("*.npy"):  # an earlier run's values (this folder is ours)
-        if stale.stem.isdigit():
-            stale.unlink()
     chunks, size = [[]], 0
     for v in values:  # (unknown shapes count 0: they go with the chunk at hand)
         shape = ir.value(v).shape or ()
@@ -120,8 +120,8 @@ def _capture(ir: QIR, level: str, sample, runtime: str, folder: Path | None, bud
     for chunk in chunks:
         got = rt.run(model, sample, capture=chunk)
         for v in chunk:
-            path = folder / f"{values.index(v)}.npy"
-            np.save(path, np.asarray(got[v]), allow_pickle=False)
+            path = atomic_write(folder / f"{values.index(v)}.npy",
+                                lambda tmp, a=np.asarray(got[v]): np.save(tmp, a, allow_pickle=False))
             out[v] = np.load(path, mmap_mode="r")
         del got
     del model, rt

@@ -46,9 +46,9 @@ def test_distribution_statistics_match_the_data(calibrated, tmp_path):
     th = nodes["relu1_out_calib"]["threshold"]
     assert nodes["relu1_out_calib"]["clipped_fraction"] == pytest.approx(float(np.mean(np.abs(act) > th)))
     with pytest.raises(NotFoundError, match="did you mean"):
-        plot_distribution(tmp_path, ir, DATA, ["conv22"])
+        plot_distribution(tmp_path, ir, DATA, ["conv22"], overwrite=True)
     with pytest.raises(InputError, match="nodes_list"):
-        plot_distribution(tmp_path, ir, DATA, [])
+        plot_distribution(tmp_path, ir, DATA, [], overwrite=True)
 
 
 def test_channelwise_finds_a_planted_outlier_channel(calibrated, tmp_path):
@@ -67,9 +67,9 @@ def test_channelwise_finds_a_planted_outlier_channel(calibrated, tmp_path):
     assert json.loads((tmp_path / "channelwise.json").read_text())["schema"] == "qir.channelwise"
     assert nodes["conv2.weight_calib"]["threshold"] is None and nodes["relu1_out_calib"]["threshold"] > 0
     with pytest.raises(InputError, match="out of range"):
-        get_channelwise_data_distribution(tmp_path, ir, DATA, ["relu1_out_calib"], axis=7)
+        get_channelwise_data_distribution(tmp_path, ir, DATA, ["relu1_out_calib"], axis=7, overwrite=True)
     with pytest.raises(NotFoundError):
-        get_channelwise_data_distribution(tmp_path, ir, DATA, ["conv2"])
+        get_channelwise_data_distribution(tmp_path, ir, DATA, ["conv2"], overwrite=True)
 
 
 def test_the_passes_only_compute(calibrated, tmp_path, monkeypatch):

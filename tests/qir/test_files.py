@@ -92,7 +92,7 @@ def test_check_outputs_lists_every_existing_file_in_one_error(tmp_path):
 def test_check_outputs_refuses_a_folder_and_a_file_in_the_way(tmp_path):
     (tmp_path / "dir").mkdir()
     (tmp_path / "file").write_text("")
-    with pytest.raises(OutputError, match="dir is a folder, not a file"):
+    with pytest.raises(OutputError, match="dir is a directory, not a file"):
         check_outputs([tmp_path / "dir"], overwrite=True)
     with pytest.raises(OutputError, match="file is a file, so .* cannot be created"):
         check_outputs([tmp_path / "file" / "sub" / "x.txt"])

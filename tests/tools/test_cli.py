@@ -189,7 +189,8 @@ def test_sensitivity_hmct_flags_and_list_syntax(tmp_path, capsys):
     assert "threshold" in out and "bit" in out and "mse" in out
     assert sorted(p.name for p in save.iterdir()) == ["node_sensitivity.csv", "node_sensitivity.json",
                                                       "node_sensitivity.txt"]
-    assert main(["sensitivity", str(calibrated), data, "-i", "['conv2','fc']", "-s", str(save), "--runtime", "numpy"]) == 0
+    assert main(["sensitivity", str(calibrated), data, "-i", "['conv2','fc']", "-s", str(save), "--runtime", "numpy",
+                 "--force"]) == 0
     assert json.loads((save / "node_sensitivity.json").read_text())["rows"][0]["node"] in ("conv2", "fc")
     assert main(["sensitivity", str(calibrated), data, "-i", "['conv2'", "-s", str(save)]) == 2
     assert "cannot read the list" in capsys.readouterr().err
@@ -202,8 +203,8 @@ def test_acc_error_from_the_command_line(tmp_path, capsys):
                  "-s", str(save)]) == 0
     out = capsys.readouterr().out
     assert "conv1+conv2" in out and (save / "acc_error_cosine-similarity.png").stat().st_size > 10_000
-    assert main(["acc-error", str(calibrated), data, "-nq", "['conv2']", "-m", "mse", "-s", str(save)]) == 0
-    assert main(["acc-error", str(calibrated), data, "-s", str(save)]) == 2
+    assert main(["acc-error", str(calibrated), data, "-nq", "['conv2']", "-m", "mse", "-s", str(save), "--force"]) == 0
+    assert main(["acc-error", str(calibrated), data, "-s", str(save), "--force"]) == 2
 
 
 def test_distribution_and_channelwise_from_the_command_line(tmp_path, capsys):

@@ -5,35 +5,37 @@ The report is the ``AccErrorPass`` report; this module only draws and writes it.
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
+from typing import Any
 
-from qir.json_dump import write_json
-from qir.tools.reports.plots import pyplot, save_figure
+from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.reports.plots import pyplot
 
-__all__ = ["write_report"]
+__all__ = ["files", "write_report"]
 
 
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
+def files(metric: str) -> list[str]:
+    """The files :func:`write_report` writes for a report of ``metric``."""
+    return [f"acc_error_{metric}.png", "acc_error.csv", "acc_error.json"]
+
+
+def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
     """``acc_error_<metric>.png`` (a curve per variant), ``acc_error.csv`` (index, node, value,
     one column per variant) and ``acc_error.json`` (schema ``qir.acc_error`` v1: the report less
-    the engine's statistics)."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    png = plot_curves(report, out / f"acc_error_{report['metric']}.png")
-    csv_path = out / "acc_error.csv"
+    the engine's statistics), through :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(save_dir)
+    png, csv_name, json_name = files(report["metric"])
     curves = report["curves"]
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["index", "node", "value", *curves])
-        for i, (node, value) in enumerate(zip(report["nodes"], report["values"])):
-            writer.writerow([i, node, value, *("" if c[i] is None else f"{c[i]:.9g}" for c in curves.values())])
-    js = write_json(out / "acc_error.json", "qir.acc_error", {k: v for k, v in report.items() if k != "engine"})
-    return [png, csv_path, js]
+    rows: list[list[Any]] = [["index", "node", "value", *curves]]
+    rows += [[i, node, value, *("" if c[i] is None else f"{c[i]:.9g}" for c in curves.values())]
+             for i, (node, value) in enumerate(zip(report["nodes"], report["values"]))]
+    return [out.save_figure(png, plot_curves(report)), out.write_csv(csv_name, rows),
+            out.write_json(json_name, "qir.acc_error", {k: v for k, v in report.items() if k != "engine"})]
 
 
-def plot_curves(report: dict, path: Path) -> Path:
-    """The metric against the general node index, one curve per variant (points left out where null)."""
+def plot_curves(report: dict) -> Any:
+    """The figure: the metric against the general node index, one curve per variant (points left
+    out where null)."""
     plt = pyplot()
     metric, curves, nodes = report["metric"], report["curves"], report["nodes"]
     fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, len(nodes) / 8)), 5))
@@ -46,4 +48,4 @@ def plot_curves(report: dict, path: Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="best")
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig

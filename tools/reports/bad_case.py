@@ -8,12 +8,13 @@ from typing import Mapping
 
 import numpy as np
 
-from qir.data import save_npz
 from qir.errors import InputError
-from qir.json_dump import write_json
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
+from qir.tools.reports.output import Outputs, as_outputs
 
-__all__ = ["write_report", "save_bad_case", "load_bad_case"]
+__all__ = ["FILES", "write_report", "save_bad_case", "load_bad_case"]
+
+FILES = ("badcase.txt", "badcase.json", "badcase.npz")
 
 
 def _fmt(v: float) -> str:
@@ -37,20 +38,20 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, out_dir: str | Path) -> list[Path]:
-    """``badcase.txt`` (three tables), ``badcase.json`` and ``badcase.npz`` (the chosen case)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    txt = out / "badcase.txt"
-    txt.write_text(format_report(report))
-    js = write_json(out / "badcase.json", "qir.badcase", {k: v for k, v in report.items() if k != "data"})
-    npz = save_bad_case(report["data"][report["chosen"]], out / "badcase.npz")
-    return [txt, js, npz]
+def write_report(report: dict, out_dir: Outputs | str | Path) -> list[Path]:
+    """``badcase.txt`` (three tables), ``badcase.json`` and ``badcase.npz`` (the chosen case),
+    through :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(out_dir)
+    txt, js, npz = FILES
+    return [out.write_text(txt, format_report(report)),
+            out.write_json(js, "qir.badcase", {k: v for k, v in report.items() if k != "data"}),
+            save_bad_case(report["data"][report["chosen"]], npz, out)]
 
 
-def save_bad_case(sample: Mapping[str, np.ndarray], path: str | Path) -> Path:
-    """One sample's inputs as ``.npz`` (``{input name: array}``)."""
-    return save_npz(path, sample)
+def save_bad_case(sample: Mapping[str, np.ndarray], path: str | Path, out: Outputs | None = None) -> Path:
+    """One sample's inputs as ``.npz`` (``{input name: array}``), the file ``path`` of ``out``
+    (default: a new :class:`~qir.tools.reports.output.Outputs`, which refuses an existing file)."""
+    return (out or Outputs()).save_npz(path, sample)
 
 
 def load_bad_case(path: str | Path) -> dict[str, np.ndarray]:

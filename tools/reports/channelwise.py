@@ -10,33 +10,38 @@ threshold is drawn as red dashed lines.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 
-from qir.json_dump import write_json
 from qir.passes.lib.capture import PlotResult
-from qir.tools.reports.plots import pyplot, safe_filename, save_figure
+from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.reports.plots import pyplot, safe_filename
 
-__all__ = ["write_report", "summary_line"]
+__all__ = ["files", "write_report", "summary_line"]
 
 
-def write_report(result: PlotResult, save_dir: str | Path) -> dict:
-    """Draw every node of ``result`` to ``save_dir/<node>_channelwise.png``, then write
-    ``channelwise.txt`` and ``channelwise.json``; returns the report as written: ``{"nodes": ...}``,
-    each node's entry with its ``png`` path added."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def files(nodes: Iterable[str]) -> list[str]:
+    """The files :func:`write_report` writes for ``nodes``."""
+    return [f"{safe_filename(name)}_channelwise.png" for name in nodes] + ["channelwise.txt", "channelwise.json"]
+
+
+def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> dict:
+    """Draw every node of ``result`` to ``<node>_channelwise.png``, then write ``channelwise.txt``
+    and ``channelwise.json``, through :class:`~qir.tools.reports.output.Outputs`; returns the report
+    as written: ``{"nodes": ...}``, each node's entry with its ``png`` path added."""
+    out = as_outputs(save_dir)
     ratio = result.report["outlier_ratio"]
     written: dict = {"nodes": {}}
     lines = []
     for name, entry in result.report["nodes"].items():
-        path = out / f"{safe_filename(name)}_channelwise.png"
-        boxplot(path, name, result.arrays[name]["channels"], entry["axis"], entry["outlier_channels"],
-                entry["threshold"])
+        fig = boxplot(name, result.arrays[name]["channels"], entry["axis"], entry["outlier_channels"],
+                      entry["threshold"])
+        path = out.save_figure(f"{safe_filename(name)}_channelwise.png", fig)
         written["nodes"][name] = {**entry, "png": str(path)}
         lines.append(summary_line(name, entry, ratio))
-    (out / "channelwise.txt").write_text("\n".join(lines) + "\n")
-    write_json(out / "channelwise.json", "qir.channelwise", written)
+    out.write_text("channelwise.txt", "\n".join(lines) + "\n")
+    out.write_json("channelwise.json", "qir.channelwise", written)
     return written
 
 
@@ -48,9 +53,8 @@ def summary_line(name: str, entry: dict, ratio: float) -> str:
             f"{entry['median_abs_max']:.4g}; outlier channels (> {ratio:g}x): {detail}")
 
 
-def boxplot(path: Path, name: str, channels: np.ndarray, axis: int, outliers: list[int],
-            threshold: float | None = None) -> Path:
-    """One box per row of ``channels``, outlier channels shaded, ±threshold dashed."""
+def boxplot(name: str, channels: np.ndarray, axis: int, outliers: list[int], threshold: float | None = None) -> Any:
+    """The figure: one box per row of ``channels``, outlier channels shaded, ±threshold dashed."""
     n = channels.shape[0]
     fig, ax = pyplot().subplots(figsize=(max(8.0, min(30.0, n * 0.18)), 5))
     ax.boxplot(list(channels), showmeans=True, meanline=True, sym=".", widths=0.6,
@@ -70,4 +74,4 @@ def boxplot(path: Path, name: str, channels: np.ndarray, axis: int, outliers: li
     ax.set_title(f"{name}: per-channel distribution of its input ({n} channels)")
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig

@@ -13,48 +13,53 @@ effects live in the tails):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 
-from qir.json_dump import write_json
 from qir.passes.lib.capture import PlotResult
-from qir.tools.reports.plots import pyplot, safe_filename, save_figure
+from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.reports.plots import pyplot, safe_filename
 
-__all__ = ["write_report", "plot_overlay"]
+__all__ = ["files", "write_report", "plot_overlay"]
 
 
-def write_report(result: PlotResult, save_dir: str | Path) -> dict:
-    """Draw every node of ``result`` to ``save_dir/<node>.png`` and write ``distribution.json``;
-    returns the report as written: each node's entry with its ``png`` path added."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def files(nodes: Iterable[str]) -> list[str]:
+    """The files :func:`write_report` writes for ``nodes``."""
+    return [f"{safe_filename(name)}.png" for name in nodes] + ["distribution.json"]
+
+
+def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> dict:
+    """Draw every node of ``result`` to ``<node>.png`` and write ``distribution.json``, through
+    :class:`~qir.tools.reports.output.Outputs`; returns the report as written: each node's entry
+    with its ``png`` path added."""
+    out = as_outputs(save_dir)
     written: dict = {"nodes": {}}
     for name, entry in result.report["nodes"].items():
-        path = out / f"{safe_filename(name)}.png"
-        _plot_entry(path, name, entry, result.arrays[name])
+        path = out.save_figure(f"{safe_filename(name)}.png", _figure(name, entry, result.arrays[name]))
         written["nodes"][name] = {**entry, "png": str(path)}
-    write_json(out / "distribution.json", "qir.distribution", written)
+    out.write_json("distribution.json", "qir.distribution", written)
     return written
 
 
-def _plot_entry(path: Path, name: str, entry: dict, arrays: dict[str, np.ndarray]) -> None:
+def _figure(name: str, entry: dict, arrays: dict[str, np.ndarray]) -> Any:
     if entry["type"] == "weight":
-        plot_overlay(path, name, {"original": arrays["original"], "calibrated": arrays["calibrated"]},
-                     entry["threshold"], "weight value")
-    elif entry["type"] == "activation":
+        return plot_overlay(name, {"original": arrays["original"], "calibrated": arrays["calibrated"]},
+                            entry["threshold"], "weight value")
+    if entry["type"] == "activation":
         th = entry["threshold"]
         title = name if th is None else f"{name}: {100 * entry['clipped_fraction']:.3g}% clipped"
-        plot_overlay(path, title, {f"input of {name} (calibrated model)": arrays["input"]}, th, "activation value")
-    else:
-        _plot_node(path, name, arrays["float"], arrays["calibrated"])
+        return plot_overlay(title, {f"input of {name} (calibrated model)": arrays["input"]}, th, "activation value")
+    return _plot_node(name, arrays["float"], arrays["calibrated"])
 
 
-def plot_overlay(path: Path, title: str, series: dict[str, np.ndarray], threshold: float | None, xlabel: str,
-                 ax=None) -> None:
-    """Log-scale histograms of ``series`` on shared bins, max |x| and ±threshold marked; saved to
-    ``path`` unless drawn on a given ``ax``."""
+def plot_overlay(title: str, series: dict[str, np.ndarray], threshold: float | None, xlabel: str,
+                 ax=None) -> Any:
+    """Log-scale histograms of ``series`` on shared bins, max |x| and ±threshold marked, drawn on
+    ``ax``, or on a new figure that is returned."""
     plt = pyplot()
     own = ax is None
+    fig = None
     if own:
         fig, ax = plt.subplots(figsize=(8, 4.5))
     finite = {k: v[np.isfinite(v)] for k, v in series.items()}
@@ -80,12 +85,12 @@ def plot_overlay(path: Path, title: str, series: dict[str, np.ndarray], threshol
     ax.grid(True, alpha=0.3)
     if own:
         fig.tight_layout()
-        save_figure(fig, path)
+    return fig
 
 
-def _plot_node(path: Path, name: str, f: np.ndarray, q: np.ndarray) -> None:
+def _plot_node(name: str, f: np.ndarray, q: np.ndarray) -> Any:
     fig, (a, b) = pyplot().subplots(1, 2, figsize=(13, 4.5))
-    plot_overlay(path, f"output of {name}", {"float model": f, "calibrated model": q}, None, "output value", ax=a)
-    plot_overlay(path, "error (calibrated − float)", {"error": q - f}, None, "error", ax=b)
+    plot_overlay(f"output of {name}", {"float model": f, "calibrated model": q}, None, "output value", ax=a)
+    plot_overlay("error (calibrated − float)", {"error": q - f}, None, "error", ax=b)
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig

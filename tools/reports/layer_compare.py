@@ -8,11 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from qir.json_dump import write_json
+from qir.graph import QIR
 from qir.passes.lib.layer_run import LayerRun, captured_values
+from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.tables import write_table
 
-__all__ = ["COLUMNS", "format_advice", "write_report", "save_layers"]
+__all__ = ["COLUMNS", "FILES", "format_advice", "write_report", "layer_files", "save_layers"]
+
+FILES = ("compare_per_layer_out.txt", "compare_per_layer_out.csv", "compare_per_layer_out.json",
+         "abnormal_layer_advisor.txt", "abnormal_layer_advisor.json")
 
 COLUMNS = ("index", "mod_name", "base_op_type", "analy_op_type", "shape", "quant_dtype", "qscale", "Cosine", "MSE",
            "L1", "KL", "SQNR", "Atol", "Rtol", "max_atol_diff", "max_qscale_diff", "clip%", "round%", "inherited%",
@@ -27,41 +31,47 @@ def format_advice(findings: list[dict]) -> str:
     return "".join(f"[{f['kind']}] {f['layer']}: {f['detail']}\n" for f in findings)
 
 
-def write_report(rows: list[dict], findings: list[dict], out_dir: str | Path) -> list[Path]:
-    """``compare_per_layer_out.txt``/``.csv``/``.json`` and ``abnormal_layer_advisor.txt``/``.json``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = write_table(out / "compare_per_layer_out.txt", out / "compare_per_layer_out.csv", COLUMNS, rows,
-                        "compare per layer (baseline vs analysis)")
-    files.append(write_json(out / "compare_per_layer_out.json", "qir.compare_per_layer", {"rows": rows}))
-    advisor = out / "abnormal_layer_advisor.txt"
-    advisor.write_text(format_advice(findings))
-    files += [advisor, write_json(out / "abnormal_layer_advisor.json", "qir.abnormal_layer_advisor",
-                                  {"findings": findings})]
+def write_report(rows: list[dict], findings: list[dict], out_dir: Outputs | str | Path) -> list[Path]:
+    """``compare_per_layer_out.txt``/``.csv``/``.json`` and ``abnormal_layer_advisor.txt``/``.json``,
+    through :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(out_dir)
+    txt, csv_name, js, advisor, advisor_js = FILES
+    files = write_table(out, txt, csv_name, COLUMNS, rows, "compare per layer (baseline vs analysis)")
+    files.append(out.write_json(js, "qir.compare_per_layer", {"rows": rows}))
+    files += [out.write_text(advisor, format_advice(findings)),
+              out.write_json(advisor_js, "qir.abnormal_layer_advisor", {"findings": findings})]
     return files
 
 
-def save_layers(run: LayerRun, out_dir: str | Path) -> list[Path]:
+def layer_files(baseline: QIR, analysis: QIR | None) -> list[str]:
+    """The files :func:`save_layers` (and the run that spills into the same folder) may write for
+    these models: ``baseline/<k>.npy``, ``analysis/<k>.npy`` and ``layers.json``."""
+    return ([f"baseline/{k}.npy" for k in range(len(captured_values(baseline)))]
+            + [f"analysis/{k}.npy" for k in range(len(captured_values(analysis or baseline)))] + ["layers.json"])
+
+
+def save_layers(run: LayerRun, out_dir: Outputs | str | Path) -> list[Path]:
     """``baseline/<k>.npy`` and ``analysis/<k>.npy`` (one file per value; a run made with
     ``store=out_dir`` has spilled them there already) and ``layers.json``: per model, which file
     holds which value, and each node's type, inputs and outputs."""
-    out = Path(out_dir)
+    out = as_outputs(out_dir)
     files, index = [], {}
     for name, ir, values in (("baseline", run.baseline, run.base_values),
                              ("analysis", run.analysis, run.analy_values)):
-        folder = out / name
-        folder.mkdir(parents=True, exist_ok=True)
         order = {v: k for k, v in enumerate(captured_values(ir))}
         index[name] = {}
         for v, array in values.items():
-            path = folder / f"{order[v]}.npy"
-            if not (isinstance(array, np.memmap) and Path(array.filename).resolve() == path.resolve()):
-                np.save(path, np.asarray(array), allow_pickle=False)
-            index[name][v] = f"{name}/{path.name}"
+            rel = f"{name}/{order[v]}.npy"
+            path = out.path(rel)
+            if isinstance(array, np.memmap) and Path(array.filename).resolve() == path.resolve():
+                out.adopt(rel)  # spilled there by the run (planned and checked before it)
+            else:
+                path = out.save_npy(rel, array)
+            index[name][v] = rel
             files.append(path)
     layers = {name: [{"node": r.name, "op_type": r.op_type, "inputs": list(r.inputs), "outputs": list(r.outputs),
                       "module": r.module} for r in ir.ops()]
               for name, ir in (("baseline", run.baseline), ("analysis", run.analysis))}
-    files.append(write_json(out / "layers.json", "qir.layers",
-                            {"levels": list(run.levels), "files": index, "layers": layers}))
+    files.append(out.write_json("layers.json", "qir.layers", {"levels": list(run.levels), "files": index,
+                                                             "layers": layers}))
     return files

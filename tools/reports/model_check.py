@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qir.json_dump import write_json
+from qir.tools.reports.output import Outputs, as_outputs
 
-__all__ = ["format_report", "write_report"]
+__all__ = ["FILES", "format_report", "write_report"]
+
+FILES = ("model_check_result.txt", "model_check_result.json")
 
 
 def format_report(report: dict) -> str:
@@ -29,10 +31,8 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
-    """``model_check_result.txt`` and ``model_check_result.json`` (schema ``qir.model_check`` v1)."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    txt = out / "model_check_result.txt"
-    txt.write_text(format_report(report))
-    return [txt, write_json(out / "model_check_result.json", "qir.model_check", report)]
+def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
+    """``model_check_result.txt`` and ``model_check_result.json`` (schema ``qir.model_check`` v1),
+    through :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(save_dir)
+    return [out.write_text(FILES[0], format_report(report)), out.write_json(FILES[1], "qir.model_check", report)]

@@ -7,12 +7,11 @@ generic one of :mod:`qir.tools.reports.tables`.
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
-from qir.json_dump import write_json
+from qir.tools.reports.output import Outputs, as_outputs
 
-__all__ = ["FILE_STEM", "format_table", "write_report"]
+__all__ = ["FILE_STEM", "files", "format_table", "write_report"]
 
 FILE_STEM = "node_sensitivity"
 
@@ -31,19 +30,19 @@ def format_table(report: dict) -> str:
     return "\n".join([title, line(head), "-" * len(line(head))] + [line(b) for b in body]) + "\n"
 
 
-def write_report(report: dict, save_dir: str | Path, stem: str = FILE_STEM) -> list[Path]:
+def files(stem: str = FILE_STEM) -> list[str]:
+    """The files :func:`write_report` writes with ``stem``."""
+    return [f"{stem}.{ext}" for ext in ("txt", "csv", "json")]
+
+
+def write_report(report: dict, save_dir: Outputs | str | Path, stem: str = FILE_STEM) -> list[Path]:
     """``<stem>.txt`` (the table), ``.csv`` and ``.json`` (schema ``qir.node_sensitivity`` v1:
     ``{"schema", "version", "node_type", "start", "metrics", "compare", "samples", "rows"}``, and
     ``saturated`` when the ranking moved to the logits; the engine's statistics are left out);
-    the stem defaults to ``node_sensitivity``."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    txt, csv_path, js = (out / f"{stem}.{ext}" for ext in ("txt", "csv", "json"))
-    txt.write_text(format_table(report))
+    the stem defaults to ``node_sensitivity``. Written through :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(save_dir)
+    txt, csv_name, js = files(stem)
     keys = list(dict.fromkeys(k for r in report["rows"] for k in r)) or ["node"]
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(report["rows"])
-    write_json(js, "qir.node_sensitivity", {k: v for k, v in report.items() if k != "engine"})
-    return [txt, csv_path, js]
+    rows = [keys] + [[r.get(k, "") for k in keys] for r in report["rows"]]
+    return [out.write_text(txt, format_table(report)), out.write_csv(csv_name, rows),
+            out.write_json(js, "qir.node_sensitivity", {k: v for k, v in report.items() if k != "engine"})]

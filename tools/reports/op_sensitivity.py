@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qir.json_dump import write_json
+from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.tables import format_table
 
-__all__ = ["write_report", "FILE_STEM"]
+__all__ = ["write_report", "FILE_STEM", "FILES"]
 
 FILE_STEM = "sensitive_ops"
+FILES = (f"{FILE_STEM}.txt", f"{FILE_STEM}.json")
 
 
 def format_report(report: dict) -> str:
@@ -23,10 +24,8 @@ def format_report(report: dict) -> str:
                      for name, rows in report["outputs"].items())
 
 
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
-    """``sensitive_ops.txt`` (one table per output) and ``sensitive_ops.json``."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    txt = out / f"{FILE_STEM}.txt"
-    txt.write_text(format_report(report))
-    return [txt, write_json(out / f"{FILE_STEM}.json", "qir.sensitive_ops", report)]
+def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
+    """``sensitive_ops.txt`` (one table per output) and ``sensitive_ops.json``, through
+    :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(save_dir)
+    return [out.write_text(FILES[0], format_report(report)), out.write_json(FILES[1], "qir.sensitive_ops", report)]

@@ -4,30 +4,39 @@ module writes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
 from qir.errors import InputError
-from qir.tools.reports.plots import pyplot, safe_filename, save_figure
+from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.reports.plots import pyplot, safe_filename
 from qir.tools.reports.tables import write_table
 
-__all__ = ["COLUMNS", "write_report", "write_histograms", "write_tensorboard"]
+__all__ = ["COLUMNS", "files", "write_report", "write_histograms", "write_tensorboard"]
 
 COLUMNS = ("op", "op_type", "module", "role", "value", "dtype", "scale", "min", "max", "mean", "var", "shape")
 
 
-def write_report(report: dict, save_dir: str | Path, *, histograms: bool = False,
+def files(ops: Iterable[str], *, histograms: bool = False) -> list[str]:
+    """The files :func:`write_report` writes for the profiled ``ops`` (the TensorBoard event file
+    is left out: its name is new every time, so it never replaces a file)."""
+    return ["statistic.txt", "statistic.csv"] + ([f"histograms/{safe_filename(op)}.png" for op in ops]
+                                                 if histograms else [])
+
+
+def write_report(report: dict, save_dir: Outputs | str | Path, *, histograms: bool = False,
                  tensorboard: bool = False) -> list[Path]:
     """``statistic.txt``, ``statistic.csv``, (``histograms``) ``histograms/<op>.png`` and
-    (``tensorboard``) an event file under ``tensorboard/``."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = write_table(out / "statistic.txt", out / "statistic.csv", COLUMNS, report["rows"])
+    (``tensorboard``) an event file under ``tensorboard/``, through
+    :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(save_dir)
+    written = write_table(out, "statistic.txt", "statistic.csv", COLUMNS, report["rows"])
     if histograms:
-        files += write_histograms(report["tensors"], out / "histograms")
+        written += write_histograms(report["tensors"], out.sub("histograms"))
     if tensorboard:
-        files.append(write_tensorboard(report["tensors"], out / "tensorboard"))
-    return files
+        written.append(write_tensorboard(report["tensors"], out.path("tensorboard")))
+    return written
 
 
 def write_tensorboard(tensors: dict[str, dict[str, np.ndarray]], log_dir: str | Path, bins: int = 100) -> Path:
@@ -60,11 +69,10 @@ def write_tensorboard(tensors: dict[str, dict[str, np.ndarray]], log_dir: str | 
     return log_dir
 
 
-def write_histograms(tensors: dict[str, dict[str, np.ndarray]], folder: str | Path) -> list[Path]:
+def write_histograms(tensors: dict[str, dict[str, np.ndarray]], folder: Outputs | str | Path) -> list[Path]:
     """``<op>.png`` per op: each of its tensors' histogram (log counts)."""
     plt = pyplot()
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    out = as_outputs(folder)
     paths = []
     for op, named in tensors.items():
         fig, axes = plt.subplots(1, len(named), figsize=(4.2 * max(1, len(named)), 3.4), squeeze=False)
@@ -75,5 +83,5 @@ def write_histograms(tensors: dict[str, dict[str, np.ndarray]], folder: str | Pa
             ax.grid(True, alpha=0.3)
         fig.suptitle(op)
         fig.tight_layout()
-        paths.append(save_figure(fig, folder / f"{safe_filename(op)}.png", dpi=90))
+        paths.append(out.save_figure(f"{safe_filename(op)}.png", fig, dpi=90))
     return paths

@@ -8,6 +8,8 @@ import html
 from pathlib import Path
 from typing import Any
 
+from qir.tools.reports.output import Outputs, as_outputs
+
 __all__ = ["write_index"]
 
 
@@ -25,8 +27,10 @@ def _table(rows: list[dict], keys: list[str], limit: int = 10) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def write_index(results: dict[str, Any], out: Path) -> Path:
-    """``index.html``: one page, plots embedded, readable offline."""
+def write_index(results: dict[str, Any], save_dir: Outputs | Path) -> Path:
+    """``index.html``: one page, plots embedded, readable offline (written through
+    :class:`~qir.tools.reports.output.Outputs`)."""
+    out = as_outputs(save_dir)
     parts = [f"<h1>qir debug report</h1><p>model: <code>{html.escape(str(results.get('model')))}</code>; "
              f"{results.get('seconds', 0)} s</p>"]
     parts.append("<h2>What to try next</h2><ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in results["advice"])
@@ -40,7 +44,7 @@ def write_index(results: dict[str, Any], out: Path) -> Path:
             parts.append(f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>")
     sa = results.get("sensitivity_analysis") or {}
     parts.append("<h2>Sensitivity analysis</h2>")
-    png = out / "sensitivity_analysis" / "partial_quantization.png"
+    png = out.path("sensitivity_analysis/partial_quantization.png")
     if png.exists():
         parts.append(_img(png))
     if sa.get("nodes"):
@@ -49,7 +53,7 @@ def write_index(results: dict[str, Any], out: Path) -> Path:
         parts.append(_table(rows, list(rows[0]), limit=50))
     else:
         parts.append(f"<p>No node is below the pick threshold {sa.get('pick_threshold')}.</p>")
-    acc = out / "accumulate_error" / f"acc_error_{results['acc_error']['metric']}.png"
+    acc = out.path(f"accumulate_error/acc_error_{results['acc_error']['metric']}.png")
     parts.append("<h2>Accumulated error</h2>" + (_img(acc) if acc.exists() else ""))
     if results.get("distribution"):
         parts.append("<h2>Data distributions</h2>" + "".join(f"<h3>{html.escape(n)}</h3>{_img(e['png'])}"
@@ -63,6 +67,4 @@ def write_index(results: dict[str, Any], out: Path) -> Path:
              "text-align:left;font-size:90%}img{max-width:100%;border:1px solid #eee;margin:.5em 0}")
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>qir debug report</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
-    path = out / "index.html"
-    path.write_text(page)
-    return path
+    return out.write_text("index.html", page)

@@ -5,35 +5,33 @@ The report is the ``SensitivityAnalysisPass`` report; this module only draws and
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
+from typing import Any
 
-from qir.json_dump import write_json
-from qir.tools.reports.plots import pyplot, save_figure
+from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.reports.plots import pyplot
 
-__all__ = ["write_report"]
+__all__ = ["FILES", "write_report"]
+
+FILES = ("partial_quantization.png", "sensitivity_analysis.csv", "sensitivity_analysis.json")
 
 
-def write_report(report: dict, save_dir: str | Path) -> list[Path]:
+def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
     """``partial_quantization.png``, ``sensitivity_analysis.csv`` (step, node, single,
-    cumulative) and ``sensitivity_analysis.json`` (schema ``qir.sensitivity_analysis`` v1: the report)."""
-    out = Path(save_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    png = plot_recovery(report, out / "partial_quantization.png")
+    cumulative) and ``sensitivity_analysis.json`` (schema ``qir.sensitivity_analysis`` v1: the
+    report), through :class:`~qir.tools.reports.output.Outputs`."""
+    out = as_outputs(save_dir)
+    png, csv_name, json_name = FILES
     metric, labels = report["metric"], ["none"] + report["nodes"]
-    csv_path = out / "sensitivity_analysis.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", "node", f"single_{metric}", f"cumulative_{metric}"])
-        for k, label in enumerate(labels):
-            single = report["single"].get(label, "") if k else ""
-            writer.writerow([k, label, single, report["cumulative"][k]])
-    js = write_json(out / "sensitivity_analysis.json", "qir.sensitivity_analysis", report)
-    return [png, csv_path, js]
+    rows: list[list[Any]] = [["step", "node", f"single_{metric}", f"cumulative_{metric}"]]
+    rows += [[k, label, report["single"].get(label, "") if k else "", report["cumulative"][k]]
+             for k, label in enumerate(labels)]
+    return [out.save_figure(png, plot_recovery(report)), out.write_csv(csv_name, rows),
+            out.write_json(json_name, "qir.sensitivity_analysis", report)]
 
 
-def plot_recovery(report: dict, path: Path) -> Path:
-    """The cumulative curve (red), the single values (green crosses) and the float baseline (blue
+def plot_recovery(report: dict) -> Any:
+    """The figure: the cumulative curve (red), the single values (green crosses) and the float baseline (blue
     dashed, cosine only), over "none" and then the nodes in order."""
     plt = pyplot()
     metric, nodes = report["metric"], report["nodes"]
@@ -53,4 +51,4 @@ def plot_recovery(report: dict, path: Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig

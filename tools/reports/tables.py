@@ -1,9 +1,10 @@
 """Plain-text and CSV tables for the analysis reports (one row a dict, columns chosen by key)."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from qir.tools.reports.output import Outputs
 
 __all__ = ["cell", "format_table", "write_table"]
 
@@ -30,14 +31,10 @@ def format_table(columns: Sequence[str], rows: Iterable[dict], title: str | None
     return "\n".join(lines) + "\n"
 
 
-def write_table(txt: str | Path, csv_path: str | Path, columns: Sequence[str], rows: list[dict],
+def write_table(out: Outputs, txt: str, csv_name: str, columns: Sequence[str], rows: list[dict],
                 title: str | None = None) -> list[Path]:
-    """The table as aligned text and as CSV (same columns; CSV cells unrounded)."""
-    txt, csv_path = Path(txt), Path(csv_path)
-    txt.write_text(format_table(columns, rows, title))
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        writer.writerows([["" if r.get(c) is None else "x".join(map(str, r[c])) if isinstance(r.get(c), (list, tuple))
-                           else r[c] for c in columns] for r in rows])
-    return [txt, csv_path]
+    """The table as aligned text and as CSV (same columns; CSV cells unrounded), the files ``txt``
+    and ``csv_name`` of ``out``."""
+    cells = [["" if r.get(c) is None else "x".join(map(str, r[c])) if isinstance(r.get(c), (list, tuple))
+              else r[c] for c in columns] for r in rows]
+    return [out.write_text(txt, format_table(columns, rows, title)), out.write_csv(csv_name, [list(columns), *cells])]

@@ -13,36 +13,44 @@ from qir.tools.cli.options import (
     add_force,
     add_input_shape,
     add_march,
-    check_writable,
+    outputs,
     parse_input_shapes,
     resolve_shapes,
 )
 
 if TYPE_CHECKING:
     from qir.passes import Pass
+    from qir.tools.reports.output import Outputs
 
 ORDER = 20
 
 
 def run_pipeline(args: argparse.Namespace, pipeline: str | Sequence[Pass], *, data: str | None = None,
-                 context: Mapping[str, Any] | None = None) -> int:
+                 context: Mapping[str, Any] | None = None, out: Outputs | None = None) -> int:
     """Load MODEL, run ``pipeline`` (a user's pipeline string, or pass instances) and save it to
-    ``args.output``; ``data`` also fixes dynamic input shapes, ``context`` fills a string's options."""
+    ``args.output``; ``data`` also fixes dynamic input shapes, ``context`` fills a string's options.
+    The model, the IR dumps (``--dump-dir``) and the files of ``emit{path=...}`` steps are planned
+    on ``out`` (a command's outputs with more files planned, or new ones) and checked first."""
     import qir
+    from qir.data import model_samples
     from qir.passes import PassManager
-    from qir.tools.emit import write_reports
+    from qir.tools.emit import plan_reports, write_reports
 
-    out = check_writable(Path(args.output), args.force)
+    out = out if out is not None else outputs(args)
+    manager = PassManager(pipeline, context=context, dump_dir=getattr(args, "dump_dir", None), write=out.write_text)
+    plan_reports(manager.passes, out.plan(args.output, *manager.dump_files())).check()
     shapes = resolve_shapes(args.model, parse_input_shapes(getattr(args, "input_shape", None)), data)
     ir = qir.load(args.model, input_shapes=shapes)
+    if data is not None:
+        model_samples(ir, data)  # missing or unfitting data is an error before the first dump is written
     start = time.perf_counter()
-    result = PassManager(pipeline, context=context, dump_dir=getattr(args, "dump_dir", None)).run(ir)
-    write_reports(result.report["passes"].values(), overwrite=args.force)  # emit{path=...} steps
+    result = manager.run(ir)
+    write_reports(result.report["passes"].values(), outputs=out)  # emit{path=...} steps
     for name, rep in result.report["passes"].items():
         details = ", ".join(f"{k}={_short(v)}" for k, v in rep.items() if k not in ("modified", "seconds"))
         print(f"  {name:<20} {'modified ' if rep['modified'] else 'unchanged'} {rep['seconds']:7.2f}s  {details}")
-    qir.save(ir, out, overwrite=args.force)
-    print(f"{ir!r}\nwrote {out} in {time.perf_counter() - start:.1f}s")
+    path = out.write(args.output, lambda tmp: qir.save(ir, tmp))
+    print(f"{ir!r}\nwrote {path} in {time.perf_counter() - start:.1f}s")
     return 0
 
 
@@ -68,16 +76,13 @@ def calibration_passes(data: Any, *, march: str, method: str, percentile: float)
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from qir.tools.model_check import check_model
-    from qir.tools.reports.model_check import write_report
+    from qir.tools.reports.model_check import FILES
 
-    passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile)
-    code = run_pipeline(args, passes, data=args.data)
     folder = Path(args.output).parent
-    if (folder / "model_check_result.txt").exists() and not args.force:
-        print(f"model check skipped: {folder / 'model_check_result.txt'} exists (--force rewrites it)")
-        return code
-    report = check_model(args.output, march=args.march)
-    write_report(report, folder)
+    out = outputs(args).plan(*(folder / name for name in FILES))  # the model check, beside the model
+    passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile)
+    code = run_pipeline(args, passes, data=args.data, out=out)
+    report = check_model(args.output, march=args.march, save_dir=out.sub(folder))
     issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
     print(f"model check: {issues} finding(s); {folder / 'model_check_result.txt'}")
     return code
@@ -101,14 +106,14 @@ def cmd_emit(args: argparse.Namespace) -> int:
     import qir
     from qir.tools.emit import emit_model
 
-    out = check_writable(Path(args.output), args.force)
+    out = outputs(args).plan(args.output).check()
     ir = qir.load(args.model)
     if not ir.calibrations():
         raise InputError(f"{args.model} has no calibration nodes; calibrate it first (qir calibrate)")
-    report = emit_model(ir, out, int16=args.int16 or (), float=args.float or (), fp16=args.fp16 or (),
-                        overwrite=True)
+    report = emit_model(ir, args.output, int16=args.int16 or (), float=args.float or (), fp16=args.fp16 or (),
+                        outputs=out)
     modes = ", ".join(f"{k}: {v}" for k, v in report.get("modes", {}).items())
-    print(f"wrote {out} (opset {report.get('opset')}; calibration nodes by mode: {modes})")
+    print(f"wrote {report['path']} (opset {report.get('opset')}; calibration nodes by mode: {modes})")
     return 0
 
 

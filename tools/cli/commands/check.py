@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qir.tools.cli.options import add_march
+from qir.tools.cli.options import add_force, add_march
 
 ORDER = 60
 
@@ -13,7 +13,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from qir.tools.model_check import check_model
     from qir.tools.reports.model_check import format_report
 
-    report = check_model(args.model, march=args.march, save_dir=args.save_dir)
+    report = check_model(args.model, march=args.march, save_dir=args.save_dir, overwrite=args.force)
     sys.stdout.write(format_report(report))
     if args.save_dir:
         print(f"wrote model_check_result.txt and .json to {args.save_dir}")
@@ -27,4 +27,5 @@ def add_commands(sub) -> None:
     p.add_argument("model", help="an .onnx model (float, calibrated or QDQ)")
     add_march(p)
     p.add_argument("-s", "--save-dir", help="write model_check_result.txt and .json here")
+    add_force(p)
     p.set_defaults(func=cmd_check)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qir.tools.cli.options import SAMPLES_HELP, add_analysis_command, add_runtime, parse_list, positive_int
+from qir.tools.cli.options import SAMPLES_HELP, add_analysis_command, add_force, add_runtime, outputs, parse_list, positive_int
 
 ORDER = 70
 
@@ -19,7 +19,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     rows = profile_model(args.model, args.data, save_dir=args.save_dir, data_num=args.data_num,
                          prefixes=parse_list(args.prefixes), types=parse_list(args.types),
-                         histograms=args.histograms, tensorboard=args.tensorboard, runtime=args.runtime)
+                         histograms=args.histograms, tensorboard=args.tensorboard, runtime=args.runtime,
+                         overwrite=args.force)
     ops = len({r["op"] for r in rows})
     print(f"{len(rows)} tensor(s) of {ops} op(s): {Path(args.save_dir) / 'statistic.txt'}"
           + (f" and histograms/ ({ops} PNG)" if args.histograms else "")
@@ -29,11 +30,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_bad_case(args: argparse.Namespace) -> int:
     from qir.passes.bad_case import find_bad_cases
-    from qir.tools.reports.bad_case import write_report
+    from qir.tools.reports.bad_case import FILES, write_report
 
+    out = outputs(args, args.output).plan(*FILES).check()
     report = find_bad_cases(args.model, args.analysis, args.data, num_steps=args.num_steps, metric=args.metric,
                             runtime=args.runtime)
-    write_report(report, args.output)
+    write_report(report, out)
     worst = report["worst_output"][args.metric]
     print(f"{report['samples']} sample(s): by {args.metric}, the bad case is sample {worst['index']} "
           f"(output {worst['output']}); tables in {Path(args.output) / 'badcase.txt'}")
@@ -46,7 +48,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
     summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
                       prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
-                      sensitivity=not args.no_sensitivity, runtime=args.runtime, replay_discrete=not args.no_replay)
+                      sensitivity=not args.no_sensitivity, runtime=args.runtime, replay_discrete=not args.no_replay,
+                      overwrite=args.force)
     out = Path(args.output)
     print(f"bad case: sample {summary['bad_case_index']} ({out / 'badcase.txt'})")
     advice = summary.get("advisor", [])
@@ -64,15 +67,16 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
     import qir
     from qir.data import model_samples
     from qir.passes import numeric_suite as ns
-    from qir.tools.reports.numeric_suite import write_report
+    from qir.tools.reports.numeric_suite import FILES, write_report
 
+    out = outputs(args, args.output).plan(*FILES).check()
     quantized = qir.load(args.quantized)
     float_model = None if _same_file(args.float_model, args.quantized) else qir.load(args.float_model)
     results = {"weights": ns.compare_weights(float_model, quantized)}
     samples = model_samples(quantized, args.data, args.num_steps)
     results["outputs"] = ns.compare_model_outputs(float_model, quantized, *samples, runtime=args.runtime)
     results["stub"] = ns.compare_model_stub(float_model, quantized, None, *samples, runtime=args.runtime)
-    write_report(results, args.output)
+    write_report(results, out)
     for kind, found in results.items():
         worst = ns.summary(found)[:3]
         print(f"{kind}: {len(found)} entries; worst " + ", ".join(f"{r['name']} {r['sqnr_db']:.1f} dB" for r in worst))
@@ -101,6 +105,7 @@ def _add_bad_case(sub) -> None:
                    help="the metric that picks the bad case (default L1)")
     p.add_argument("-o", "--output", default="./qir_quant_analysis", help="folder for badcase.txt/.json/.npz")
     add_runtime(p)
+    add_force(p)
     p.set_defaults(func=cmd_bad_case)
 
 
@@ -120,6 +125,7 @@ def _add_compare(sub) -> None:
     p.add_argument("--no-replay", action="store_true",
                    help="do not replay the baseline's TopK/ArgMax/NonZero/NMS indices in the analysis model")
     add_runtime(p)
+    add_force(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -131,6 +137,7 @@ def _add_numeric_suite(sub) -> None:
     p.add_argument("-o", "--output", default="./qir_numeric_suite", help="folder for numeric_suite.txt/.json")
     p.add_argument("-n", "--num-steps", type=positive_int, default=4, help="samples to run (default 4)")
     add_runtime(p)
+    add_force(p)
     p.set_defaults(func=cmd_numeric_suite)
 
 

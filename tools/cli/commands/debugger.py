@@ -10,6 +10,7 @@ from qir.tools.cli.options import (
     CALIBRATION_DATA_HELP,
     add_analysis_command,
     add_data_num,
+    add_force,
     add_runtime,
     parse_bool,
     parse_list,
@@ -25,7 +26,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         args.model, args.data, metrics=parse_list(args.metrics), output_node=args.output_node,
         node_type=args.node_type, data_num=args.data_num, verbose=args.table,
         interested_nodes=parse_list(args.interested_nodes), start=getattr(args, "from"),
-        runtime=args.runtime, save_dir=args.save_dir, progress=True)
+        runtime=args.runtime, save_dir=args.save_dir, progress=True, overwrite=args.force)
     if not args.table:
         first = parse_list(args.metrics)[0]
         for node, values in list(table.items())[:10]:
@@ -40,7 +41,7 @@ def cmd_acc_error(args: argparse.Namespace) -> int:
     curves = plot_acc_error(args.data, args.model, quantize_node=parse_list(args.quantize_node),
                             non_quantize_node=parse_list(args.non_quantize_node), metric=args.metric,
                             average_mode=args.average_mode, save_dir=args.save_dir, data_num=args.data_num,
-                            runtime=args.runtime)
+                            runtime=args.runtime, overwrite=args.force)
     for name, curve in curves.items():
         points = [y for y in curve if y is not None]
         last = f"{points[-1]:.6g}" if points else "-"
@@ -53,7 +54,7 @@ def cmd_distribution(args: argparse.Namespace) -> int:
     from qir.tools.hmct import plot_distribution
 
     nodes = plot_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
-                              data_num=args.data_num, runtime=args.runtime)
+                              data_num=args.data_num, runtime=args.runtime, overwrite=args.force)
     for name, entry in nodes.items():
         print(f"{name} ({entry['type']}): {entry['png']}")
     return 0
@@ -63,7 +64,8 @@ def cmd_channelwise(args: argparse.Namespace) -> int:
     from qir.tools.hmct import get_channelwise_data_distribution
 
     nodes = get_channelwise_data_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
-                                              args.axis, data_num=args.data_num, runtime=args.runtime)
+                                              args.axis, data_num=args.data_num, runtime=args.runtime,
+                                              overwrite=args.force)
     for name, entry in nodes.items():
         bad = entry["outlier_channels"]
         print(f"{name}: {entry['channels']} channels on axis {entry['axis']}, outlier channels: "
@@ -76,7 +78,7 @@ def cmd_sensitivity_analysis(args: argparse.Namespace) -> int:
 
     result = sensitivity_analysis(args.model, args.data, metric=args.metric, pick_threshold=args.pick_threshold,
                                   data_num=args.data_num, sensitive_nodes=parse_list(args.sensitive_nodes),
-                                  qtype=args.qtype, save_dir=args.save_dir, runtime=args.runtime)
+                                  qtype=args.qtype, save_dir=args.save_dir, runtime=args.runtime, overwrite=args.force)
     if not result:
         print(f"no node is below pick_threshold {args.pick_threshold}; nothing to analyse")
     for node, values in result.items():
@@ -96,7 +98,7 @@ def cmd_runall(args: argparse.Namespace) -> int:
            axis=args.axis, quantize_node=parse_list(args.quantize_node),
            non_quantize_node=parse_list(args.non_quantize_node), ae_metric=args.ae_metric,
            average_mode=args.average_mode, pick_threshold=args.pick_threshold,
-           sensitive_nodes=parse_list(args.sensitive_nodes), runtime=args.runtime)
+           sensitive_nodes=parse_list(args.sensitive_nodes), runtime=args.runtime, overwrite=args.force)
     return 0
 
 
@@ -177,6 +179,7 @@ def _add_runall(sub) -> None:
     p.add_argument("-pt", "--pick-threshold", type=float, default=0.999)
     p.add_argument("-sn", "--sensitive-nodes")
     add_runtime(p)
+    add_force(p)
     p.set_defaults(func=cmd_runall)
 
 

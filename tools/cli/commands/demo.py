@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qir.errors import InputError
 from qir.tools.cli.options import add_force, add_runtime
 
 ORDER = 90
@@ -14,9 +13,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from qir.tools.demo import run_demo
 
     out = Path(args.output) if args.output else None
-    if out is not None and out.exists() and any(out.iterdir()) and not args.force:
-        raise InputError(f"{out} exists and is not empty; choose another folder or pass --force")
-    return run_demo(out, runtimes=["numpy", "ort"] if args.runtime == "both" else [args.runtime])
+    return run_demo(out, runtimes=["numpy", "ort"] if args.runtime == "both" else [args.runtime], overwrite=args.force)
 
 
 def add_commands(sub) -> None:
@@ -24,5 +21,5 @@ def add_commands(sub) -> None:
     p = sub.add_parser("demo", help="run qir on the bundled digits example")
     p.add_argument("-o", "--output", help="folder for the demo's files (dumps, outputs)")
     add_runtime(p, default="both", choices=("numpy", "ort", "both"))
-    add_force(p, help="write into a non-empty folder")
+    add_force(p)
     p.set_defaults(func=cmd_demo)

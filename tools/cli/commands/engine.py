@@ -5,28 +5,32 @@ import argparse
 import json
 from pathlib import Path
 
-from qir.errors import InputError
-from qir.tools.cli.options import CALIBRATED_MODEL_HELP, SAMPLES_HELP, add_force, add_runtime, positive_int
+from qir.errors import InputError, OutputError
+from qir.tools.cli.options import CALIBRATED_MODEL_HELP, SAMPLES_HELP, add_force, add_runtime, outputs, positive_int
 
 ORDER = 30
 
 
-def _write_csv(path: Path, metrics: list[str], ranked: list) -> None:
+def _variant_rows(metrics: list[str], ranked: list) -> list[list]:
     """variants.csv: rank, variant and each metric, worst first."""
-    import csv
-
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["rank", "variant", *metrics])
-        for rank, (name, values) in enumerate(ranked, 1):
-            writer.writerow([rank, name, *(f"{values[m]:.9g}" for m in metrics)])
+    return [["rank", "variant", *metrics]] + [[rank, name, *(f"{values[m]:.9g}" for m in metrics)]
+                                              for rank, (name, values) in enumerate(ranked, 1)]
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import qir
     from qir.runtimes.engine import Engine, load_variants, one_at_a_time
+    from qir.runtimes.engine.results import RESULTS_FILE
 
     out = Path(args.output)
+    # --resume continues the results file of that run (the engine checks it is the same analysis)
+    # and rewrites its summaries: the one exception to the rule of Outputs
+    files = outputs(args, out).plan(RESULTS_FILE, "variants.csv", "engine_stats.json", replace=args.resume)
+    try:
+        files.check()
+    except OutputError as exc:
+        hint = "; or pass --resume to continue that run" if (out / RESULTS_FILE).exists() else ""
+        raise OutputError(f"{exc}{hint}") from None
     ir = qir.load(args.model)
     if not ir.calibrations():
         raise InputError(f"{args.model} has no calibration nodes; calibrate it first (qir calibrate)")
@@ -43,8 +47,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     ranked = result.ranked()
-    _write_csv(out / "variants.csv", result.metrics, ranked)
-    (out / "engine_stats.json").write_text(json.dumps(result.stats, indent=2, sort_keys=True) + "\n")
+    files.write_csv("variants.csv", _variant_rows(result.metrics, ranked))
+    files.write_text("engine_stats.json", json.dumps(result.stats, indent=2, sort_keys=True) + "\n")
     width = max([len("variant"), *(len(n) for n, _ in ranked[: args.top])])
     print(f"{'variant':<{width}}  " + "  ".join(f"{m:>17}" for m in result.metrics))
     for name, values in ranked[: args.top]:

@@ -14,7 +14,7 @@ from qir.tools.cli.options import (
     add_force,
     add_input_shape,
     add_runtime,
-    check_writable,
+    outputs,
     parse_input_shapes,
     positive_int,
     resolve_shapes,
@@ -27,27 +27,25 @@ def cmd_dump(args: argparse.Namespace) -> int:
     import qir
     from qir.dot import render
 
-    ir = qir.load(args.model, input_shapes=resolve_shapes(args.model, parse_input_shapes(args.input_shape)))
     fmt = args.format
+    if fmt in ("svg", "png") and not args.output:
+        raise InputError(f"--format {fmt} needs -o PATH")
+    out = outputs(args).plan(args.output).check() if args.output else None
+    ir = qir.load(args.model, input_shapes=resolve_shapes(args.model, parse_input_shapes(args.input_shape)))
     if fmt == "text":
         text = str(ir)
     elif fmt == "json":
         text = json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n"
     else:
         text = ir.to_dot()
-    if fmt in ("svg", "png"):
-        if not args.output:
-            raise InputError(f"--format {fmt} needs -o PATH")
-        out = check_writable(Path(args.output), args.force)
-        render(text, out, fmt)
-        print(f"wrote {out}")
-        return 0
-    if args.output:
-        out = check_writable(Path(args.output), args.force)
-        out.write_text(text)
-        print(f"wrote {out}")
-    else:
+    if out is None:
         sys.stdout.write(text)
+        return 0
+    if fmt in ("svg", "png"):
+        path = out.write(args.output, lambda tmp: render(text, tmp, fmt))
+    else:
+        path = out.write_text(args.output, text)
+    print(f"wrote {path}")
     return 0
 
 
@@ -70,10 +68,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from qir.data import load_samples, save_outputs
     from qir.tools.progress import run_samples
 
-    out = None
+    target = None
     if args.output:
         path = Path(args.output)
-        out = check_writable(path if path.suffix == ".npz" else path.with_name(path.name + ".npz"), args.force)
+        target = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+        out = outputs(args).plan(target).check()
     # shapes stay as the model declares them unless given: samples may differ in size
     shapes = resolve_shapes(args.model, parse_input_shapes(args.input_shape))
     ir = qir.load(args.model, input_shapes=shapes)
@@ -88,9 +87,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     print(f"{ir.name}: {len(samples)} sample(s) on the {args.runtime} runtime in {elapsed:.2f}s")
     print(_stats_table(results))
-    if out:
-        save_outputs(out, results)
-        print(f"wrote {out} (entries '<output>/<sample index>')")
+    if target is not None:
+        out.write(target, lambda tmp: save_outputs(tmp, results))
+        print(f"wrote {target} (entries '<output>/<sample index>')")
     return 0
 
 

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from qir.errors import InputError
-from qir.tools.cli.options import add_force, check_writable, parse_input_shapes
+from qir.tools.cli.options import add_force, outputs, parse_input_shapes
 
 ORDER = 50
 
@@ -15,7 +14,7 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
     from qir.io.torch_import import _torch, from_torch, load_factory
     from qir.runtimes.torch_check import check_against_torch
 
-    out = check_writable(Path(args.output), args.force)
+    out = outputs(args).plan(args.output).check()
     torch = _torch()
     module = load_factory(args.module)
     shapes = parse_input_shapes(args.example_shape)
@@ -27,9 +26,9 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
     else:
         example = {name: torch.rand(*shape, generator=generator) for name, shape in shapes.items()}
     ir = from_torch(module, example, opset=args.opset)
-    qir.save(ir, out, overwrite=args.force)
+    path = out.write(args.output, lambda tmp: qir.save(ir, tmp))
     named = sum(1 for op in ir.ops() if op.module)
-    print(f"wrote {out}: {ir!r}; {named} of {len(ir.ops())} ops carry their module path")
+    print(f"wrote {path}: {ir!r}; {named} of {len(ir.ops())} ops carry their module path")
     for name, calls in ir.meta["torch_call_warnings"].items():
         print(f"  module {name} ran {calls} time(s) in one forward pass")
     if args.check:
