@@ -15,6 +15,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from qir.passes.lib.capture import PlotResult
+from qir.runtimes.progress import track
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.plots import pyplot, safe_filename
 
@@ -34,7 +35,7 @@ def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> dict:
     ratio = result.report["outlier_ratio"]
     written: dict = {"nodes": {}}
     lines = []
-    for name, entry in result.report["nodes"].items():
+    for name, entry in track(result.report["nodes"].items(), "channel box plots", unit="plots"):
         fig = boxplot(name, result.arrays[name]["channels"], entry["axis"], entry["outlier_channels"],
                       entry["threshold"])
         path = out.save_figure(f"{safe_filename(name)}_channelwise.png", fig)

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from qir.passes.lib.capture import PlotResult
+from qir.runtimes.progress import track
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.plots import pyplot, safe_filename
 
@@ -35,7 +36,7 @@ def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> dict:
     with its ``png`` path added."""
     out = as_outputs(save_dir)
     written: dict = {"nodes": {}}
-    for name, entry in result.report["nodes"].items():
+    for name, entry in track(result.report["nodes"].items(), "plot distributions", unit="plots"):
         path = out.save_figure(f"{safe_filename(name)}.png", _figure(name, entry, result.arrays[name]))
         written["nodes"][name] = {**entry, "png": str(path)}
     out.write_json("distribution.json", "qir.distribution", written)
