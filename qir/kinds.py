@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import enum
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["NodeKind", "CalibMode", "CalibRole", "DTYPE_SHORT", "short_dtype"]
+from qir.errors import ImportError_
+
+__all__ = ["NodeKind", "CalibMode", "CalibRole", "DTYPE_SHORT", "short_dtype", "read_kind"]
 
 
 class NodeKind(str, enum.Enum):
@@ -35,6 +38,22 @@ class CalibRole(str, enum.Enum):
 
     WEIGHT = "weight"
     ACTIVATION = "activation"
+
+
+_Kind = TypeVar("_Kind", NodeKind, CalibMode, CalibRole)
+_WHAT = {CalibMode: "mode", CalibRole: "role", NodeKind: "kind"}
+
+
+def read_kind(kind: type[_Kind], value: Any, where: str) -> _Kind:
+    """``value`` read from a file as a member of ``kind`` (``CalibMode``, ``CalibRole``,
+    ``NodeKind``). Any other value (a hand-edited ``int9``) is one :class:`~qir.errors.ImportError_`
+    that names ``where`` (the file and the node), the value and the values accepted."""
+    try:
+        return kind(value)
+    except ValueError:
+        accepted = ", ".join(m.value for m in kind)
+        raise ImportError_(f"{where}: {_WHAT[kind]} {value!r} is not one of {accepted}; fix the file, or make it "
+                           "again with qir (calibrate, set-mode)") from None
 
 
 # numpy dtype name -> the short spelling used in dumps (f32[1,3,8,8]).

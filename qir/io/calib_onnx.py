@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from qir.kinds import CalibMode, CalibRole
+from qir.kinds import CalibMode, CalibRole, read_kind
 from qir.records import CalibRecord
 
 __all__ = ["DOMAIN", "OP_TYPE", "OPSET", "calibration_to_node", "calibration_state"]
@@ -66,8 +66,9 @@ def calibration_to_node(rec: CalibRecord) -> onnx.NodeProto:
     return helper.make_node(OP_TYPE, [rec.input], [rec.output], name=rec.name, domain=DOMAIN, **attrs)
 
 
-def calibration_state(attrs: dict[str, Any]) -> dict[str, Any]:
-    """CalibRecord fields from a decoded ``qir::Calibration`` node's attributes."""
+def calibration_state(attrs: dict[str, Any], where: str = "a qir::Calibration node") -> dict[str, Any]:
+    """CalibRecord fields from a decoded ``qir::Calibration`` node's attributes; a mode or role qir
+    does not know is an ImportError_ naming ``where`` (the file and the node)."""
     per_channel = "axis" in attrs
 
     def values(key: str, dtype) -> Any:
@@ -76,7 +77,8 @@ def calibration_state(attrs: dict[str, Any]) -> dict[str, Any]:
         arr = np.asarray(attrs[key], dtype=dtype)
         return arr if per_channel else arr.reshape(-1)[0].item()
 
-    state = {"mode": CalibMode(attrs.get("mode", "int8")), "role": CalibRole(attrs.get("role", "activation")),
+    state = {"mode": read_kind(CalibMode, attrs.get("mode", "int8"), where),
+             "role": read_kind(CalibRole, attrs.get("role", "activation"), where),
             "threshold": values("threshold", np.float32), "scale": values("scale", np.float32),
             "zero_point": values("zero_point", np.int64), "axis": attrs.get("axis"),
             "fixed": bool(attrs.get("fixed", 0)), "feeds": tuple(attrs.get("feeds", ())),

@@ -160,7 +160,8 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
             continue
         if node.name in calibrations and node.op_type == "Identity":
             ir.add_calibration(node.name, node.input[0], node.output[0],
-                               **calib_onnx.calibration_state(calibrations[node.name]))
+                               **calib_onnx.calibration_state(calibrations[node.name],
+                                                              f"{where}: calibration node {node.name!r}"))
             taken.add(node.name)
             continue
         op_name = fresh_name(node.name, taken)

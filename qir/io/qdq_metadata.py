@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from qir.io.qdq_graph import QdqGraph
-from qir.kinds import CalibMode, CalibRole
+from qir.kinds import CalibMode, CalibRole, read_kind
 from qir.records import CalibRecord
 
 __all__ = ["EMIT_METADATA_KEY", "EmitRestore", "entry_state", "consistent"]
@@ -26,8 +26,9 @@ logger = logging.getLogger(__name__)
 EMIT_METADATA_KEY = "qir.calibrations"
 
 
-def entry_state(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """CalibRecord fields of one emit-metadata entry (:mod:`qir.io.qdq_export` writes them)."""
+def entry_state(entry: Mapping[str, Any], where: str = f"an entry of the {EMIT_METADATA_KEY} metadata") -> dict[str, Any]:
+    """CalibRecord fields of one emit-metadata entry (:mod:`qir.io.qdq_export` writes them); a mode
+    qir does not know is an ImportError_ naming ``where``."""
     axis = entry.get("axis")
 
     def values(key: str, dtype: type) -> Any:
@@ -42,7 +43,7 @@ def entry_state(entry: Mapping[str, Any]) -> dict[str, Any]:
     clip = entry.get("implied_clip")
     if clip is not None:  # JSON has no infinities: null marks an open end
         clip = (-np.inf if clip[0] is None else float(clip[0]), np.inf if clip[1] is None else float(clip[1]))
-    return {"mode": CalibMode(entry["mode"]), "threshold": values("threshold", np.float32),
+    return {"mode": read_kind(CalibMode, entry["mode"], where), "threshold": values("threshold", np.float32),
             "scale": values("scale", np.float32), "zero_point": values("zero_point", np.int64),
             "axis": axis, "fixed": bool(entry.get("fixed", False)),
             "feeds": tuple(entry.get("feeds", ())), "implied_clip": clip}
@@ -111,8 +112,9 @@ class EmitRestore:
         entry = self.entries.get(name)
         if entry is None:
             return None, found
-        state = entry_state(entry)
-        if CalibRole(entry.get("role", role.value)) is not role or not consistent(state, found):
+        where = f"{self.where}: the {EMIT_METADATA_KEY} metadata of calibration node {name!r}"
+        state = entry_state(entry, where)
+        if read_kind(CalibRole, entry.get("role", role.value), where) is not role or not consistent(state, found):
             logger.warning("%s: calibration %r no longer matches the emit metadata; using the file's "
                            "quantizer as stored", self.where, name)
             return None, found

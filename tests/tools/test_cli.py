@@ -243,3 +243,12 @@ def test_pipeline_emit_step_writes_the_qdq_model_where_it_says(tmp_path):
     assert main(args[:-2] + ["-o", str(tmp_path / "partial2.onnx")]) == 2  # qdq.onnx exists
     assert qdq.read_bytes() == before
     assert main(args[:-2] + ["-o", str(tmp_path / "partial3.onnx"), "--force"]) == 0
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "0", "-5", "lots"])
+def test_evaluate_memory_budget_must_be_a_finite_positive_number(budget, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["evaluate", MODEL, str(DIGITS / "calibration_data"), "-o", str(tmp_path / "e"), "--memory-budget", budget])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--memory-budget: must be a" in err and "number above 0" in err
+    assert not (tmp_path / "e").exists()

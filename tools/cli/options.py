@@ -19,7 +19,7 @@ from qir.tools.reports.output import Outputs
 __all__ = [
     "SHAPE_HELP", "SAMPLES_HELP", "CALIBRATION_DATA_HELP", "CALIBRATED_MODEL_HELP", "MARCH_HELP",
     "OVERWRITE_HELP", "add_force", "add_runtime", "add_input_shape", "add_march", "add_data_num",
-    "add_analysis_command", "positive_int", "parse_bool", "parse_list", "parse_input_shapes",
+    "add_analysis_command", "positive_int", "positive_float", "parse_bool", "parse_list", "parse_input_shapes",
     "resolve_shapes", "outputs",
 ]
 
@@ -44,6 +44,17 @@ def positive_int(text: str) -> int:
 
 # argparse names the type in its message for a non-integer ("invalid _positive_int value: 'x'"): kept as it was
 positive_int.__name__ = "_positive_int"
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number above 0 (``nan``, ``inf``, 0 and below are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}") from None
+    if not np.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
 
 
 def parse_bool(text: str) -> bool:

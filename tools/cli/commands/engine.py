@@ -6,7 +6,15 @@ import json
 from pathlib import Path
 
 from qir.errors import InputError, OutputError
-from qir.tools.cli.options import CALIBRATED_MODEL_HELP, SAMPLES_HELP, add_force, add_runtime, outputs, positive_int
+from qir.tools.cli.options import (
+    CALIBRATED_MODEL_HELP,
+    SAMPLES_HELP,
+    add_force,
+    add_runtime,
+    outputs,
+    positive_float,
+    positive_int,
+)
 
 ORDER = 30
 
@@ -78,7 +86,8 @@ def add_commands(sub) -> None:
     add_runtime(p)
     p.add_argument("--data-num", type=positive_int, help="use at most N samples")
     p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
-    p.add_argument("--memory-budget", type=float, default=2048, help="MB of cached reference values (default 2048)")
+    p.add_argument("--memory-budget", type=positive_float, default=2048,
+                   help="MB of cached reference values (default 2048)")
     p.add_argument("--batch", type=positive_int,
                    help="most variants per onnxruntime call (default: from the model's activation sizes)")
     p.add_argument("--top", type=int, default=20, help="rows to print")
