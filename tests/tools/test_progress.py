@@ -36,8 +36,8 @@ def test_the_command_line_off_a_terminal_logs_progress_lines(digits_calibrated, 
     monkeypatch.setattr(library_progress, "DELAY", 0.0)
     caplog.set_level(logging.WARNING)  # the root logger at the command line's level ...
     caplog.handler.setLevel(logging.INFO)  # ... and the capture open to whatever gets through
-    assert main(["sensitivity", str(model), str(DIGITS_DATA), "--node-type", "activation", "-o", str(tmp_path / "ns"),
-                 "--runtime", "numpy"]) == 0
+    assert main(["sensitivity", str(model), str(DIGITS_DATA), "--node-type", "activation", "--save-dir",
+                 str(tmp_path / "ns"), "--runtime", "numpy"]) == 0
     lines = [r.getMessage() for r in caplog.records if r.name == "qir.progress"]
     assert any(line.startswith("node sensitivity (activation): ") and "ETA" in line for line in lines)
     assert not isinstance(sys.stderr, _Terminal)
