@@ -72,7 +72,7 @@ def test_cli_and_api_agree_and_runtimes_agree(tmp_path):
     for node, values in by_rt["ort"].items():
         for m, v in values.items():
             assert by_rt["numpy"][node][m] == pytest.approx(v, abs=1e-4)
-    assert main(["sensitivity", str(model), str(tmp_path / "data.npz"), "-m", "cosine-similarity,mse", "-n",
+    assert main(["sensitivity", str(model), str(tmp_path / "data.npz"), "-m", "cosine-similarity,mse", "--node-type",
                  "activation", "-s", str(tmp_path / "ns")]) == 0
     rows = json.loads((tmp_path / "ns" / "node_sensitivity.json").read_text())["rows"]
     assert [r["node"] for r in rows] == list(by_rt["ort"])

@@ -1,7 +1,9 @@
 """The ``qir`` command line: the parser, assembled from the command modules, and ``main``.
 
 Errors the user can fix (bad paths, corrupt files, unsupported ops, data that does not fit the
-model) print one line ``qir: error: ...`` and exit with code 2; ``--debug`` shows tracebacks.
+model, a misspelled command: with the closest names) print one line ``qir: error: ...`` and exit
+with code 2; ``--debug`` shows tracebacks. Flags mean the same in every command (the table in
+:mod:`qir.tools.cli.options`, printed by ``qir --help``), except under hmct's command names.
 Output files follow one rule (:class:`qir.tools.reports.output.Outputs`): checked before the
 work, never replaced without ``--force``, written atomically. Long steps show their progress
 with an ETA: a tqdm bar when stderr is a terminal, else a ``qir.progress`` log line every few
@@ -22,8 +24,9 @@ import sys
 from types import ModuleType
 from typing import Sequence
 
-from qir.errors import QirError
+from qir.errors import QirError, did_you_mean
 from qir.tools.cli import commands
+from qir.tools.cli.options import flags_epilog
 
 __all__ = ["main", "build_parser", "command_modules", "EXIT_USER_ERROR"]
 
@@ -35,6 +38,12 @@ class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 too, with the usage first
         self.print_usage(sys.stderr)
         self.exit(EXIT_USER_ERROR, f"qir: error: {message}\n")
+
+    def _check_value(self, action, value) -> None:
+        """A command name that does not exist: the closest ones (argparse lists all of them)."""
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            raise argparse.ArgumentError(None, did_you_mean(value, action.choices, "command") + " (qir --help lists them)")
+        super()._check_value(action, value)
 
 
 def command_modules() -> list[ModuleType]:
@@ -49,7 +58,8 @@ def command_modules() -> list[ModuleType]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``qir`` parser: global flags, then the subcommands of every command module."""
-    parser = _ArgumentParser(prog="qir", description="Find why a quantized network lost accuracy.")
+    parser = _ArgumentParser(prog="qir", description="Find why a quantized network lost accuracy.",
+                             epilog=flags_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)

@@ -3,6 +3,15 @@
 ``add_*`` functions put one flag (or one group of flags) on a subcommand's parser; the
 ``parse_*`` / ``resolve_*`` / ``check_*`` helpers turn what the user wrote into values, raising
 :class:`~qir.errors.InputError` (one line, exit code 2) for what the user can fix.
+
+**One meaning per flag.** :data:`FLAG_MEANINGS` declares what each short flag means; in every
+command it stands for that long option, and a short flag not in the table is not used. ``-o`` is
+always ``--output``, where the command writes: its output file, or its output folder when it
+writes several files (the debugger commands take it as a synonym of ``-s/--save-dir``). The hmct
+debugger commands under their hmct names (:data:`HMCT_COMMANDS`) keep hmct's own flags instead,
+as its documentation defines them (there ``-o`` is the output node, ``-n`` the node type, ...).
+``tests/tools/test_cli_flags.py`` walks every subcommand and checks both rules and that every
+option has help text.
 """
 from __future__ import annotations
 
@@ -20,7 +29,7 @@ __all__ = [
     "SHAPE_HELP", "SAMPLES_HELP", "CALIBRATION_DATA_HELP", "CALIBRATED_MODEL_HELP", "MARCH_HELP",
     "OVERWRITE_HELP", "add_force", "add_runtime", "add_input_shape", "add_march", "add_data_num",
     "add_analysis_command", "positive_int", "positive_float", "parse_bool", "parse_list", "parse_input_shapes",
-    "resolve_shapes", "outputs",
+    "resolve_shapes", "FLAG_MEANINGS", "HMCT_COMMANDS", "flags_epilog", "seed_flag", "outputs",
 ]
 
 logger = logging.getLogger("qir.cli")
@@ -30,6 +39,42 @@ SAMPLES_HELP = "samples: DIR/<input>/<i>.npy, .npz or .npy"
 CALIBRATION_DATA_HELP = "calibration data: DIR/<input>/<i>.npy, .npz or .npy"
 CALIBRATED_MODEL_HELP = "a calibrated .onnx model"
 MARCH_HELP = "march profile (see `qir profiles`)"
+
+# short flag -> (the long option(s) it stands for, what it means): the same in every command
+FLAG_MEANINGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "-o": (("--output",), "where the command writes: its output file, or its output folder when it writes several"),
+    "-s": (("--save-dir",), "the output folder (hmct's name for it)"),
+    "-d": (("--data-num",), "how many samples to use"),
+    "-n": (("--num-steps", "--num"), "how many samples to use (at most N)"),
+    "-m": (("--metric", "--metrics"), "the metric, or metrics (the first ranks)"),
+    "-v": (("--verbose",), "say more: log progress (qir -v), or print the whole table"),
+    "-i": (("--interested-nodes",), "only these nodes"),
+    "-q": (("--quantize-node",), "only these nodes quantized"),
+    "-nq": (("--non-quantize-node",), "these nodes back to float"),
+    "-a": (("--axis",), "the channel axis"),
+    "-p": (("--prefixes",), "only ops whose names start with these"),
+    "-t": (("--types",), "only ops of these types"),
+    "-h": (("--help",), "show the command's help"),
+}
+# the hmct debugger's own command names: their flags are hmct's (see the module docstring)
+HMCT_COMMANDS = frozenset({"get-sensitivity-of-nodes", "plot-acc-error", "plot-distribution",
+                           "get-channelwise-data-distribution", "sensitivity-analysis", "runall"})
+
+
+def seed_flag(hmct: bool, short: str, long: str) -> tuple[str, ...]:
+    """The option strings of a flag hmct defines as ``short``/``long``: both under an hmct command
+    name; under qir's own name the short one only where it means the same in every qir command
+    (:data:`FLAG_MEANINGS`), else the long one alone."""
+    if hmct or long in FLAG_MEANINGS.get(short, ((), ""))[0]:
+        return short, long
+    return (long,)
+
+
+def flags_epilog() -> str:
+    """The table of short flags for ``qir --help``."""
+    rows = [f"  {short:<4} {'/'.join(longs):<20} {meaning}" for short, (longs, meaning) in FLAG_MEANINGS.items()]
+    return ("flags mean the same in every command:\n" + "\n".join(rows) + "\nexcept under hmct's command names ("
+            + ", ".join(sorted(HMCT_COMMANDS)) + "), which take hmct's own flags")
 OVERWRITE_HELP = "replace output files that already exist"
 
 
@@ -150,7 +195,8 @@ def add_force(p: argparse.ArgumentParser, help: str = OVERWRITE_HELP) -> None:  
 
 def add_runtime(p: argparse.ArgumentParser, default: str = "ort", choices: Sequence[str] = ("ort", "numpy")) -> None:
     """``--runtime``: the runtime that runs the model (choices in the order help shows them)."""
-    p.add_argument("--runtime", choices=list(choices), default=default)
+    p.add_argument("--runtime", choices=list(choices), default=default,
+                   help=f"onnxruntime (ort) or qir's numpy reference interpreter (default {default})")
 
 
 def add_input_shape(p: argparse.ArgumentParser) -> None:
@@ -160,7 +206,7 @@ def add_input_shape(p: argparse.ArgumentParser) -> None:
 
 def add_march(p: argparse.ArgumentParser, help: str = MARCH_HELP) -> None:  # noqa: A002
     """``--march`` (default ``nash-e``): the march profile."""
-    p.add_argument("--march", default="nash-e", help=help)
+    p.add_argument("--march", default="nash-e", help=f"{help} (default nash-e)")
 
 
 def add_data_num(p: argparse.ArgumentParser, short: str) -> None:
@@ -169,13 +215,13 @@ def add_data_num(p: argparse.ArgumentParser, short: str) -> None:
 
 
 def add_analysis_command(sub, name: str, aliases: list[str], help: str, save_dir: str,  # noqa: A002
-                         save_flags: tuple[str, ...] = ("-s",)) -> argparse.ArgumentParser:
+                         save_flags: tuple[str, ...] = ("-s",), listed: bool = True) -> argparse.ArgumentParser:
     """A debugger subcommand: MODEL DATA, -d/--data-num, -s/--save-dir, --runtime and --force."""
-    p = sub.add_parser(name, aliases=aliases, help=help)
+    p = sub.add_parser(name, aliases=aliases, description=help, **({"help": help} if listed else {}))
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
     p.add_argument("data", help=CALIBRATION_DATA_HELP)
     add_data_num(p, "-d")
-    p.add_argument(*save_flags, "--save-dir", default=save_dir, help=f"output folder (default {save_dir})")
+    p.add_argument(*save_flags, "--save-dir", dest="save_dir", default=save_dir, help=f"output folder (default {save_dir})")
     add_runtime(p)
     add_force(p)
     return p

@@ -122,7 +122,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument("model", help="a float .onnx model")
     p.add_argument("data", help=CALIBRATION_DATA_HELP)
     p.add_argument("-o", "--output", required=True, help="the calibrated model to write (.onnx)")
-    p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max")
+    p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max",
+                   help="how activation thresholds are chosen (default max; see the README's calibration section)")
     p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
     add_march(p)
     add_input_shape(p)

@@ -1,5 +1,6 @@
 """The hmct debugger commands: ``sensitivity``, ``acc-error``, ``distribution``, ``channelwise``,
-``sensitivity-analysis`` and ``runall`` (each also under its hmct name, e.g. ``get-sensitivity-of-nodes``).
+``sensitivity-analysis`` and ``runall``; the first four also under their hmct names (e.g.
+``get-sensitivity-of-nodes``), which take hmct's own flags (see :mod:`qir.tools.cli.options`).
 Each calls its facade in ``qir.tools.hmct`` (``runall``: ``qir.tools.runall``) and prints a summary."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from qir.tools.cli.options import (
     add_runtime,
     parse_bool,
     parse_list,
+    seed_flag,
 )
 
 ORDER = 40
@@ -102,13 +104,30 @@ def cmd_runall(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_sensitivity(sub) -> None:
-    p = add_analysis_command(sub, "sensitivity", ["get-sensitivity-of-nodes"], "per-node quantization sensitivity "
-                             "(hmct get_sensitivity_of_nodes)", "./debug_result/node_sensitivity")
+# Each analysis is built twice: under qir's name, whose short flags mean what they mean in every qir
+# command (seed_flag drops hmct's others to their long form), and under hmct's name, unlisted in
+# `qir --help`, with hmct's own flags (-o the output node, -n the node type, ...).
+_QIR_OUTPUT = ("-s", "-o", "--output")  # qir's names: -o/--output is the output folder too
+
+
+def _debugger_command(sub, name: str, hmct_name: str, what: str, save_dir: str, hmct: bool):
+    """The parser of one analysis: under ``hmct_name`` (unlisted) or under qir's ``name``."""
+    if hmct:
+        return add_analysis_command(sub, hmct_name, [], f"{what}: `qir {name}` with hmct's flags", save_dir,
+                                    listed=False)
+    return add_analysis_command(sub, name, [], f"{what} (hmct {hmct_name.replace('-', '_')}; with hmct's flags: "
+                                f"qir {hmct_name})", save_dir, _QIR_OUTPUT)
+
+
+def _add_sensitivity(sub, hmct: bool) -> None:
+    p = _debugger_command(sub, "sensitivity", "get-sensitivity-of-nodes", "per-node quantization sensitivity",
+                          "./debug_result/node_sensitivity", hmct)
     p.add_argument("-m", "--metrics", default="cosine-similarity",
                    help="metric or list, e.g. \"['cosine-similarity','mse']\" or cosine-similarity,mse (the first ranks)")
-    p.add_argument("-o", "--output-node", help="compare this node's output instead of the model outputs")
-    p.add_argument("-n", "--node-type", choices=["node", "weight", "activation"], default="node")
+    p.add_argument(*seed_flag(hmct, "-o", "--output-node"), help="compare this node's output instead of the model outputs")
+    p.add_argument(*seed_flag(hmct, "-n", "--node-type"), choices=["node", "weight", "activation"], default="node",
+                   help="rank general nodes (each with its calibration nodes), or only weight or activation "
+                        "calibration nodes (default node)")
     p.add_argument("-v", "--verbose", dest="table", nargs="?", const=True, default=False, type=parse_bool,
                    help="print the table (-v or -v True)")
     p.add_argument("-i", "--interested-nodes", help="only these nodes, e.g. \"['Conv_2','Conv_90']\"")
@@ -117,39 +136,42 @@ def _add_sensitivity(sub) -> None:
     p.set_defaults(func=cmd_sensitivity)
 
 
-def _add_acc_error(sub) -> None:
-    p = add_analysis_command(sub, "acc-error", ["plot-acc-error"], "accumulated-error curves along the graph "
-                             "(hmct plot_acc_error)", "./debug_result/accumulate_error")
+def _add_acc_error(sub, hmct: bool) -> None:
+    p = _debugger_command(sub, "acc-error", "plot-acc-error", "accumulated-error curves along the graph",
+                          "./debug_result/accumulate_error", hmct)
     p.add_argument("-q", "--quantize-node", help="only these quantized, one curve each: \"['Conv_2','Conv_90']\", "
                    "nested lists for groups, or 'weight'/'activation'")
     p.add_argument("-nq", "--non-quantize-node", help="these back to float in the quantized model, one curve each")
-    p.add_argument("-m", "--metric", default="cosine-similarity")
-    p.add_argument("-a", "--average-mode", nargs="?", const=True, default=False, type=parse_bool,
-                   help="plot the running mean (-a or -a True)")
+    p.add_argument("-m", "--metric", default="cosine-similarity",
+                   help="cosine-similarity, mse, mre, sqnr or chebyshev (default cosine-similarity)")
+    p.add_argument(*seed_flag(hmct, "-a", "--average-mode"), nargs="?", const=True, default=False, type=parse_bool,
+                   help="plot the running mean (--average-mode, or with a value: True/False)")
     p.set_defaults(func=cmd_acc_error)
 
 
-def _add_distribution(sub) -> None:
-    p = add_analysis_command(sub, "distribution", ["plot-distribution"], "data distributions at nodes "
-                             "(hmct plot_distribution)", "./debug_result/data_distribution")
-    p.add_argument("-n", "--nodes-list", required=True,
+def _add_distribution(sub, hmct: bool) -> None:
+    p = _debugger_command(sub, "distribution", "plot-distribution", "data distributions at nodes",
+                          "./debug_result/data_distribution", hmct)
+    p.add_argument(*seed_flag(hmct, "-n", "--nodes-list"), required=True,
                    help="calibration and/or general nodes: \"['relu1_out_calib','conv2']\" or a,b")
     p.set_defaults(func=cmd_distribution)
 
 
-def _add_channelwise(sub) -> None:
-    p = add_analysis_command(sub, "channelwise", ["get-channelwise-data-distribution"], "per-channel box plots of "
-                             "calibration node inputs (hmct get_channelwise_data_distribution)",
-                             "./debug_result/channelwise_distribution")
-    p.add_argument("-n", "--nodes-list", required=True, help="calibration nodes: \"['relu1_out_calib']\" or a,b")
+def _add_channelwise(sub, hmct: bool) -> None:
+    p = _debugger_command(sub, "channelwise", "get-channelwise-data-distribution", "per-channel box plots of "
+                          "calibration node inputs", "./debug_result/channelwise_distribution", hmct)
+    p.add_argument(*seed_flag(hmct, "-n", "--nodes-list"), required=True,
+                   help="calibration nodes: \"['relu1_out_calib']\" or a,b")
     p.add_argument("-a", "--axis", type=int, help="channel axis (default: 1 for activations, the node's axis for weights)")
     p.set_defaults(func=cmd_channelwise)
 
 
 def _add_sensitivity_analysis(sub) -> None:
     p = add_analysis_command(sub, "sensitivity-analysis", [], "recovery as the most sensitive nodes are raised "
-                             "(hmct sensitivity_analysis)", "./debug_result/sensitivity_analysis", ("-s", "-sd"))
-    p.add_argument("-m", "--metric", default="cosine-similarity")
+                             "(hmct sensitivity_analysis, with its flags)", "./debug_result/sensitivity_analysis",
+                             ("-s", "-sd"))
+    p.add_argument("-m", "--metric", default="cosine-similarity",
+                   help="cosine-similarity, mse, mre, sqnr or chebyshev (default cosine-similarity)")
     p.add_argument("-p", "--pick-threshold", type=float, default=0.999,
                    help="nodes whose sensitivity is no better than this are analysed (default 0.999)")
     p.add_argument("-sn", "--sensitive-nodes", help="analyse these nodes, in this order: \"['Conv_2','Conv_9']\"")
@@ -159,35 +181,39 @@ def _add_sensitivity_analysis(sub) -> None:
 
 
 def _add_runall(sub) -> None:
-    p = sub.add_parser("runall", help="every debugger analysis and one index.html (hmct runall)")
+    p = sub.add_parser("runall", help="every debugger analysis and one index.html (hmct runall, with its flags)")
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
     p.add_argument("data", help=CALIBRATION_DATA_HELP)
-    p.add_argument("-s", "--save-dir", default="./debug_result/")
+    p.add_argument("-s", "--save-dir", default="./debug_result/", help="output folder (default ./debug_result/)")
     p.add_argument("-nm", "--ns-metrics", default="cosine-similarity", help="node sensitivity metric(s)")
     p.add_argument("-o", "--output-node", help="compare this node's output instead of the model outputs")
     p.add_argument("-nt", "--node-type", help="node sensitivity types (default: ['weight','activation'])")
     add_data_num(p, "-dn")
-    p.add_argument("-v", "--verbose", dest="table", nargs="?", const=True, default=False, type=parse_bool)
-    p.add_argument("-i", "--interested-nodes")
+    p.add_argument("-v", "--verbose", dest="table", nargs="?", const=True, default=False, type=parse_bool,
+                   help="print the node sensitivity table (-v or -v True)")
+    p.add_argument("-i", "--interested-nodes", help="node sensitivity of only these nodes")
     p.add_argument("-dnl", "--dis-nodes-list", help="nodes for data distributions (default: top 5 per type)")
     p.add_argument("-cn", "--cw-nodes-list", help="calibration nodes for box plots (default: the same)")
-    p.add_argument("-a", "--axis", type=int)
+    p.add_argument("-a", "--axis", type=int, help="channel axis of the box plots (default: 1, a weight's own axis)")
     p.add_argument("-qn", "--quantize-node", help="accumulated error whitelist (default ['weight','activation'])")
-    p.add_argument("-nqn", "--non-quantize-node")
-    p.add_argument("-am", "--ae-metric", default="cosine-similarity")
-    p.add_argument("-avm", "--average-mode", nargs="?", const=True, default=False, type=parse_bool)
-    p.add_argument("-pt", "--pick-threshold", type=float, default=0.999)
-    p.add_argument("-sn", "--sensitive-nodes")
+    p.add_argument("-nqn", "--non-quantize-node", help="accumulated error: these back to float, one curve each")
+    p.add_argument("-am", "--ae-metric", default="cosine-similarity", help="accumulated error metric")
+    p.add_argument("-avm", "--average-mode", nargs="?", const=True, default=False, type=parse_bool,
+                   help="accumulated error: plot the running mean (-avm or -avm True)")
+    p.add_argument("-pt", "--pick-threshold", type=float, default=0.999,
+                   help="sensitivity analysis: nodes no better than this (default 0.999)")
+    p.add_argument("-sn", "--sensitive-nodes", help="sensitivity analysis: these nodes, in this order")
     add_runtime(p)
     add_force(p)
     p.set_defaults(func=cmd_runall)
 
 
 def add_commands(sub) -> None:
-    """The six debugger commands, with their hmct aliases."""
-    _add_sensitivity(sub)
-    _add_acc_error(sub)
-    _add_distribution(sub)
-    _add_channelwise(sub)
+    """The six debugger commands; four also under their hmct names (with hmct's flags)."""
+    for hmct in (False, True):
+        _add_sensitivity(sub, hmct)
+        _add_acc_error(sub, hmct)
+        _add_distribution(sub, hmct)
+        _add_channelwise(sub, hmct)
     _add_sensitivity_analysis(sub)
     _add_runall(sub)

@@ -97,7 +97,8 @@ def add_commands(sub) -> None:
     """``dump`` and ``run``."""
     p = sub.add_parser("dump", help="print or write the IR of a model")
     p.add_argument("model", help="an .onnx model")
-    p.add_argument("--format", choices=["text", "json", "dot", "svg", "png"], default="text")
+    p.add_argument("--format", choices=["text", "json", "dot", "svg", "png"], default="text",
+                   help="the IR's text form (default), its JSON, or the graph as DOT / SVG / PNG (those two need -o)")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     add_input_shape(p)
     add_force(p)

@@ -25,7 +25,7 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
         example = (torch.rand(*shapes, generator=generator),)
     else:
         example = {name: torch.rand(*shape, generator=generator) for name, shape in shapes.items()}
-    ir = from_torch(module, example, opset=args.opset)
+    ir = from_torch(module, example, opset=args.opset, dynamo=args.dynamo)
     path = out.write(args.output, lambda tmp: qir.save(ir, tmp))
     named = sum(1 for op in ir.ops() if op.module)
     print(f"wrote {path}: {ir!r}; {named} of {len(ir.ops())} ops carry their module path")
@@ -47,7 +47,9 @@ def add_commands(sub) -> None:
     p.add_argument("module", help="FILE.py:FACTORY: a function (or class) returning the nn.Module, or a module object")
     p.add_argument("--example-shape", action="append", help="input shape, e.g. 1,3,224,224 (NAME=... per input)")
     p.add_argument("-o", "--output", required=True, help="the ONNX model to write")
-    p.add_argument("--opset", type=int, default=17)
+    p.add_argument("--opset", type=int, default=17, help="the ONNX opset to export with (default 17)")
+    p.add_argument("--dynamo", action="store_true",
+                   help="use torch's newer torch.export-based exporter (needs onnxscript; opset 18 or later)")
     p.add_argument("--check", action="store_true", help="compare with torch on the example (fails above 1e-4)")
     add_force(p)
     p.set_defaults(func=cmd_import_torch)
