@@ -1,0 +1,58 @@
+"""The consistency pass and ``qir consistency``: fake quantization against the integer level on
+the digits example."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from qir.kinds import CalibMode, CalibRole
+from qir.passes.consistency import ConsistencyPass
+from qir.runtimes.march import get_profile
+from qir.tools.cli.app import main
+
+from ..conftest import DIGITS, DIGITS_DATA
+
+
+def _samples(n: int = 3) -> list[dict]:
+    return [{"input": im} for im in np.load(DIGITS / "eval_images.npy")[:n].astype(np.float32)]
+
+
+def test_rows_cover_every_integer_activation_and_name_where_deviation_starts(digits_calibrated):
+    report = ConsistencyPass(_samples(), "nash-e")(digits_calibrated).report
+    quantized = [c.name for c in digits_calibrated.calibrations(CalibRole.ACTIVATION) if c.mode is CalibMode.INT8]
+    assert [r["node"] for r in report["rows"]] == quantized
+    starts = [r for r in report["rows"] if r["introduced"]]
+    assert starts and all(r["cause"] == "requant rounding" for r in starts)
+    first = next(r for r in report["rows"] if r["differ"])
+    assert first["introduced"]  # the first value that differs is where a deviation starts
+    assert all(r["cause"] == "inherited" for r in report["rows"] if r["differ"] and not r["introduced"])
+    assert report["rows"][0]["node"] == "input_calib" and report["rows"][0]["differ"] == 0  # same quantizer
+    assert 0.999 < min(report["output_cosine"]) < 1.0
+    assert report["bad_case"] == int(np.argmin(report["output_cosine"]))
+    assert "rounding-level differences" in report["summary"]
+
+
+def test_ops_without_integer_kernel_are_listed(digits_calibrated):
+    profile = get_profile("nash-e").with_overrides(integer_ops=("Conv", "Relu", "MaxPool", "GlobalAveragePool",
+                                                                "Flatten"))
+    report = ConsistencyPass(_samples(2), profile)(digits_calibrated).report
+    assert list(report["float_fallback"]) == ["Gemm"]  # (the Add is fused into pw4's accumulator)
+    assert "Gemm (1)" in __import__("qir.tools.reports.consistency", fromlist=["x"]).format_report(report)
+
+
+def test_cli_writes_the_report_and_keeps_existing_files(tmp_path, digits_calibrated, capsys):
+    import qir
+
+    model = tmp_path / "calibrated.onnx"
+    qir.save(digits_calibrated, model)
+    out = tmp_path / "cons"
+    assert main(["consistency", str(model), str(DIGITS_DATA), "-n", "2", "-s", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "where deviations start" in text and (out / "consistency_result.txt").read_text() in text
+    doc = json.loads((out / "consistency_result.json").read_text())
+    assert doc["samples"] == 2 and len(doc["rows"]) == 8
+    (out / "consistency_result.txt").write_text("mine")
+    assert main(["consistency", str(model), str(DIGITS_DATA), "-n", "2", "-s", str(out)]) != 0
+    assert (out / "consistency_result.txt").read_text() == "mine"
+    assert "already exist" in capsys.readouterr().err

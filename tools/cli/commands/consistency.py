@@ -1,0 +1,34 @@
+"""``qir consistency``: fake quantization vs what a march's NPU computes (the integer level)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qir.tools.cli.options import add_force, add_march, positive_int
+
+ORDER = 62
+
+
+def cmd_consistency(args: argparse.Namespace) -> int:
+    from qir.tools.consistency import check_consistency
+    from qir.tools.reports.consistency import format_report
+
+    report = check_consistency(args.model, args.data, march=args.march, num=args.num, save_dir=args.save_dir,
+                               overwrite=args.force)
+    sys.stdout.write(format_report(report))
+    if args.save_dir:
+        print(f"wrote consistency_result.txt and .json to {args.save_dir}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """``consistency``."""
+    p = sub.add_parser("consistency", help="fake quantization vs what the march's NPU computes (integer level), "
+                                           "value by value: where codes differ, by how many steps, and why")
+    p.add_argument("model", help="a calibrated model (.onnx with calibration nodes, or a QDQ model)")
+    p.add_argument("data", help="a data folder, .npy or .npz with the model's inputs")
+    add_march(p, help="the march whose integer arithmetic to emulate (nash-e, nash-m, nash-p, generic, ort)")
+    p.add_argument("-n", "--num", type=positive_int, default=4, help="samples to compare (default 4)")
+    p.add_argument("-s", "--save-dir", help="write consistency_result.txt and .json here")
+    add_force(p)
+    p.set_defaults(func=cmd_consistency)

@@ -1,0 +1,28 @@
+"""``check_consistency``: fake quantization vs the integer level of a march, value by value (the
+``consistency`` pass), with the report written when a folder is given (an existing file only with
+``overwrite``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from qir.api import as_ir
+from qir.data import model_samples
+from qir.passes.consistency import ConsistencyPass
+from qir.tools.reports.consistency import FILES, write_report
+from qir.tools.reports.output import Outputs, as_outputs
+
+__all__ = ["check_consistency"]
+
+
+def check_consistency(model_or_file: Any, data: Any, march: str = "nash-e", *, num: int | None = None,
+                      save_dir: Outputs | str | Path | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Compare a calibrated model's fake quantization with ``march``'s integer arithmetic on
+    ``data`` (a data folder, .npy/.npz or samples; at most ``num`` samples)."""
+    if save_dir is not None:
+        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*FILES).check()
+    ir = as_ir(model_or_file, calibrated=True)
+    report = ConsistencyPass(model_samples(ir, data, num), march)(ir).report
+    if save_dir is not None:
+        write_report(report, save_dir)
+    return report
