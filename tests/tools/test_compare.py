@@ -137,7 +137,8 @@ def test_pytorch_float_model_against_its_torch_ao_fake_quant_version(tmp_path):
     qa = QuantAnalysis(float_model.eval(), qat, out_dir=tmp_path)
     assert qa.auto_find_bad_case(data, metric="L1")["samples"] == 6
     rows = qa.compare_per_layer()
-    assert [r["module"] for r in rows] == ["conv", "relu", "module", "fc"]  # (fc's output renamed by its quantizer)
+    # the mean is forward() itself: no module (dict inputs once named it after the exporter's wrapper, "module")
+    assert [r["module"] for r in rows] == ["conv", "relu", None, "fc"]
     assert all(r["Cosine"] > 0.99 for r in rows) and rows[0]["quant_dtype"] == "int8"
     sens = qa.sensitivity()["outputs"]["output"]
     assert {(r["module"], r["sensitive_type"]) for r in sens} >= {("conv", "weight"), ("fc", "weight"),
