@@ -47,6 +47,8 @@ def _item_text(field_name: str, item: Any, value: Any = None) -> str:
 
 
 def _value_text(field_name: str, value: Any) -> str:
+    if field_name == "integer_ops" and value is None:
+        return "every op with an integer kernel"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, tuple):

@@ -330,3 +330,10 @@ def test_the_assumed_parameters_are_pinned():
     assert set(ORT.assumed_fields()) == set(GENERIC.assumed_fields()) - {
         "name", "aliases", "symmetric", "requant_mode", "high_precision_qpp", "acc_overflow", "lut_mode",
         "softmax_mode", "fusions"}
+
+
+def test_the_integer_level_parameters_print_readably():
+    text = format_profiles(["nash-e", "ort"])
+    assert "every op with an integer kernel" in _field_line(_blocks(text)["nash-e"], "integer_ops")
+    assert "QLinearSoftmax" in format_profiles(["ort"], notes=True)
+    assert "Conv, MatMul" in _field_line(_blocks(text)["ort"], "integer_ops")
