@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from real_cases import CASES, realmodels, samples
+from real_cases import CASES, median_ms, realmodels, samples
 
 
 def main() -> None:
@@ -23,9 +23,6 @@ def main() -> None:
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # must happen before numpy is imported
-
-    import statistics
-    import time
 
     import qir
     from qir.passes import PassManager, get_pass
@@ -43,15 +40,7 @@ def main() -> None:
         PassManager(f"fold-bn,fuse{{march={args.march}}},insert-calibration{{march={args.march}}}").run(ir)
         get_pass("calibrate", data=calib, method="max", progress=False)(ir)
         feed = samples(rm, name, rm.EVAL[:1])[0]
-        times = {}
-        for level, rt in runtimes.items():
-            rt.run(ir, feed)  # warm up (plans, weight codes)
-            runs = []
-            for _ in range(args.repeat):
-                start = time.perf_counter()
-                rt.run(ir, feed)
-                runs.append((time.perf_counter() - start) * 1e3)
-            times[level] = statistics.median(runs)
+        times = {level: median_ms(lambda rt=rt: rt.run(ir, feed), args.repeat) for level, rt in runtimes.items()}
         print(f"{name:<14}{times['float']:>9.1f}{times['fakequant']:>11.1f}{times['integer']:>9.1f}"
               f"{times['integer'] / times['float']:>10.2f}x{times['integer'] / times['fakequant']:>7.2f}x")
 

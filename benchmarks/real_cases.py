@@ -24,3 +24,18 @@ def samples(rm, name: str, names: list[str]) -> list[dict]:
     """``{input: array}`` samples of model ``name`` from the images ``names``."""
     prep = getattr(rm, CASES[name][0])
     return [{rm.MODELS[name][1]: prep(img)} for img in rm.images(names)]
+
+
+def median_ms(run, repeat: int) -> float:
+    """Median wall time of ``run()`` in ms over ``repeat`` calls, after one warm-up call (plans,
+    sessions, caches)."""
+    import statistics
+    import time
+
+    run()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)

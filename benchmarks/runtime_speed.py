@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from real_cases import CASES, realmodels
+from real_cases import CASES, median_ms, realmodels
 
 
 def main() -> None:
@@ -22,9 +22,6 @@ def main() -> None:
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # must happen before numpy is imported
-
-    import statistics
-    import time
 
     import qir
     from qir.runtimes.numpy_ref.interpreter import NumpyRuntime
@@ -40,15 +37,7 @@ def main() -> None:
         input_name = rm.MODELS[name][1]
         ir = qir.load(rm.model(name), input_shapes={input_name: shape})
         feed = {input_name: getattr(rm, prep)(rm.images(rm.EVAL[:1])[0])}
-        times = {}
-        for rt_name, rt in runtimes.items():
-            rt.run(ir, feed)  # warm up (plans, sessions, caches)
-            samples = []
-            for _ in range(args.repeat):
-                start = time.perf_counter()
-                rt.run(ir, feed)
-                samples.append((time.perf_counter() - start) * 1e3)
-            times[rt_name] = statistics.median(samples)
+        times = {rt_name: median_ms(lambda rt=rt: rt.run(ir, feed), args.repeat) for rt_name, rt in runtimes.items()}
         print(f"{name:<14}{times['numpy']:>10.1f}{times['ort']:>10.1f}{times['numpy'] / times['ort']:>7.2f}x")
 
 

@@ -35,7 +35,7 @@ from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
 from qir.runtimes.integer.kernels import FLOAT_COMPOSITES, INTEGER_KERNELS, OpCall
 from qir.runtimes.integer.qtensor import QParams, QTensor, dequantize, params_of
 from qir.runtimes.march import MarchProfile, get_profile
-from qir.runtimes.numerics import apply_implied_clip
+from qir.runtimes.numerics import apply_calibration
 from qir.runtimes.numpy_ref.interpreter import ExecutionPlan, PlanStep, assign_frees, execution_error, execution_plan
 
 __all__ = ["IntegerRuntime", "requant_targets"]
@@ -204,11 +204,7 @@ class IntegerRuntime:
         params = plan.params.get(rec.name)
         if params is not None:
             return arith.rescale(x, params) if isinstance(x, QTensor) else arith.quantize(x, params)
-        x = apply_implied_clip(rec, dequantize(x))
-        if rec.mode is CalibMode.FP16:
-            with np.errstate(over="ignore"):
-                return x.astype(np.float16).astype(x.dtype)
-        return x
+        return apply_calibration(rec, dequantize(x))  # fp16 round trip / float (implied clip kept)
 
     def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: _IntegerPlan, arith: Arithmetic):
         if any(isinstance(a, QTensor) for a in args):

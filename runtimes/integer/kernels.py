@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from qir.calibration import along_axis
 from qir.errors import QirError
 from qir.records import OpRecord
 from qir.runtimes.integer.arithmetic import Arithmetic
@@ -99,26 +100,27 @@ def gemm(call: OpCall):
         return None
     _check_pair(call, x, w, weight_is_constant=w.weight or call.rec.op_type != "MatMul")
     # every partial sum of output channel c is at most max|x| · Σ_k |w[c, k]|
-    wc = w.centered(np.float32)
+    xc, wc = x.centered(np.float32), w.centered(np.float32)
     l1 = np.abs(np.moveaxis(wc, axis, 0)).reshape(wc.shape[axis], -1).sum(1).max(initial=0)
-    dt = np.float32 if float(np.abs(x.centered(np.float32)).max(initial=0)) * float(l1) < _EXACT_F32 else np.float64
-    acc = np.asarray(call.float_fn(x.centered(dt), w.centered(dt), **call.kwargs), np.float64)
+    if float(np.abs(xc).max(initial=0)) * float(l1) >= _EXACT_F32:
+        xc, wc = xc.astype(np.float64), wc.astype(np.float64)  # integers below 2^24: the cast is exact
+    acc = np.asarray(call.float_fn(xc, wc, **call.kwargs), np.float64)
     out_axis = _OUT_AXIS[call.rec.op_type] % acc.ndim
     w_scale = w.params.scale
     acc_scale = (np.float32(x.params.scale) * w_scale).astype(np.float32)  # s_x·s_w in float32
-    shaped = _along(acc_scale, out_axis, acc.ndim)
+    shaped = along_axis(acc_scale, out_axis, acc.ndim)
     bias = call.args[2] if len(call.args) > 2 else None
     if bias is not None:
         bias = bias.dequantize() if isinstance(bias, QTensor) else np.asarray(bias)
         if call.rec.op_type == "Gemm":
             bias = bias * call.kwargs.get("beta", 1.0)
-        acc = acc + call.arith.bias_codes(_along(bias, out_axis, acc.ndim) if bias.ndim == 1 else bias, shaped)
+        acc = acc + call.arith.bias_codes(along_axis(bias, out_axis, acc.ndim) if bias.ndim == 1 else bias, shaped)
     if len(call.args) > 3 and call.args[3] is not None:  # an Add fused into the accumulator
         acc = acc + _in_accumulator(call.args[3], shaped)
     acc = call.arith.accumulate(call.rec.name, acc)
     if call.target is None:
         return (acc * shaped).astype(np.float32)
-    ratio = _along((acc_scale / np.float32(call.target.scale)).astype(np.float32), out_axis, acc.ndim)
+    ratio = along_axis((acc_scale / np.float32(call.target.scale)).astype(np.float32), out_axis, acc.ndim)
     return call.arith.requant(acc, ratio, call.target)
 
 
@@ -131,15 +133,6 @@ def _in_accumulator(addend, acc_scale: np.ndarray) -> np.ndarray:
     else:
         real = np.asarray(addend, np.float64)
     return np.rint(real / np.asarray(acc_scale, np.float64))
-
-
-def _along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
-    v = np.asarray(v)
-    if v.ndim != 1:
-        return v
-    shape = [1] * ndim
-    shape[axis] = -1
-    return v.reshape(shape)
 
 
 # --------------------------------------------------------------------------------- elementwise
