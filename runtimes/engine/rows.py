@@ -87,17 +87,18 @@ class Rows:
     # ------------------------------------------------------------------ routing
     def route(self, variants: Sequence[Variant]) -> tuple[list[tuple[Variant, dict[str, CalibRecord]]], list[Variant]]:
         """Split ``variants`` into rows of batched calls and step-by-step ones, after choosing the
-        switches: each activation calibration node that variants change is a switch to the mode
-        most of them give it (none in a segment whose switches failed their check). A variant
-        runs as a row when each of its changes is a switch to its mode."""
+        switches: each activation calibration node that variants change is a switch to the change
+        (mode, or mode and threshold) most of them give it (none in a segment whose switches
+        failed their check). A variant runs as a row when each of its changes is a switch to it."""
         if not self.enabled:
             return [], list(variants)
         parsed = [(v, self.records.changes(v)) for v in variants]
         wanted: dict[str, Counter] = {}
-        for _, changes in parsed:
+        for v, changes in parsed:
             if all(n in self.plan.step_of for n in changes):
-                for n, rec in changes.items():
-                    wanted.setdefault(n, Counter())[rec.mode.value] += 1
+                for n, change in v.items():
+                    if n in changes:
+                        wanted.setdefault(n, Counter())[change] += 1
         switches: dict[int, dict[str, CalibRecord]] = {}
         for n, modes in wanted.items():
             k = int(self.segment_of[self.plan.step_of[n]])

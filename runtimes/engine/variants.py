@@ -2,7 +2,10 @@
 
 A *variant* changes the mode of a few calibration nodes relative to a *reference
 configuration*: ``float`` (every calibration node passes through; "only this node quantized"
-analyses) or ``quantized`` (the IR's own modes; "only this node back to float").
+analyses) or ``quantized`` (the IR's own modes; "only this node back to float"). A change is a
+mode (``"int16"``) or a mode with a fixed per-tensor threshold, ``"int8@2.55"``; ``"@2.55"``
+keeps the node's own mode (int8 where that is float): the fix a clipping node asks for
+(:func:`parse_change`).
 
 :func:`evaluate_plainly` is the slow, obvious way to evaluate one: clone the IR, set the modes,
 run the whole model. The engine's results equal it on the same runtime. On onnxruntime both
@@ -13,6 +16,7 @@ differently.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -26,8 +30,8 @@ from qir.kinds import CalibMode
 from qir.records import CalibRecord, copy_record
 from qir.runtimes.base import get_runtime
 
-__all__ = ["Variant", "VariantRecords", "one_at_a_time", "load_variants", "check_variants", "effective", "configured",
-           "configured_clone", "evaluate_plainly", "run_whole"]
+__all__ = ["Variant", "VariantRecords", "parse_change", "canonical_change", "one_at_a_time", "load_variants",
+           "check_variants", "effective", "configured", "configured_clone", "evaluate_plainly", "run_whole"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,35 @@ class Variant:
     changes: Mapping[str, str]
 
     def items(self) -> list[tuple[str, str]]:
-        return sorted((n, CalibMode(m).value) for n, m in self.changes.items())
+        """The changes as sorted ``(node, canonical change)`` pairs."""
+        return sorted((n, canonical_change(m)) for n, m in self.changes.items())
+
+
+def parse_change(change: str) -> tuple[CalibMode | None, float | None]:
+    """``"MODE"``, ``"MODE@THRESHOLD"`` or ``"@THRESHOLD"`` as (mode or None, threshold or None).
+    A threshold must be a finite number > 0; an unknown mode or a bad number is an InputError."""
+    text, sep, value = str(change).partition("@")
+    try:
+        mode = CalibMode(text) if text else None
+    except ValueError:
+        raise InputError(f"unknown mode {text!r}; choose one of {', '.join(m.value for m in CalibMode)}") from None
+    if not sep:
+        return mode, None
+    try:
+        threshold = float(value)
+    except ValueError:
+        threshold = math.nan
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise InputError(f"change {change!r}: the threshold after '@' must be a finite number > 0")
+    if mode is CalibMode.FLOAT:
+        raise InputError(f"change {change!r}: a float node has no threshold")
+    return mode, threshold
+
+
+def canonical_change(change: str) -> str:
+    """One spelling per change: ``int16``, ``int8@2.55`` or ``@2.55`` (repr of the float)."""
+    mode, threshold = parse_change(change)
+    return (mode.value if mode else "") + ("" if threshold is None else f"@{threshold!r}")
 
 
 def one_at_a_time(ir: QIR, mode: str, role: str = "activation") -> list[Variant]:
@@ -79,33 +111,51 @@ def check_variants(ir: QIR, variants: Sequence[Variant]) -> None:
         if v.name in names:
             raise InputError(f"two variants are named {v.name!r}; variant names must be unique")
         names.add(v.name)
-        for node, mode in v.changes.items():
+        for node, change in v.changes.items():
             ir.calibration(node)  # NotFoundError with suggestions
             try:
-                CalibMode(mode)
-            except ValueError:
-                raise InputError(f"variant {v.name!r}: unknown mode {mode!r} for {node!r}; choose one of "
-                                 f"{', '.join(m.value for m in CalibMode)}") from None
+                parse_change(change)
+            except InputError as exc:
+                raise InputError(f"variant {v.name!r}, node {node!r}: {exc}") from None
 
 
-def effective(rec: CalibRecord, mode: CalibMode | str) -> CalibRecord:
-    """A copy of ``rec`` in ``mode`` (imported int8/int16 scales converted, see ``set_mode``)."""
+def _target(rec: CalibRecord, change: str) -> tuple[CalibMode, float | None]:
+    """The mode and fixed threshold (or None) ``rec`` runs with under ``change``."""
+    mode, threshold = parse_change(change)
+    if mode is None:
+        mode = CalibMode.INT8 if rec.mode is CalibMode.FLOAT else rec.mode
+    return mode, threshold
+
+
+def is_no_change(rec: CalibRecord, change: str) -> bool:
+    """``change`` leaves ``rec`` as it is (the same mode, no new threshold)."""
+    mode, threshold = _target(rec, change)
+    return threshold is None and mode is rec.mode
+
+
+def effective(rec: CalibRecord, change: CalibMode | str) -> CalibRecord:
+    """A copy of ``rec`` under ``change`` (imported int8/int16 scales converted, see ``set_mode``;
+    a threshold replaces the scale, per tensor, as ``qir set-mode --threshold`` does)."""
     out = copy_record(rec)
+    mode, threshold = _target(rec, CalibMode(change).value if isinstance(change, CalibMode) else change)
     set_mode(out, mode)
+    if threshold is not None:
+        out.threshold, out.axis, out.fixed = np.float32(threshold), None, True
+        out.scale = out.zero_point = None
     return out
 
 
-def _mode_in(rec: CalibRecord, reference: str, changes: Mapping[str, str]) -> CalibMode | str | None:
-    """The mode ``rec`` runs in under ``reference`` with ``changes`` (None: its own mode)."""
-    return changes.get(rec.name, CalibMode.FLOAT if reference == "float" else None)
+def _change_in(rec: CalibRecord, reference: str, changes: Mapping[str, str]) -> str | None:
+    """The change ``rec`` runs with under ``reference`` and ``changes`` (None: as it is)."""
+    return changes.get(rec.name, CalibMode.FLOAT.value if reference == "float" else None)
 
 
 def configured(ir: QIR, reference: str, changes: Mapping[str, str]) -> dict[str, CalibRecord]:
     """Every calibration node as it runs in ``reference`` with ``changes`` applied."""
     out = {}
     for c in ir.calibrations():
-        mode = _mode_in(c, reference, changes)
-        out[c.name] = c if mode is None or CalibMode(mode) is c.mode else effective(c, mode)
+        change = _change_in(c, reference, changes)
+        out[c.name] = c if change is None or is_no_change(c, change) else effective(c, change)
     return out
 
 
@@ -113,9 +163,11 @@ def configured_clone(ir: QIR, reference: str, changes: Mapping[str, str]) -> QIR
     """A clone of ``ir`` whose calibration nodes run as in ``reference`` with ``changes``."""
     clone = ir.clone()
     for c in clone.calibrations():
-        mode = _mode_in(c, reference, changes)
-        if mode is not None:
-            clone.set_calibration(c.name, mode=mode)
+        change = _change_in(c, reference, changes)
+        if change is not None:
+            mode, threshold = _target(c, change)
+            fixed = {} if threshold is None else {"threshold": np.float32(threshold), "axis": None, "fixed": True}
+            clone.set_calibration(c.name, mode=mode, **fixed)
     return clone
 
 
@@ -129,12 +181,12 @@ class VariantRecords:
         self.ir, self.records = ir, records
         self._memo: dict[tuple[str, str], CalibRecord] = {}
 
-    def record(self, name: str, mode: str) -> CalibRecord:
-        """Calibration node ``name`` in ``mode``."""
-        key = (name, mode)
+    def record(self, name: str, change: str) -> CalibRecord:
+        """Calibration node ``name`` under ``change`` (a canonical change, see :func:`canonical_change`)."""
+        key = (name, change)
         if key not in self._memo:
             ref = self.records[name]
-            self._memo[key] = ref if CalibMode(mode) is ref.mode else effective(self.ir.calibration(name), mode)
+            self._memo[key] = ref if is_no_change(ref, change) else effective(self.ir.calibration(name), change)
         return self._memo[key]
 
     def changes(self, variant: Variant) -> dict[str, CalibRecord]:

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from qir.api import run
 from qir.errors import InputError, NotFoundError
 from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, evaluate_plainly
 
@@ -35,7 +36,7 @@ def variants_of(ir, mode):
 
 @pytest.mark.parametrize("runtime", ["numpy", "ort"])
 @pytest.mark.parametrize("reference,mode", [("float", "int8"), ("quantized", "float"), ("quantized", "int16"),
-                                            ("quantized", "fp16")])
+                                            ("quantized", "fp16"), ("quantized", "@0.5"), ("float", "int8@1.5")])
 def test_engine_equals_plain_evaluation(calibrated, samples, runtime, reference, mode):
     ir = calibrated
     before = str(ir)
@@ -194,6 +195,22 @@ def test_near_zero_references_are_flagged_and_left_out_of_cosine_means(rng, capl
     assert "every sample" in caplog.text
 
 
+def test_a_threshold_change_is_what_set_mode_threshold_gives(calibrated, samples):
+    """``"@T"`` runs the node as ``qir set-mode --threshold T`` leaves it: own mode, per-tensor T."""
+    from qir.passes.set_mode import SetModePass
+    ir = calibrated
+    name = "relu1_out_calib"
+    fixed = ir.clone()
+    SetModePass(nodes=name, threshold=0.75)(fixed)
+    engine = Engine(ir, samples[:2], runtime="numpy", reference="quantized", baseline="reference", progress=False)
+    for s, sample in enumerate(samples[:2]):
+        engine._reference(s, sample)
+        got = engine.run_variant(Variant("t", {name: "@0.75"}))
+        want = run(fixed, sample)
+        np.testing.assert_allclose(got[ir.outputs[0]], want[ir.outputs[0]], rtol=1e-6, atol=1e-6)
+    assert fixed.calibration(name).mode is ir.calibration(name).mode
+
+
 def test_bad_input_is_one_clear_error(calibrated, samples):
     ir = calibrated
     engine = Engine(ir, samples, runtime="numpy", progress=False)
@@ -201,6 +218,9 @@ def test_bad_input_is_one_clear_error(calibrated, samples):
         engine.evaluate([Variant("x", {"relu1_out_calb": "int8"})])
     with pytest.raises(InputError, match="unknown mode"):
         engine.evaluate([Variant("x", {"relu1_out_calib": "int4"})])
+    for bad in ("int8@nan", "@0", "@-1", "@abc", "float@1"):
+        with pytest.raises(InputError, match="threshold"):
+            engine.evaluate([Variant("x", {"relu1_out_calib": bad})])
     with pytest.raises(InputError, match="unique"):
         engine.evaluate([Variant("x", {}), Variant("x", {})])
     with pytest.raises(InputError, match="metric"):

@@ -73,7 +73,9 @@ def add_commands(sub) -> None:
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
     p.add_argument("data", help=SAMPLES_HELP)
     p.add_argument("-o", "--output", required=True, help="folder for engine_results.jsonl, variants.csv, engine_stats.json")
-    p.add_argument("--variants", help="JSON file {name: {calibration node: mode}} (default: one node at a time)")
+    p.add_argument("--variants", help="JSON file {name: {calibration node: change}}, a change being a mode (int16), "
+                   "a mode and fixed threshold (int8@2.5) or a threshold in the node's own mode (@2.5) "
+                   "(default: one node at a time)")
     p.add_argument("--each", choices=["activation", "weight", "all"], default="activation",
                    help="without --variants: which calibration nodes get a variant each")
     p.add_argument("--mode", choices=["int8", "int16", "fp16", "float"],
