@@ -145,5 +145,6 @@ class Arithmetic:
         if stats.float_fallback:
             ops = "; ".join(f"{op} ({len(names)}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                             for op, names in sorted(stats.float_fallback.items()))
-            logger.warning("integer level (%s): these quantized ops have no integer kernel and ran in float, "
-                           "as an NPU would hand them to the CPU: %s", self.profile.name, ops)
+            logger.warning("integer level (%s): these ops read quantized values but ran in float (no integer kernel "
+                           "in this march, or an output the calibrated model leaves unquantized, such as a graph "
+                           "output), as an NPU would hand them to the CPU: %s", self.profile.name, ops)

@@ -11,7 +11,9 @@ execution_plan`) with values that are either float arrays or :class:`QTensor` co
   it in integer (``profile.integer_ops``). Its output is requantized straight into the
   parameters of the calibration node(s) that read it (the *target*: every reader an integer
   calibration node with the same parameters; a Relu/Clip between is applied on the codes), as a
-  fused NPU kernel does; with no target the output stays high precision;
+  fused NPU kernel does. A value read only through data-movement ops (Split, Concat, Slice, ...)
+  takes the widest scale it reaches through them, the scale sharing a march's compiler does
+  across such ops; with no target the output stays high precision;
 * any other op runs its float kernel on dequantized inputs (reported once per run: what a real
   NPU hands to the CPU; Softmax-like composites are emulated in float by design).
 
@@ -43,6 +45,10 @@ __all__ = ["IntegerRuntime", "requant_targets"]
 #: Ops between a producer and the calibration node it is requantized into that act on codes
 #: without arithmetic (clamps, data movement), looked through when finding the target.
 _REPORTED: set = set()  # what has been logged (fallbacks and overflows are logged once per process)
+#: Data-movement ops a march's compiler shares one scale across (§2.4 "TRANS"): a value read only
+#: through them is requantized into the widest of the scales it reaches (:func:`requant_targets`).
+_SHARED_SCALE_OPS = ("Concat", "Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+                     "Identity", "MaxPool", "Gather", "DepthToSpace", "SpaceToDepth")
 _LOOK_THROUGH = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
 
 
@@ -80,12 +86,53 @@ def _target(ir: QIR, value: str) -> QParams | None:
         value = reader.outputs[0]
 
 
+def _widest(found: list[QParams]) -> QParams:
+    """Of per-tensor parameters, the one whose real range is widest (the others rescale from it
+    without clipping what it holds)."""
+    def width(p: QParams) -> float:
+        lo, hi = p.qrange
+        return (hi - lo) * float(np.asarray(p.scale))
+    return max(found, key=width)
+
+
+def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
+    """The parameters ``value``'s codes are rescaled into downstream when it reaches integer
+    calibration nodes only through data-movement ops (Concat, Split, Slice, Reshape, MaxPool, ...:
+    :data:`_SHARED_SCALE_OPS`), as a march's compiler shares one scale across them (DESIGN
+    reference, horizon-semantics §2.4 "TRANS" ops); None when any path reaches something else (a
+    compute op reading it unquantized, a graph output)."""
+    if value in seen:
+        return []
+    seen.add(value)
+    readers = ir.consumers(value)
+    if value in ir.outputs or not readers:
+        return None
+    found: list[QParams] = []
+    for r in readers:
+        if isinstance(r, CalibRecord) and r.mode in (CalibMode.INT8, CalibMode.INT16) and params_of(r).per_tensor:
+            found.append(params_of(r))
+            continue
+        if not isinstance(r, OpRecord) or r.op_type not in _SHARED_SCALE_OPS:
+            return None
+        for out in (o for o in r.outputs if o):
+            more = _shared_target(ir, out, seen)
+            if more is None:
+                return None
+            found += more
+    return found
+
+
 def requant_targets(ir: QIR) -> dict[str, QParams]:
-    """``{op name: the parameters its output is requantized into}`` (see the module docstring)."""
+    """``{op name: the parameters its output is requantized into}`` (see the module docstring):
+    the common parameters of its readers (:func:`_target`), else the widest of those its value
+    reaches through data-movement ops (:func:`_shared_target`)."""
     targets: dict[str, QParams] = {}
     for rec in ir.ops():
         if len(rec.outputs) == 1 and rec.outputs[0]:
             found = _target(ir, rec.outputs[0])
+            if found is None and (rec.op_type == "Concat" or rec.op_type not in _SHARED_SCALE_OPS):
+                shared = _shared_target(ir, rec.outputs[0], set())
+                found = _widest(shared) if shared else None
             if found is not None:
                 targets[rec.name] = found
     return targets
@@ -215,4 +262,6 @@ class IntegerRuntime:
                     return result
             arith.stats.fell_back(rec.op_type, rec.name, composite=rec.op_type in FLOAT_COMPOSITES)
             args = [dequantize(a) for a in args]
+        if rec.name in plan.fused:  # a GEMM with its Add fused, in float: the GEMM, then the Add
+            return fn(*args[:3], **kwargs) + args[3]
         return fn(*args, **kwargs)

@@ -128,3 +128,51 @@ def test_levels_and_runtimes_are_checked():
     with pytest.raises(qir.errors.InputError, match="numpy runtime"):
         get_runtime("ort", level="integer")
     assert isinstance(get_runtime("numpy", level="integer", march="ort"), IntegerRuntime)
+
+
+def _split_concat_block():
+    """x -> Conv -> Sigmoid·Mul (SiLU) -> Split -> [a, b]; b -> Conv -> Add(b, .) ; Concat(a, b, add)
+    -> Conv: the shape of YOLOv8's C2f block, where the SiLU's Mul and the Add are read only
+    through Split/Concat (insert-calibration leaves shape ops' inputs unquantized)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+
+    def w(name, co, ci):
+        return numpy_helper.from_array((rng.standard_normal((co, ci, 1, 1)) * 0.4).astype(np.float32), name)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"]), helper.make_node("Sigmoid", ["c0"], ["s0"]),
+             helper.make_node("Mul", ["c0", "s0"], ["m0"]),
+             helper.make_node("Split", ["m0", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("Conv", ["b", "w1"], ["c1"]), helper.make_node("Add", ["b", "c1"], ["add"]),
+             helper.make_node("Concat", ["a", "b", "add"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"])]
+    init = [w("w0", 8, 3), w("w1", 4, 4), w("w2", 5, 12),
+            numpy_helper.from_array(np.array([4, 4], np.int64), "sizes")]
+    graph = helper.make_graph(nodes, "c2f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from qir.passes import PassManager, get_pass
+    ir = qir.load(model)
+    PassManager("insert-calibration{march=nash-e}").run(ir)
+    feeds = [{"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)} for _ in range(8)]
+    get_pass("calibrate", data=feeds, method="max", progress=False)(ir)
+    return ir, feeds
+
+
+def test_values_read_through_split_and_concat_are_requantized_into_a_shared_scale():
+    ir, feeds = _split_concat_block()
+    targets = requant_targets(ir)
+    concat_params = params_of(next(c for c in ir.calibrations() if c.input == "cat"))
+    mul = next(r.name for r in ir.ops() if r.op_type == "Mul")
+    add = next(r.name for r in ir.ops() if r.op_type == "Add")
+    concat = next(r.name for r in ir.ops() if r.op_type == "Concat")
+    # the Add reaches only the Concat's quantizer; the Concat requantizes into it
+    assert targets[add].same_as(concat_params) and targets[concat].same_as(concat_params)
+    # the Mul reaches the Conv input quantizer of b and the Concat's: the widest range of the two
+    b_params = params_of(next(c for c in ir.calibrations() if c.input == "b"))
+    widest = max((b_params, concat_params), key=lambda p: float(p.scale) * (p.qrange[1] - p.qrange[0]))
+    assert targets[mul].same_as(widest)
+    rt = IntegerRuntime("nash-e")
+    got = [rt.run(ir, f)["y"] for f in feeds]
+    assert not rt.last_stats.float_fallback  # every op computed on codes
+    fq = [qir.run(ir, f, level="fakequant")["y"] for f in feeds]
+    assert min(_cos(a, b) for a, b in zip(got, fq)) > 0.99
