@@ -67,6 +67,24 @@ def test_nash_fuses_conv_add_into_the_accumulator(digits_calibrated):
     assert targets["conv1"].same_as(params_of(digits_calibrated.calibration("relu1_out_calib")))  # via Relu
 
 
+@pytest.mark.parametrize("node, mode", [("relu3_out_calib", "fp16"), ("pw4.weight_calib", "float"),
+                                        ("relu3_out_calib", "float")])
+def test_a_fused_conv_add_whose_conv_has_no_integer_input_runs_in_float(digits_calibrated, node, mode):
+    """pw4 + add4 are one accumulator on nash-e; with pw4's input or weight not in an integer mode
+    (a mixed-precision model, or an engine variant) the Conv runs in float, then the Add: what the
+    two compute apart (a captured pw4_out is never fused). It once failed calling the float Conv
+    with the Add's operand as a fourth input."""
+    ir = digits_calibrated.clone()
+    ir.set_calibration(node, mode=CalibMode(mode))
+    feeds, out = {"input": _images(1)[0]}, digits_calibrated.outputs[0]
+    rt = IntegerRuntime("nash-e")
+    fused = rt.run(ir, feeds)
+    if mode != "float" or node != "relu3_out_calib":  # (a float input is not a quantized op falling back)
+        assert "pw4" in rt.last_stats.float_fallback["Conv"]
+    apart = rt.run(ir, feeds, capture=["pw4_out"])
+    assert np.array_equal(fused[out], apart[out])
+
+
 @pytest.mark.parametrize("mode", ["fixed16", "fixed32"])
 def test_fixed_point_requant_modes_stay_close_to_float(digits_calibrated, mode):
     out = digits_calibrated.outputs[0]
