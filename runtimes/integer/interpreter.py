@@ -13,7 +13,8 @@ execution_plan`) with values that are either float arrays or :class:`QTensor` co
   calibration node with the same parameters; a Relu/Clip between is applied on the codes), as a
   fused NPU kernel does. A value read only through data-movement ops (Split, Concat, Slice, ...)
   takes the widest scale it reaches through them, the scale sharing a march's compiler does
-  across such ops; with no target the output stays high precision;
+  across such ops; with no target the output stays high precision. A constant operand of an
+  Add/Sub/Mul (HardSwish's ``x + 3``) is quantized like a calibrated one, per tensor at ``max|c|``;
 * any other op runs its float kernel on dequantized inputs (reported once per run: what a real
   NPU hands to the CPU; Softmax-like composites are emulated in float by design).
 
@@ -23,11 +24,12 @@ accumulator overflows and float fallbacks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from qir.calibration import QRANGE
 from qir.errors import QirError
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
@@ -49,6 +51,8 @@ _REPORTED: set = set()  # what has been logged (fallbacks and overflows are logg
 #: through them is requantized into the widest of the scales it reaches (:func:`requant_targets`).
 _SHARED_SCALE_OPS = ("Concat", "Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                      "Identity", "MaxPool", "Gather", "DepthToSpace", "SpaceToDepth")
+#: Elementwise ops whose constant operand is quantized like a calibrated one (:func:`_quantized_constants`).
+_CONSTANT_OPERAND_OPS = ("Add", "Sub", "Mul")
 _LOOK_THROUGH = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
 
 
@@ -59,6 +63,8 @@ class _IntegerPlan:
     params: dict[str, QParams]                    # integer calibration node name -> its parameters
     weights: dict[str, QTensor]                   # weight calibration node name -> its codes
     fused: dict[str, str]                         # GEMM name -> the Add fused into its accumulator
+    constants: frozenset[str] = frozenset()       # constant operands of Add/Sub/Mul
+    constant_codes: dict = field(default_factory=dict)  # (constant, mode) -> its codes
 
 
 def _common_params(ir: QIR, value: str) -> QParams | None:
@@ -185,7 +191,29 @@ def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic) -> _IntegerP
     fused = _accumulator_adds(ir, arith.profile, keep, targets)
     for gemm, add in fused.items():
         targets[gemm] = targets[add]
-    return _IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused)
+    constants = frozenset(v for rec in ir.ops() if rec.op_type in _CONSTANT_OPERAND_OPS for v in rec.inputs
+                          if v and ir.value(v).data is not None and np.dtype(ir.value(v).dtype or "float32").kind == "f")
+    return _IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused,
+                        constants)
+
+
+def _quantized_constants(rec: OpRecord, args: list, plan: _IntegerPlan, arith: Arithmetic) -> list:
+    """``args`` with each constant operand of an Add/Sub/Mul whose other operand is codes
+    quantized per tensor in that operand's dtype, symmetric with threshold ``max|c|`` (what a
+    max calibration gives it; a scalar is then exact: its code is ``±qmax``)."""
+    mode = next(a.params.mode for a in args if isinstance(a, QTensor))
+    out = list(args)
+    for k, (value, a) in enumerate(zip(rec.inputs, args)):
+        if value not in plan.constants or isinstance(a, QTensor):
+            continue
+        key = (value, mode)
+        if key not in plan.constant_codes:
+            c = np.asarray(a, np.float32)
+            peak = float(np.abs(c).max()) if c.size else 0.0
+            scale = np.float32(peak / QRANGE[mode][1] if peak > 0 else 1.0)
+            plan.constant_codes[key] = arith.quantize(c, QParams(mode, np.asarray(scale), np.zeros((), np.int64)))
+        out[k] = plan.constant_codes[key]
+    return out
 
 
 class IntegerRuntime:
@@ -255,6 +283,8 @@ class IntegerRuntime:
 
     def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: _IntegerPlan, arith: Arithmetic):
         if any(isinstance(a, QTensor) for a in args):
+            if rec.op_type in _CONSTANT_OPERAND_OPS:
+                args = _quantized_constants(rec, args, plan, arith)
             kernel = INTEGER_KERNELS.get(rec.op_type)
             if kernel is not None and self.profile.computes_in_integer(rec.op_type):
                 result = kernel(OpCall(rec, args, kwargs, fn, plan.targets.get(rec.name), arith))

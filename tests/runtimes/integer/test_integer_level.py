@@ -194,3 +194,29 @@ def test_values_read_through_split_and_concat_are_requantized_into_a_shared_scal
     assert not rt.last_stats.float_fallback  # every op computed on codes
     fq = [qir.run(ir, f, level="fakequant")["y"] for f in feeds]
     assert min(_cos(a, b) for a, b in zip(got, fq)) > 0.99
+
+
+def test_a_constant_operand_of_an_add_is_quantized_like_a_calibrated_one():
+    """HardSwish as exported (``x·clip(x + 3, 0, 6)/6``): the ``+ 3`` reads a constant, which an
+    NPU holds as codes like any operand; the Add must not fall back to float."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qir.passes import PassManager, get_pass
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "three"], ["p"]),
+             helper.make_node("Clip", ["p", "zero", "six"], ["r"]), helper.make_node("Mul", ["c", "r"], ["m"]),
+             helper.make_node("Conv", ["m", "w2"], ["y"])]
+    init = [numpy_helper.from_array((rng.standard_normal((4, 3, 1, 1)) * 0.5).astype(np.float32), "w"),
+            numpy_helper.from_array((rng.standard_normal((2, 4, 1, 1)) * 0.5).astype(np.float32), "w2"),
+            *(numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("three", 3), ("zero", 0), ("six", 6)))]
+    graph = helper.make_graph(nodes, "hswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+    ir = qir.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    PassManager("insert-calibration{march=nash-e}").run(ir)
+    feeds = [{"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)} for _ in range(6)]
+    get_pass("calibrate", data=feeds, method="max", progress=False)(ir)
+    rt = IntegerRuntime("nash-e")
+    got = [rt.run(ir, f)["y"] for f in feeds]
+    assert "Add" not in rt.last_stats.float_fallback
+    fq = [qir.run(ir, f, level="fakequant")["y"] for f in feeds]
+    assert min(_cos(a, b) for a, b in zip(got, fq)) > 0.999  # the scalar 3 is exact: code 127 at 3/127
