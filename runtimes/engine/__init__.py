@@ -8,6 +8,7 @@
 - :mod:`.cache`, :mod:`.reference`: the reference configuration's values of one sample;
 - :mod:`.rows`: variants as rows of batched switch-part calls (onnxruntime);
 - :mod:`.steps`: variants' cones re-executed step by step;
+- :mod:`.whole`: variants run whole, at the integer level;
 - :mod:`.results`: :class:`EngineResult` and the resumable results file.
 """
 from __future__ import annotations

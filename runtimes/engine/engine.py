@@ -23,6 +23,10 @@ How it is fast (``../shared/DESIGN.md`` §5):
 6. **Resume** (:mod:`.results`). With ``out_dir``, results are appended to
    ``engine_results.jsonl`` as they are produced; ``resume=True`` computes only what is missing.
 
+At ``level="integer"`` (node sensitivity as the NPU computes it, per a march profile) the
+reference cache and cones do not apply: every variant runs the whole model on the integer
+runtime (:mod:`.whole`), its clone shared by the samples, ``threads`` variants at a time.
+
 A sample whose baseline (the compared values the variants are measured against) holds NaN or
 ±Inf is left out with a warning naming it (``EngineResult.left_out``): the metrics drop
 non-finite positions, so such a sample would score what little is left, or perfect when nothing
@@ -58,7 +62,7 @@ from qir.records import CalibRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.engine.cache import MemoryTrim, ValueCache
 from qir.runtimes.engine.cost import step_flops
-from qir.runtimes.engine.options import batch_size, check_options, optimization_level
+from qir.runtimes.engine.options import batch_size, check_options, engine_runtime, optimization_level
 from qir.runtimes.engine.plan import Plan, build_plan, split_segments, weight_calibrations
 from qir.runtimes.engine.reference import ReferenceCache
 from qir.runtimes.engine.results import EngineResult, data_digest, fingerprint, open_results, ordered_rows
@@ -66,6 +70,7 @@ from qir.runtimes.engine.rows import Rows
 from qir.runtimes.engine.runners import NumpySteps, OrtSteps
 from qir.runtimes.engine.steps import run_steps
 from qir.runtimes.engine.variants import Variant, VariantRecords, check_variants, configured, configured_clone, run_whole
+from qir.runtimes.engine.whole import WHOLE_LEVELS, WholeRuns
 from qir.runtimes.numerics import apply_calibration
 from qir.runtimes.progress import task
 
@@ -82,7 +87,9 @@ class Engine:
     Args:
         ir: a calibrated IR (not modified).
         data: samples (folder, .npz, .npy, or an iterable of ``{input: array}``).
-        runtime: ``ort`` (default) or ``numpy``.
+        runtime: ``ort`` (default) or ``numpy`` (the default, and the only one, at the integer level).
+        level: ``fakequant`` (default) or ``integer``: what the NPU computes, per ``march`` (a
+            profile name, default ``generic``; see :mod:`.whole`).
         reference: ``float`` or ``quantized`` (the configuration variants change).
         baseline: what results are compared with: ``float`` (default) or ``reference``.
         compare: values to compare (default: the graph outputs); any activation may be named.
@@ -110,15 +117,17 @@ class Engine:
             on a terminal under ``qir.tools``); a string names the task (default ``variants``).
     """
 
-    def __init__(self, ir: QIR, data: Any, *, runtime: str = "ort", reference: str = "float",
+    def __init__(self, ir: QIR, data: Any, *, runtime: str | None = None, reference: str = "float",
                  baseline: str = "float", compare: Sequence[str] | None = None,
                  metrics: Sequence[str] | str = ("cosine-similarity",), memory_budget: int = 2 << 30,
                  segments: int | None = None, batch: int | None = None, data_num: int | None = None,
                  threads: int | None = None,
                  optimization: str = "auto", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
-                 progress: bool | str = True) -> None:
+                 progress: bool | str = True, level: str = "fakequant", march: str | None = None) -> None:
+        runtime = engine_runtime(runtime, level, march)
         check_options(runtime, reference, baseline, memory_budget)
         self.ir, self.runtime, self.reference, self.baseline = ir, runtime, reference, baseline
+        self.level, self.march = level, march
         self.compare = tuple(dict.fromkeys(compare or ir.outputs))
         for v in self.compare:
             ir.value(v)  # NotFoundError with suggestions
@@ -149,7 +158,9 @@ class Engine:
         self._bounds = ({v: qmetrics.output_bound(ir, v) for v in self.compare}
                         if any(m in qmetrics.RELATIVE for m in self.metrics) else None)
         self._lock = threading.Lock()
-        self.stats = {"steps_run": 0, "segments_run": 0, "reference_seconds": 0.0}
+        self.stats = {"steps_run": 0, "segments_run": 0, "whole_runs": 0, "reference_seconds": 0.0}
+        self.whole = WholeRuns(ir, reference, self.compare, level, march) if level in WHOLE_LEVELS else None
+        self._sample: tuple[int, Mapping[str, np.ndarray]] | None = None  # the current sample of a whole-run level
 
     @property
     def batch(self) -> int:
@@ -165,8 +176,10 @@ class Engine:
         check_variants(self.ir, variants)
         start = time.perf_counter()
         data = data_digest(self.samples) if out_dir is not None else None  # (only a results file needs it)
-        analysis = fingerprint(self.ir, variants, len(self.samples), [
-            list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding], data)
+        options = [list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding]
+        if self.whole is not None:  # (fake-quant analyses keep the fingerprint of their files)
+            options += [self.level, self.whole.march]
+        analysis = fingerprint(self.ir, variants, len(self.samples), options, data)
         rows, results = open_results(out_dir, analysis, variants, len(self.samples), resume=resume, force=force,
                                      data=data)
         done = {(r["variant"], r["sample"]) for r in rows}
@@ -203,6 +216,8 @@ class Engine:
 
     def run_variant(self, variant: Variant) -> dict[str, np.ndarray]:
         """The compared values of ``variant`` on the current sample (after ``_reference``)."""
+        if self.whole is not None:
+            return self.whole.run(self.whole.model(variant), self._sample[1], variant=variant.name)
         changes = self.variant_records.changes(variant)
         if self.rows.switchable(changes):
             return self._run_rows([changes])[0]
@@ -218,7 +233,10 @@ class Engine:
         first every sample's batched variants on a segment-level reference, then, once the
         segment sessions are let go, the step-by-step ones on a step-level reference (a sample
         left out is passed as ``emit([], n)``, its ``n`` runs). The float baselines are computed
-        beside the building of the segment sessions."""
+        beside the building of the segment sessions. At a whole-run level: :meth:`_evaluate_whole`."""
+        if self.whole is not None:
+            self._evaluate_whole(variants, done, pool, emit)
+            return
         pending = {s: sample for s, sample in enumerate(self.samples)
                    if any((v.name, s) not in done for v in variants)}
         batched, single = self.rows.route(variants)
@@ -287,18 +305,50 @@ class Engine:
                   emit: Callable[[list[dict]], None]) -> None:
         """Run ``jobs`` on sample ``s`` (``threads`` at a time) and ``emit`` each job's rows: its
         variants' metrics against ``base``. Freed C memory is handed back as the process grows."""
-        ill = self._ill.get(s)
-        extra = {"ill_conditioned": ill} if ill else {}
-
         def measure(job: Job) -> list[dict]:
-            return [{"variant": v.name, "sample": s,
-                     "values": finite({n: qmetrics.compute(self.metrics, base[n], got[n]) for n in self.compare}),
-                     **extra} for (v, _), got in zip(job, self._run_job(job))]
+            return [self._row(v.name, s, base, got) for (v, _), got in zip(job, self._run_job(job))]
 
         trim = MemoryTrim()
         for job_rows in pool.map(measure, jobs) if pool else map(measure, jobs):
             trim()
             emit(job_rows)
+
+    def _row(self, variant: str, s: int, base: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> dict:
+        """The result row of ``variant`` on sample ``s``: its metrics against ``base``."""
+        ill = self._ill.get(s)
+        return {"variant": variant, "sample": s,
+                "values": finite({n: qmetrics.compute(self.metrics, base[n], got[n]) for n in self.compare}),
+                **({"ill_conditioned": ill} if ill else {})}
+
+    def _evaluate_whole(self, variants: list[Variant], done: set[tuple[str, int]], pool,
+                        emit: Callable[..., None]) -> None:
+        """At a whole-run level (:mod:`.whole`): each pending sample's baseline first (a sample
+        whose baseline holds NaN or Inf is left out, ``emit([], n)``), then each variant on every
+        scored sample, one clone and runtime per variant, ``threads`` variants at a time."""
+        pending = {s: sample for s, sample in enumerate(self.samples)
+                   if any((v.name, s) not in done for v in variants)}
+        bases = {}
+        for s, sample in pending.items():
+            base = self._reference(s, sample)
+            if self._scored(s, base):
+                bases[s] = base
+            else:
+                emit([], sum((v.name, s) not in done for v in variants))
+
+        def measure(v: Variant) -> list[dict]:
+            todo = [s for s in bases if (v.name, s) not in done]
+            if not todo:
+                return []
+            model, rt = self.whole.model(v), self.whole.runtime()
+            return [self._row(v.name, s, bases[s], self.whole.run(model, pending[s], rt, v.name)) for s in todo]
+
+        trim = MemoryTrim()
+        with self.whole.held_back():
+            for rows in pool.map(measure, variants) if pool else map(measure, variants):
+                trim()
+                self.stats["whole_runs"] += len(rows)
+                emit(rows)
+        self.whole.report()
 
     def _run_job(self, job: Job) -> list[dict[str, np.ndarray]]:
         if job[0][1] is None:
@@ -330,8 +380,15 @@ class Engine:
     def _reference(self, s: int, sample: Mapping[str, np.ndarray], pool=None, steps: bool = True) -> dict[str, np.ndarray]:
         """Run the reference on sample ``s`` into the cache, step by step or, with
         ``steps=False``, segment by segment (:meth:`.reference.ReferenceCache.load`). Returns the
-        baseline values."""
+        baseline values. At a whole-run level nothing is cached but the baseline, once per sample
+        (the float model's values, or the reference configuration's at that level)."""
         start = time.perf_counter()
+        if self.whole is not None:
+            self._sample = (s, sample)
+            if s not in self._baselines:
+                self._baselines[s] = self.whole.baseline(sample, "float" if self.baseline == "float" else self.reference)
+            self.stats["reference_seconds"] += time.perf_counter() - start
+            return self._baselines[s]
         self.ref_cache.load(s, sample, pool, steps)
         base = self._baselines.get(s) or {v: self.cache.get(v) for v in self.compare}
         self.stats["reference_seconds"] += time.perf_counter() - start

@@ -8,11 +8,12 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.runtimes.engine.cost import elements
 
-__all__ = ["REFERENCES", "BASELINES", "check_options", "batch_size", "optimization_level",
-           "fusable_across_calibration"]
+__all__ = ["REFERENCES", "BASELINES", "ENGINE_LEVELS", "check_options", "engine_runtime", "batch_size",
+           "optimization_level", "fusable_across_calibration"]
 
 REFERENCES = ("float", "quantized")
 BASELINES = ("float", "reference")
+ENGINE_LEVELS = ("fakequant", "integer")  # variants change quantization: the float level has none
 _BATCH_BYTES = 2 << 20  # default batch: its largest activation about this size (stays in cache)
 _MAX_BATCH = 32
 
@@ -33,6 +34,23 @@ def check_options(runtime: str, reference: str, baseline: str, memory_budget: in
         raise InputError(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}")
     if memory_budget < 0:
         raise InputError(f"memory_budget must be >= 0 bytes, got {memory_budget}")
+
+
+def engine_runtime(runtime: str | None, level: str, march: str | None) -> str:
+    """The runtime the engine runs ``level`` on: ``runtime``, or by default ``ort`` (``numpy`` at
+    the integer level, which only the numpy runtime computes). One clear error for a level the
+    engine does not take, the integer level asked of onnxruntime, or a march without it."""
+    if level not in ENGINE_LEVELS:
+        raise InputError(f"unknown level {level!r} for the engine; choose one of {', '.join(ENGINE_LEVELS)} "
+                         "(its variants change quantization, which the float level leaves out)")
+    if level == "integer":
+        if runtime not in (None, "numpy"):
+            raise InputError(f"the integer level runs on the numpy runtime only, not {runtime!r}; "
+                             "leave the runtime out or choose numpy")
+        return "numpy"
+    if march is not None:
+        raise InputError(f"a march applies to the integer level only (level {level!r}); add level='integer'")
+    return runtime or "ort"
 
 
 def batch_size(ir: QIR, batch: int | None) -> int:

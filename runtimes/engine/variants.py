@@ -197,14 +197,15 @@ class VariantRecords:
 
 def evaluate_plainly(ir: QIR, feeds: Mapping[str, np.ndarray], changes: Mapping[str, str], *,
                      reference: str = "float", compare: Sequence[str] | None = None,
-                     runtime: str = "ort", **runtime_options: Any) -> dict[str, np.ndarray]:
+                     runtime: str = "ort", level: str = "fakequant", **runtime_options: Any) -> dict[str, np.ndarray]:
     """The slow, obvious way: clone ``ir``, set every calibration node's mode, run the whole
-    model (a new session on onnxruntime, with the engine's ``layout_stable`` lowering). What
-    every engine result must equal, and what the peers do per node."""
+    model (a new session on onnxruntime, with the engine's ``layout_stable`` lowering; at
+    ``level="integer"``, the numpy runtime's integer level with ``march=`` among the options).
+    What every engine result must equal, and what the peers do per node."""
     if runtime == "ort":
         runtime_options.setdefault("layout_stable", True)
     return run_whole(configured_clone(ir, reference, changes), feeds, list(compare or ir.outputs),
-                     get_runtime(runtime, level="fakequant", **runtime_options))
+                     get_runtime(runtime, level=level, **runtime_options))
 
 
 def run_whole(model: QIR, feeds: Mapping[str, np.ndarray], compare: Sequence[str], rt) -> dict[str, np.ndarray]:

@@ -1,0 +1,118 @@
+"""Variants run whole: the engine at the integer level ("node sensitivity as the NPU computes it").
+
+The integer level (:class:`qir.runtimes.integer.IntegerRuntime`) carries integer codes between
+ops and requantizes a GEMM's output straight into the parameters of the calibration node that
+reads it, so a changed node also changes how the ops before it round: the fake-quant reference
+cache and cone re-execution do not apply. Each variant is the plain evaluation itself
+(:func:`.variants.evaluate_plainly` at level ``integer``): the IR cloned with the variant's
+modes, run whole on the integer runtime. The clone is built once per variant and serves every
+sample (the integer runtime caches its plan, with the quantized weights, on it); the baseline
+(the float model, or the reference configuration at the integer level) runs once per sample.
+
+While variants run, the integer runtime's per-run reports (ops that read quantized values but
+ran in float, accumulator overflows) are held back: a variant that leaves an op's neighbours in
+float makes that op fall back by design, and hundreds of variants would each say so. They are
+gathered instead (:meth:`WholeRuns.note`) and logged once (:meth:`WholeRuns.report`):
+overflows as a warning, fallbacks at INFO. The baseline runs report as any run does.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from qir.errors import QirError
+from qir.graph import QIR
+from qir.runtimes.base import get_runtime
+from qir.runtimes.engine.variants import Variant, configured_clone, run_whole
+
+__all__ = ["WholeRuns", "WHOLE_LEVELS"]
+
+logger = logging.getLogger(__name__)
+
+WHOLE_LEVELS = ("integer",)  # levels whose variants run whole
+_RUN_REPORTS = "qir.runtimes.integer.arithmetic"  # the logger of the integer runtime's per-run reports
+
+
+class _HoldBack(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+class WholeRuns:
+    """Variants of ``ir`` run whole at ``level`` (``march``: the integer level's profile)."""
+
+    def __init__(self, ir: QIR, reference: str, compare: Sequence[str], level: str, march: str | None) -> None:
+        self.ir, self.reference, self.compare = ir, reference, list(compare)
+        self.level, self.march = level, march or "generic"
+        self.profile = self.runtime().profile  # (an unknown march fails here, before any run)
+        self._baseline_models: dict[str, QIR] = {}
+        self._lock = threading.Lock()
+        self.overflows: dict[str, set[str]] = {}  # variant -> nodes whose accumulator overflowed
+        self.fallbacks: dict[str, set[str]] = {}  # variant -> ops that read quantized values but ran in float
+
+    def runtime(self):
+        """A runtime of the level (one per thread: a run records its statistics on it)."""
+        return get_runtime("numpy", level=self.level, march=self.march)
+
+    def model(self, variant: Variant) -> QIR:
+        """The IR as ``variant`` runs it (clone it once per variant; it serves every sample)."""
+        return configured_clone(self.ir, self.reference, variant.changes)
+
+    def run(self, model: QIR, feeds: Mapping[str, np.ndarray], rt=None, variant: str | None = None) -> dict[str, np.ndarray]:
+        """The compared values of ``model`` on ``feeds``; an error names the ``variant``, whose
+        run's fallbacks and overflows are noted."""
+        rt = rt or self.runtime()
+        try:
+            got = run_whole(model, feeds, self.compare, rt)
+        except QirError as exc:
+            if variant is None:
+                raise
+            raise type(exc)(f"variant {variant!r}: {exc}") from exc
+        if variant is not None:
+            self.note(variant, rt.last_stats)
+        return got
+
+    def note(self, variant: str, stats) -> None:
+        """Gather one variant run's :class:`~qir.runtimes.integer.arithmetic.IntegerStats`."""
+        with self._lock:
+            self.overflows.setdefault(variant, set()).update(stats.overflows)
+            self.fallbacks.setdefault(variant, set()).update(n for ns in stats.float_fallback.values() for n in ns)
+
+    @contextmanager
+    def held_back(self) -> Iterator[None]:
+        """Hold back the integer runtime's per-run reports (see the module docstring)."""
+        hold = _HoldBack()
+        logging.getLogger(_RUN_REPORTS).addFilter(hold)
+        try:
+            yield
+        finally:
+            logging.getLogger(_RUN_REPORTS).removeFilter(hold)
+
+    def report(self) -> None:
+        """Log what the variants' runs gathered, once: overflows as a warning, fallbacks at INFO."""
+        over = Counter(n for ns in self.overflows.values() for n in ns)
+        if over and self.profile.acc_overflow != "ignore":  # (as a single run reports it)
+            worst = ", ".join(f"{n} (in {c} variant(s))" for n, c in over.most_common(5))
+            logger.warning("integer level (%s): accumulator overflow past the march's width in %d node(s): %s",
+                           self.march, len(over), worst)
+        fell = {v: ns for v, ns in self.fallbacks.items() if ns}
+        if fell:
+            ops = Counter(n for ns in fell.values() for n in ns)
+            logger.info("integer level (%s): in %d of %d variant(s) some ops read quantized values but ran in float "
+                        "(an op whose other inputs or output a variant leaves in float, or with no integer kernel): "
+                        "%s", self.march, len(fell), len(self.fallbacks),
+                        ", ".join(f"{n} ({c})" for n, c in ops.most_common(8)))
+        self.overflows.clear()
+        self.fallbacks.clear()
+
+    def baseline(self, feeds: Mapping[str, np.ndarray], configuration: str) -> dict[str, np.ndarray]:
+        """The compared values of ``configuration`` (``float``, or the reference's) on ``feeds``,
+        at this level (the float configuration computes in float there too)."""
+        if configuration not in self._baseline_models:
+            self._baseline_models[configuration] = configured_clone(self.ir, configuration, {})
+        return self.run(self._baseline_models[configuration], feeds)
