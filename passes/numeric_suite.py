@@ -22,12 +22,17 @@ On IRs:
   quantizers (the shadow ``f(Q(x_float))``) vs the float layer: its own error, without the error
   inherited from upstream.
 
+A sample on which the float model's outputs hold NaN or Inf is left out of the layer comparisons
+with a warning naming it (the report's ``left_out``: ``{"<sample>": why}``), as the engine and the
+bad-case search do: its SQNR would score only what is finite. None left is an InputError.
+
 The pass returns the comparisons and writes nothing; :mod:`qir.tools.reports.numeric_suite`
 writes ``numeric_suite.txt`` / ``.json`` (the :func:`summary` of each).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+import logging
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -38,11 +43,14 @@ from qir.io.torch_import import is_torch_module as _is_torch
 from qir.kinds import NodeKind
 from qir.metrics import sqnr_db
 from qir.passes.base import AnalysisPass, PassResult, register_pass
-from qir.passes.lib.layer_run import compared_ops, run_layers, shadow_outputs
+from qir.passes.lib.layer_run import LayerRun, NonFiniteBaseline, compared_ops, run_layers, shadow_outputs
 from qir.records import OpRecord
 from qir.runtimes.numerics import apply_calibration
 
-__all__ = ["NumericSuitePass", "compare_weights", "compare_model_outputs", "compare_model_stub", "summary"]
+__all__ = ["NumericSuitePass", "compare_weights", "compare_model_outputs", "compare_model_stub", "compare_on_inputs",
+           "summary"]
+
+logger = logging.getLogger(__name__)
 
 
 def _key(op: OpRecord, k: int = 0) -> str:
@@ -101,18 +109,37 @@ def _inputs(inputs: Iterable[dict]) -> list[dict]:
     return inputs
 
 
+def _layer_runs(pair: tuple, inputs: Iterable[dict], runtime: str,
+                left_out: dict[int, str] | None) -> Iterator[LayerRun]:
+    """Both models layer by layer on each input; an input on which the float model's outputs
+    hold NaN or Inf is left out (a warning names it; ``left_out[i]`` says why), as the engine and
+    the bad-case search do: its layers would score only what is finite. None left: InputError."""
+    inputs = _inputs(inputs)
+    skipped = {} if left_out is None else left_out
+    for i, sample in enumerate(inputs):
+        try:
+            yield run_layers(*pair, sample, runtime=runtime)
+        except NonFiniteBaseline as exc:
+            skipped[i] = exc.note
+            logger.warning("sample %d is left out of the numeric suite: the float model's outputs hold NaN or Inf "
+                           "(%s), so no SQNR on it means anything", i, exc.note)
+    if len(skipped) == len(inputs):
+        raise InputError(f"every sample's float outputs hold NaN or Inf ({skipped[0]} on sample 0): nothing to "
+                         "compare; check the data for NaN or infinite values")
+
+
 def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, allow_list=None,
-                          runtime: str = "ort") -> dict[str, dict]:
+                          runtime: str = "ort", left_out: dict[int, str] | None = None) -> dict[str, dict]:
     """Matched layer outputs of both models on each input (see the module docstring);
-    ``allow_list`` (IR: op types) restricts the layers."""
+    ``allow_list`` (IR: op types) restricts the layers. Inputs on which the float model's
+    outputs hold NaN or Inf are left out, with a warning, into ``left_out`` (``{index: why}``)."""
     if _is_torch(quantized_model):
         from qir.passes.lib.torch_hooks import compare_model_outputs as torch_outputs
 
         return torch_outputs(float_model, quantized_model, *inputs, allow_list=allow_list)
     found: dict[str, dict] = {}
     pair = _pair(float_model, quantized_model)
-    for sample in _inputs(inputs):
-        run = run_layers(*pair, sample, runtime=runtime)
+    for run in _layer_runs(pair, inputs, runtime, left_out):
         for op in compared_ops(run.analysis, types=allow_list or ()):
             for k, v in enumerate(op.outputs):
                 f, q = run.base(v), run.analy_values.get(v)
@@ -124,18 +151,18 @@ def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, 
 
 
 def compare_model_stub(float_model: Any, quantized_model: Any, module_swap_list=None, *inputs: Any,
-                       runtime: str = "ort") -> dict[str, dict]:
+                       runtime: str = "ort", left_out: dict[int, str] | None = None) -> dict[str, dict]:
     """Each quantized layer on the float model's inputs vs the float layer (see the module
     docstring). ``module_swap_list``: for PyTorch the module types to shadow (required); for an
-    IR, op types (None: every layer with a quantized input)."""
+    IR, op types (None: every layer with a quantized input). ``left_out`` as in
+    :func:`compare_model_outputs`."""
     if _is_torch(quantized_model):
         from qir.passes.lib.torch_hooks import compare_model_stub as torch_stub
 
         return torch_stub(float_model, quantized_model, module_swap_list, *inputs)
     found: dict[str, dict] = {}
     pair = _pair(float_model, quantized_model)
-    for sample in _inputs(inputs):
-        run = run_layers(*pair, sample, runtime=runtime)
+    for run in _layer_runs(pair, inputs, runtime, left_out):
         shadows = shadow_outputs(run, compared_ops(run.analysis, types=module_swap_list or ()))
         for name, (full, _) in shadows.items():
             op = run.analysis.op(name)
@@ -161,7 +188,8 @@ def summary(results: dict[str, dict]) -> list[dict]:
 @register_pass
 class NumericSuitePass(AnalysisPass):
     """``numeric-suite``: the Numeric Suite comparisons of ``float_model`` with the IR (the
-    quantized model): ``weights`` always, ``outputs`` and ``stub`` on ``inputs`` when given."""
+    quantized model): ``weights`` always, ``outputs`` and ``stub`` on ``inputs`` when given
+    (:func:`compare_on_inputs`, with ``left_out``)."""
 
     name = "numeric-suite"
 
@@ -169,8 +197,22 @@ class NumericSuitePass(AnalysisPass):
         self.float_model, self.inputs, self.runtime = float_model, list(inputs), runtime
 
     def run(self, ir: QIR) -> PassResult:
-        report = {"weights": compare_weights(self.float_model, ir)}
+        report: dict[str, Any] = {"weights": compare_weights(self.float_model, ir)}
         if self.inputs:
-            report["outputs"] = compare_model_outputs(self.float_model, ir, *self.inputs, runtime=self.runtime)
-            report["stub"] = compare_model_stub(self.float_model, ir, None, *self.inputs, runtime=self.runtime)
+            report.update(compare_on_inputs(self.float_model, ir, self.inputs, runtime=self.runtime))
         return PassResult(ir, False, report)
+
+
+def compare_on_inputs(float_model: Any, quantized_model: Any, inputs: Iterable[dict], *,
+                      runtime: str = "ort") -> dict[str, Any]:
+    """``{"outputs", "stub"}`` on ``inputs``, and ``"left_out"`` (``{"<index>": why}``) when
+    the float model's outputs hold NaN or Inf on some of them (left out once, with one warning,
+    from both comparisons)."""
+    inputs, left_out = _inputs(inputs), {}
+    found = {"outputs": compare_model_outputs(float_model, quantized_model, *inputs, runtime=runtime,
+                                              left_out=left_out)}
+    kept = [x for i, x in enumerate(inputs) if i not in left_out]
+    found["stub"] = compare_model_stub(float_model, quantized_model, None, *kept, runtime=runtime)
+    if left_out:
+        found["left_out"] = {str(i): why for i, why in left_out.items()}
+    return found

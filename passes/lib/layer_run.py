@@ -26,9 +26,19 @@ from qir.runtimes.numerics import apply_calibration, clip_only
 from qir.runtimes.numpy_ref.interpreter import run_op
 from qir.runtimes.progress import track
 
-__all__ = ["LayerRun", "run_layers", "captured_values", "compared_ops", "shadow_outputs"]
+__all__ = ["LayerRun", "NonFiniteBaseline", "run_layers", "captured_values", "compared_ops", "shadow_outputs"]
 
 logger = logging.getLogger(__name__)
+
+
+class NonFiniteBaseline(InputError):
+    """The baseline's outputs hold NaN or Inf on the sample :func:`run_layers` was given;
+    ``note`` says which and how many (:func:`qir.metrics.nonfinite_note`). Analyses over many
+    samples catch it and leave that sample out."""
+
+    def __init__(self, message: str, note: str) -> None:
+        super().__init__(message)
+        self.note = note
 
 
 @dataclass
@@ -76,9 +86,9 @@ def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *
     replaces one of its name: the caller checks them first (``layer_compare.layer_files``), and no
     other file of ``store`` is touched.
 
-    A sample on which the baseline's outputs hold NaN or Inf is an InputError (the analyses
-    leave such samples out; here it is the only one): every layer's metrics would score only
-    what is finite, or nothing."""
+    A sample on which the baseline's outputs hold NaN or Inf is an InputError,
+    :class:`NonFiniteBaseline` (the analyses over many samples leave such a sample out; here it
+    is the only one): every layer's metrics would score only what is finite, or nothing."""
     (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
     run = LayerRun(base_ir, analy_ir, (base_level, analy_level), dict(sample), {}, {})
     for name, ir, level, values in (("baseline", base_ir, base_level, run.base_values),
@@ -88,9 +98,9 @@ def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *
         if name == "baseline":
             note = nonfinite_note({v: values[v] for v in base_ir.outputs if v in values})
             if note is not None:
-                raise InputError(f"the baseline model's outputs hold NaN or Inf on this sample ({note}): nothing to "
-                                 "compare the layers with; check the input for NaN or infinite values, or choose "
-                                 "another sample")
+                raise NonFiniteBaseline(f"the baseline model's outputs hold NaN or Inf on this sample ({note}): "
+                                        "nothing to compare the layers with; check the input for NaN or infinite "
+                                        "values, or choose another sample", note)
     return run
 
 

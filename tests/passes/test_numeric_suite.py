@@ -81,3 +81,48 @@ def test_cli_writes_the_three_tables(digits_calibrated, tmp_path, capsys):
     assert all(f"{k}: SQNR (dB), worst first" in text for k in ("weights", "outputs", "stub"))
     assert "weights: 6 entries" in capsys.readouterr().out
     assert main(["numeric-suite", str(model), str(tmp_path / "nope.onnx"), str(DIGITS_DATA)]) != 0
+
+
+def _with_nan(samples: list[dict], at: int) -> list[dict]:
+    """``samples`` with one NaN pixel in sample ``at``."""
+    out = [{k: np.array(v, copy=True) for k, v in s.items()} for s in samples]
+    out[at]["input"].flat[3] = np.nan
+    return out
+
+
+def test_a_sample_with_nan_float_outputs_is_left_out_with_a_warning(digits_calibrated, caplog):
+    """Issue 17 item 1 in the numeric suite: the NaN sample is named and left out of both layer
+    comparisons (the others score what they score alone), the report counts it; none left: an error."""
+    ir = digits_calibrated
+    clean = list(model_samples(ir, DIGITS_DATA, 3))
+    mixed = _with_nan(clean, 1)
+    with caplog.at_level("WARNING", logger="qir.passes.numeric_suite"):
+        found = ns.compare_on_inputs(None, ir, mixed)
+    warned = [r.getMessage() for r in caplog.records if r.name == "qir.passes.numeric_suite"]
+    assert len(warned) == 1 and warned[0].startswith("sample 1 is left out of the numeric suite")
+    assert found["left_out"] == {"1": "'logits' 10 of 10 values"}
+    alone = ns.compare_on_inputs(None, ir, [clean[0], clean[2]])
+    assert "left_out" not in alone
+    for kind in ("outputs", "stub"):
+        assert found[kind].keys() == alone[kind].keys()
+        for key, entry in found[kind].items():
+            assert entry["sqnr_db"] == alone[kind][key]["sqnr_db"] and all(np.isfinite(entry["sqnr_db"]))
+    with pytest.raises(InputError, match="every sample's float outputs hold NaN or Inf"):
+        ns.compare_model_outputs(None, ir, *_with_nan(clean[:1], 0))
+
+
+def test_cli_counts_the_left_out_samples(digits_calibrated, tmp_path, capsys):
+    import json
+
+    from qir.tools.cli import main
+
+    model, data = tmp_path / "cal.onnx", tmp_path / "data" / "input"
+    qir.save(digits_calibrated, model)
+    data.mkdir(parents=True)
+    for i, s in enumerate(_with_nan(list(model_samples(digits_calibrated, DIGITS_DATA, 3)), 2)):
+        np.save(data / f"{i}.npy", s["input"])
+    assert main(["numeric-suite", str(model), str(model), str(data.parent), "-o", str(tmp_path / "ns")]) == 0
+    assert "1 of 3 sample(s) left out (NaN or Inf float outputs): 2" in capsys.readouterr().out
+    assert (tmp_path / "ns" / "numeric_suite.txt").read_text().startswith("1 sample(s) left out")
+    assert json.loads((tmp_path / "ns" / "numeric_suite.json").read_text())["left_out"] == {
+        "2": "'logits' 10 of 10 values"}

@@ -74,10 +74,12 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
     float_model = None if _same_file(args.float_model, args.quantized) else qir.load(args.float_model)
     results = {"weights": ns.compare_weights(float_model, quantized)}
     samples = model_samples(quantized, args.data, args.num_steps)
-    results["outputs"] = ns.compare_model_outputs(float_model, quantized, *samples, runtime=args.runtime)
-    results["stub"] = ns.compare_model_stub(float_model, quantized, None, *samples, runtime=args.runtime)
+    results.update(ns.compare_on_inputs(float_model, quantized, samples, runtime=args.runtime))
     write_report(results, out)
     for kind, found in results.items():
+        if kind == "left_out":
+            print(f"{len(found)} of {len(samples)} sample(s) left out (NaN or Inf float outputs): {', '.join(found)}")
+            continue
         worst = ns.summary(found)[:3]
         print(f"{kind}: {len(found)} entries; worst " + ", ".join(f"{r['name']} {r['sqnr_db']:.1f} dB" for r in worst))
     print(f"tables in {Path(args.output) / 'numeric_suite.txt'}")
