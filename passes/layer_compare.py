@@ -31,7 +31,10 @@ and ``a`` the analysis value:
   the output in the analysis model (``float`` if none); ``max_qscale_diff`` = Atol / qscale,
   the largest error in units of the output's quantization step; ``max_atol_diff``: b and a at
   the element of the largest difference;
-- min, max, mean, var of b and of a; the shape.
+- min, max, mean, var of b and of a; the shape;
+- ``ill_conditioned``: why Cosine and SQNR are noise against ``b`` on this sample (near zero or
+  constant: :func:`qir.metrics.ill_conditioned`, with the range of a bounded activation's
+  output), else None.
 
 **Error split** (columns ``clip%``, ``round%``, ``inherited%``). For a node ``f`` whose inputs
 pass through calibration nodes ``Q``, with ``x_b`` its inputs in the baseline and ``x_a`` in the
@@ -61,7 +64,12 @@ has empty shares. The split reads best against a float baseline; against a quant
   normalize it around 0;
 - ``output not high precision``: a model output quantized to an integer mode;
 - ``own error: clipping / rounding``: the (up to 10) layers with the largest own error, RMS
-  ``‖s − b‖ / ‖b‖`` of at least 0.1%, with the split and the fix (fixed scale / int16).
+  ``‖s − b‖ / ‖b‖`` of at least 0.1%, with the split and the fix (fixed scale / int16);
+- ``ill-conditioned baseline``: one line for the layers whose baseline output is near zero or
+  constant on the sample (:func:`qir.metrics.ill_conditioned`, the rule the engine and the
+  bad-case search use; the row's ``ill_conditioned`` says why): Cosine, SQNR and the relative
+  own error are noise there, so those layers are left out of the own-error ranking; MSE and L1
+  still measure them. A warning names them too.
 """
 from __future__ import annotations
 
@@ -107,9 +115,16 @@ def _mean_square(x: np.ndarray) -> float:
 
 def compare_per_layer(run: LayerRun, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:
     """The rows (see the module docstring); ``prefixes`` (name or module-path prefixes or globs)
-    and ``types`` (op types) restrict them."""
+    and ``types`` (op types) restrict them. Rows whose baseline value is ill-conditioned are
+    named in one warning."""
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf layers are reported, not warned about
-        return _rows(run, prefixes, types)
+        rows = _rows(run, prefixes, types)
+    ill = [r["mod_name"] for r in rows if r["ill_conditioned"]]
+    if ill:
+        logger.warning("%d layer(s) have a near-zero or constant baseline output on this sample (%s): their Cosine and "
+                       "SQNR measure noise; read MSE or L1 for them", len(ill), ", ".join(ill[:5])
+                       + (", ..." if len(ill) > 5 else ""))
+    return rows
 
 
 def _rows(run: LayerRun, prefixes: Iterable[str], types: Iterable[str]) -> list[dict]:
@@ -136,6 +151,7 @@ def _rows(run: LayerRun, prefixes: Iterable[str], types: Iterable[str]) -> list[
                                    "qscale": qscale}
             values = qmetrics.compute(list(_METRICS.values()) + ["atol"], b, a)
             row.update({col: values[name] for col, name in _METRICS.items()}, Atol=values["atol"])
+            row["ill_conditioned"] = qmetrics.ill_conditioned(b, qmetrics.output_bound(base_ir, base_value))
             diff = np.asarray(np.abs(a.astype(np.float64) - b))
             diff[~np.isfinite(diff)] = -1
             where = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
@@ -205,7 +221,8 @@ def advise(run: LayerRun, rows: list[dict], top: int = TOP_OWN_ERRORS) -> list[d
             found.append({"kind": "output not high precision", "layer": cal.output, "calibration": cal.name,
                           "detail": f"model output {cal.output!r} is quantized to {cal.mode.value}; keep the last "
                                     "layer's output in float (qir set-mode --mode float)"})
-    own = sorted((r for r in rows if (r.get("own_error") or 0.0) >= OWN_ERROR_MIN), key=lambda r: -r["own_error"])[:top]
+    own = sorted((r for r in rows if (r.get("own_error") or 0.0) >= OWN_ERROR_MIN and not r.get("ill_conditioned")),
+                 key=lambda r: -r["own_error"])[:top]
     for r in own:
         clip, rnd = r["clip%"] or 0.0, r["round%"] or 0.0
         cause = "clipping" if clip >= rnd else "rounding"
@@ -218,6 +235,15 @@ def advise(run: LayerRun, rows: list[dict], top: int = TOP_OWN_ERRORS) -> list[d
     order = {k: i for i, k in enumerate(("nan/inf", "scale does not cover data", "output not high precision",
                                          "range too large for dtype", "asymmetric input"))}
     found.sort(key=lambda f: (order.get(f["kind"], len(order)), f.get("clip_sqnr_db", 0.0)))
+    ill = [r for r in rows if r.get("ill_conditioned")]
+    if ill:  # one line for them all, last: what to read instead, not a fault of the model
+        names = ", ".join(r["mod_name"] for r in ill[:5]) + (", ..." if len(ill) > 5 else "")
+        found.append({"kind": "ill-conditioned baseline", "layer": f"{len(ill)} layers", "layers":
+                      {r["mod_name"]: r["ill_conditioned"] for r in ill},
+                      "detail": f"the baseline output is near zero or constant on this sample ({names}; e.g. "
+                                f"{ill[0]['ill_conditioned']}): Cosine, SQNR and the relative own error measure noise "
+                                "there, so these layers are not ranked by them; read MSE or L1, or compare on a "
+                                "sample where the model responds"})
     minor = [f for f in found if f["kind"] == "minor clipping"]
     if minor:  # one line for them all: a few values past a max-calibrated range is normal on a new input
         found = [f for f in found if f["kind"] != "minor clipping"]

@@ -227,3 +227,37 @@ def test_scalar_outputs_and_unsplittable_layers(tmp_path):
     del run.base_values["x"]  # the model input: the MatMul's shadow has nothing to run on
     rows = {r["value"]: r for r in lc.compare_per_layer(run)}
     assert rows["y"]["clip%"] is None and rows["y"]["own_error"] is None
+
+
+def test_near_zero_baseline_layers_are_flagged_and_not_ranked_by_relative_error(rng, caplog):
+    """Issue 17 item 2 in the layer table: a Sigmoid map that is ~0 everywhere on a sample (a
+    detector with nothing to detect) is flagged, named in a warning and one advisor line, and
+    not ranked by its relative own error; on a sample where it responds nothing is flagged."""
+    import onnx
+
+    from ..conftest import calibrate_for_nash_e, model_from_text
+
+    model = model_from_text("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 8, 6, 6] x) => (float[1, 1, 6, 6] y) {
+            h = Conv(x, w)
+            y = Sigmoid(h)
+        }""", {"w": (1, 8, 1, 1)})
+    w = onnx.numpy_helper.to_array(model.graph.initializer[0]).reshape(8)
+    x = rng.standard_normal((2, 1, 8, 6, 6)).astype(np.float32)
+    x[1] = 0.1 * x[1] - (12 / np.abs(w).sum() * np.sign(w))[None, :, None, None]  # h ~ -12: y ~ 6e-6 everywhere
+    samples = [{"x": s} for s in x]
+    ir = calibrate_for_nash_e(qir.load(model), samples)
+    responds = lc.compare_per_layer(lr.run_layers(ir, None, samples[0], runtime="numpy"))
+    assert [r["ill_conditioned"] for r in responds] == [None] * len(responds)
+    run = lr.run_layers(ir, None, samples[1], runtime="numpy")
+    with caplog.at_level("WARNING", logger="qir.passes.layer_compare"):
+        rows = {r["value"]: r for r in lc.compare_per_layer(run)}
+    y = float(np.sqrt(np.mean(run.base_values["y"].astype(np.float64) ** 2)))
+    assert y < 1e-3 and rows["y"]["ill_conditioned"].startswith("near zero")  # RMS below 1e-3 of the Sigmoid's range 1
+    assert rows["h"]["ill_conditioned"] is None
+    assert "1 layer(s) have a near-zero or constant baseline output" in caplog.text and rows["y"]["mod_name"] in caplog.text
+    findings = lc.advise(run, list(rows.values()))
+    assert rows["y"]["own_error"] >= lc.OWN_ERROR_MIN  # large relative error on ~0: noise
+    assert not [f for f in findings if f["kind"].startswith("own error") and f["layer"] == rows["y"]["mod_name"]]
+    ill = [f for f in findings if f["kind"] == "ill-conditioned baseline"]
+    assert len(ill) == 1 and list(ill[0]["layers"]) == [rows["y"]["mod_name"]] and "MSE or L1" in ill[0]["detail"]

@@ -21,7 +21,7 @@ FILES = ("compare_per_layer_out.txt", "compare_per_layer_out.csv", "compare_per_
 COLUMNS = ("index", "mod_name", "base_op_type", "analy_op_type", "shape", "quant_dtype", "qscale", "Cosine", "MSE",
            "L1", "KL", "SQNR", "Atol", "Rtol", "max_atol_diff", "max_qscale_diff", "clip%", "round%", "inherited%",
            "base_model_min", "analy_model_min", "base_model_max", "analy_model_max", "base_model_mean",
-           "analy_model_mean", "base_model_var", "analy_model_var")
+           "analy_model_mean", "base_model_var", "analy_model_var", "ill_conditioned")
 
 
 def format_advice(findings: list[dict]) -> str:
