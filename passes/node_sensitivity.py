@@ -24,6 +24,9 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analy
    ``output_node`` was given, the analysis is redone on the value entering the model's final
    Softmax/LogSoftmax/Sigmoid (the logits), and the report says so under ``saturated``. Without
    such an activation the report only warns, naming the outputs to replace with ``output_node``.
+6. ``level="integer"`` with a ``march`` asks it as the NPU computes it: every variant runs on the
+   integer level of that march profile (:mod:`qir.runtimes.engine.whole`), compared with the float
+   model; the report names the ``level`` (and ``march``).
 
 The pass only computes: the table text and the ``.txt``/``.csv``/``.json`` files are written by
 ``qir.tools.reports.node_sensitivity``, and hmct's ``get_sensitivity_of_nodes`` lives in
@@ -76,8 +79,9 @@ class NodeSensitivityPass(AnalysisPass):
 
     def __init__(self, data: Any = None, metrics: str | list[str] = "cosine-similarity", *,
                  output_node: str | None = None, node_type: str = "node", data_num: int | None = 1,
-                 interested_nodes: list[str] | None = None, start: str = "float", runtime: str = "ort",
-                 threads: int | None = None, progress: bool = True) -> None:
+                 interested_nodes: list[str] | None = None, start: str = "float", runtime: str | None = None,
+                 threads: int | None = None, progress: bool = True, level: str = "fakequant",
+                 march: str | None = None) -> None:
         if data is None:
             raise InputError("node sensitivity needs calibration data (a folder, .npz, .npy or samples)")
         if node_type not in NODE_TYPES:
@@ -88,8 +92,9 @@ class NodeSensitivityPass(AnalysisPass):
         self.output_node, self.node_type, self.data_num = output_node, node_type, data_num
         self.interested = list(interested_nodes or [])
         self.start, self.runtime, self.threads, self.progress = start, runtime, threads, progress
+        self.level, self.march = level, march
         self.options = {"metrics": list(self.metrics), "node_type": node_type, "data_num": data_num,
-                        "start": start, "runtime": runtime}
+                        "start": start, "runtime": runtime, "level": level, "march": march}
 
     def run(self, ir: QIR) -> PassResult:
         candidates = self._candidates(ir)
@@ -129,7 +134,9 @@ class NodeSensitivityPass(AnalysisPass):
             rows.append(row)
         report = {"node_type": "node" if self.interested else self.node_type, "start": self.start,
                   "metrics": list(self.metrics), "compare": list(result.compare),
-                  "samples": samples, "rows": rows, "engine": result.stats}
+                  "samples": samples, "rows": rows, "engine": result.stats, "level": self.level}
+        if self.level == "integer":
+            report["march"] = self.march or "generic"
         if saturated is not None:
             report["saturated"] = saturated
         if result.left_out:
@@ -141,7 +148,8 @@ class NodeSensitivityPass(AnalysisPass):
     def _evaluate(self, ir: QIR, variants: list[Variant], compare):
         engine = Engine(ir, self.data, runtime=self.runtime, reference=self.start, compare=compare,
                         metrics=self.metrics, data_num=self.data_num, threads=self.threads,
-                        progress=self.progress and f"node sensitivity ({self.node_type})")
+                        progress=self.progress and f"node sensitivity ({self.node_type})", level=self.level,
+                        march=self.march)
         try:
             result = engine.evaluate(variants)
             return result, len(engine.samples) - len(result.left_out)

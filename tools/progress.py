@@ -49,9 +49,10 @@ def install() -> None:
 
 
 def run_samples(ir, samples, runtime: str, *, desc: str = "run", capture=(),
-                level: str = "fakequant") -> list[dict]:
-    """Run every sample, showing progress (a bar on terminals, log lines otherwise)."""
+                level: str = "fakequant", march: str | None = None) -> list[dict]:
+    """Run every sample at ``level`` (``march``: the integer level's profile), showing progress (a
+    bar on terminals, log lines otherwise)."""
     from qir.runtimes.base import get_runtime
 
-    rt = get_runtime(runtime, level=level)
+    rt = get_runtime(runtime, level=level, march=march)
     return [rt.run(ir, s, capture=capture) for s in track(samples, desc, unit="samples")]

@@ -225,3 +225,48 @@ def add_analysis_command(sub, name: str, aliases: list[str], help: str, save_dir
     add_runtime(p)
     add_force(p)
     return p
+
+
+# ------------------------------------------------------------------------------ level
+__all__ += ["add_level", "resolve_level", "level_text"]
+
+
+def add_level(p: argparse.ArgumentParser, levels: Sequence[str] = ("float", "fakequant", "integer")) -> None:
+    """``--level`` and ``--march`` (read with :func:`resolve_level`), on a parser that has
+    ``--runtime`` already: its default then follows the level (numpy at the integer level, which
+    only qir's numpy interpreter computes; the command's own default otherwise)."""
+    default = p.get_default("runtime")
+    what = {"float": "calibration nodes ignored", "fakequant": "fake quantization",
+            "integer": "integer codes as the --march NPU computes them, on the numpy runtime"}
+    p.add_argument("--level", choices=list(levels), default="fakequant",
+                   help="what the model computes: " + "; ".join(f"{lv} ({what[lv]})" for lv in levels)
+                   + " (default fakequant)")
+    p.add_argument("--march", help=f"{MARCH_HELP} whose integer arithmetic --level integer emulates (default nash-e)")
+    p.set_defaults(runtime=None, runtime_default=default)
+
+
+def resolve_level(args: argparse.Namespace, *, march_alone: bool = False) -> tuple[str, str, str | None]:
+    """``(runtime, level, march)`` from :func:`add_level`'s flags: the integer level runs on the
+    numpy runtime (``--runtime ort`` with it is an InputError; left out, numpy is chosen and the
+    log says so) with ``--march`` (default nash-e); a ``--march`` without ``--level integer`` is an
+    InputError unless the command uses it otherwise (``march_alone``; then it comes back as given)."""
+    runtime, level, march = args.runtime, args.level, args.march
+    if level == "integer":
+        if runtime not in (None, "numpy"):
+            raise InputError(f"--level integer runs on the numpy runtime only (onnxruntime computes float and fake "
+                             f"quantization), not --runtime {runtime}; leave --runtime out or write --runtime numpy")
+        if runtime is None and args.runtime_default != "numpy":
+            logger.info("--level integer: running on the numpy runtime (qir's integer level)")
+        return "numpy", level, march or "nash-e"
+    if march is not None and not march_alone:
+        raise InputError(f"--march {march} applies to --level integer only (here --level {level}); "
+                         "add --level integer, or leave --march out")
+    return runtime or args.runtime_default, level, march
+
+
+def level_text(level: str, march: str | None) -> str:
+    """How a command's summary names the level: ``""`` for fake quantization (the default),
+    ``" at the float level"``, ``" at the integer level of nash-e"``."""
+    if level == "integer":
+        return f" at the integer level of {march}"
+    return "" if level == "fakequant" else f" at the {level} level"

@@ -26,7 +26,8 @@ def format_table(report: dict) -> str:
             + [str(r[k]) for k in extra if k != "consumers"] + [f"{r[m]:.5f}" for m in metrics] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    title = " node sensitivity ".center(len(line(head)), "=")
+    level = f" ({report['level']} level, {report['march']})" if report.get("level") == "integer" else ""
+    title = f" node sensitivity{level} ".center(len(line(head)), "=")
     return "\n".join([title, line(head), "-" * len(line(head))] + [line(b) for b in body]) + "\n"
 
 
@@ -37,8 +38,8 @@ def files(stem: str = FILE_STEM) -> list[str]:
 
 def write_report(report: dict, save_dir: Outputs | str | Path, stem: str = FILE_STEM) -> list[Path]:
     """``<stem>.txt`` (the table), ``.csv`` and ``.json`` (schema ``qir.node_sensitivity`` v1:
-    ``{"schema", "version", "node_type", "start", "metrics", "compare", "samples", "rows"}``, and
-    ``saturated`` when the ranking moved to the logits; the engine's statistics are left out);
+    ``{"schema", "version", "node_type", "start", "metrics", "compare", "samples", "rows", "level"}``,
+    ``march`` at the integer level, and ``saturated`` when the ranking moved to the logits; the engine's statistics are left out);
     the stem defaults to ``node_sensitivity``. Written through :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(save_dir)
     txt, csv_name, js = files(stem)

@@ -12,9 +12,12 @@ from qir.tools.cli.options import (
     add_analysis_command,
     add_data_num,
     add_force,
+    add_level,
     add_runtime,
+    level_text,
     parse_bool,
     parse_list,
+    resolve_level,
     seed_flag,
 )
 
@@ -24,16 +27,17 @@ ORDER = 40
 def cmd_sensitivity(args: argparse.Namespace) -> int:
     from qir.tools.hmct import get_sensitivity_of_nodes
 
+    runtime, level, march = resolve_level(args)
     table = get_sensitivity_of_nodes(
         args.model, args.data, metrics=parse_list(args.metrics), output_node=args.output_node,
         node_type=args.node_type, data_num=args.data_num, verbose=args.table,
         interested_nodes=parse_list(args.interested_nodes), start=getattr(args, "from"),
-        runtime=args.runtime, save_dir=args.save_dir, progress=True, overwrite=args.force)
+        runtime=runtime, save_dir=args.save_dir, progress=True, overwrite=args.force, level=level, march=march)
     if not args.table:
         first = parse_list(args.metrics)[0]
         for node, values in list(table.items())[:10]:
             print(f"{node}  {first}={values[first]:.6g}")
-    print(f"{len(table)} node(s); results in {args.save_dir}")
+    print(f"{len(table)} node(s){level_text(level, march)}; results in {args.save_dir}")
     return 0
 
 
@@ -133,6 +137,7 @@ def _add_sensitivity(sub, hmct: bool) -> None:
     p.add_argument("-i", "--interested-nodes", help="only these nodes, e.g. \"['Conv_2','Conv_90']\"")
     p.add_argument("--from", choices=["float", "quantized"], default="float",
                    help="float: only this node quantized (hmct); quantized: only this node back to float")
+    add_level(p, ("fakequant", "integer"))
     p.set_defaults(func=cmd_sensitivity)
 
 

@@ -10,10 +10,13 @@ from qir.tools.cli.options import (
     CALIBRATED_MODEL_HELP,
     SAMPLES_HELP,
     add_force,
+    add_level,
     add_runtime,
+    level_text,
     outputs,
     positive_float,
     positive_int,
+    resolve_level,
 )
 
 ORDER = 30
@@ -30,6 +33,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from qir.runtimes.engine import Engine, load_variants, one_at_a_time
     from qir.runtimes.engine.results import RESULTS_FILE
 
+    runtime, level, march = resolve_level(args)
     out = Path(args.output)
     # --resume continues the results file of that run (the engine checks it is the same analysis)
     # and rewrites its summaries: the one exception to the rule of Outputs
@@ -47,9 +51,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if not variants:
         raise InputError(f"no variants: {args.model} has no {args.each} calibration nodes")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    engine = Engine(ir, args.data, runtime=args.runtime, reference=args.reference, baseline=args.baseline,
+    engine = Engine(ir, args.data, runtime=runtime, reference=args.reference, baseline=args.baseline,
                     compare=args.compare, metrics=metrics, data_num=args.data_num, threads=args.threads,
-                    batch=args.batch, memory_budget=int(args.memory_budget * 2**20), progress=not args.quiet)
+                    batch=args.batch, memory_budget=int(args.memory_budget * 2**20), progress=not args.quiet,
+                    level=level, march=march)
     try:
         result = engine.evaluate(variants, out, resume=args.resume, force=args.force)
     finally:
@@ -62,7 +67,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for name, values in ranked[: args.top]:
         print(f"{name:<{width}}  " + "  ".join(f"{values[m]:>17.9g}" for m in result.metrics))
     st = result.stats
-    print(f"{len(variants)} variant(s) x {len(engine.samples)} sample(s) in {st['seconds']:.2f} s "
+    print(f"{len(variants)} variant(s) x {len(engine.samples)} sample(s){level_text(level, march)} in {st['seconds']:.2f} s "
           f"(peak RSS {st['peak_rss_bytes'] / 2**20:.0f} MB); worst first, all in {out / 'variants.csv'}")
     return 0
 
@@ -86,6 +91,7 @@ def add_commands(sub) -> None:
     p.add_argument("--compare", nargs="+", help="values to compare (default: the model outputs)")
     p.add_argument("--metrics", default="cosine-similarity", help="comma-separated; the first ranks")
     add_runtime(p)
+    add_level(p, ("fakequant", "integer"))
     p.add_argument("--data-num", type=positive_int, help="use at most N samples")
     p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
     p.add_argument("--memory-budget", type=positive_float, default=2048,

@@ -13,10 +13,13 @@ from qir.errors import InputError
 from qir.tools.cli.options import (
     add_force,
     add_input_shape,
+    add_level,
     add_runtime,
+    level_text,
     outputs,
     parse_input_shapes,
     positive_int,
+    resolve_level,
     resolve_shapes,
 )
 
@@ -68,6 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from qir.data import load_samples, save_outputs
     from qir.tools.progress import run_samples
 
+    runtime, level, march = resolve_level(args)
     target = None
     if args.output:
         path = Path(args.output)
@@ -83,9 +87,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not len(samples):
         raise InputError(f"{args.data} holds no samples")
     start = time.perf_counter()
-    results = run_samples(ir, samples, args.runtime, desc=f"{args.runtime}")
+    results = run_samples(ir, samples, runtime, desc=f"{runtime}", level=level, march=march)
     elapsed = time.perf_counter() - start
-    print(f"{ir.name}: {len(samples)} sample(s) on the {args.runtime} runtime in {elapsed:.2f}s")
+    print(f"{ir.name}: {len(samples)} sample(s) on the {runtime} runtime{level_text(level, march)} in {elapsed:.2f}s")
     print(_stats_table(results))
     if target is not None:
         out.write(target, lambda tmp: save_outputs(tmp, results))
@@ -108,6 +112,7 @@ def add_commands(sub) -> None:
     p.add_argument("model", help="an .onnx model")
     p.add_argument("data", help="DIR/<input>/<i>.npy folder, an .npz, or an .npy (single input)")
     add_runtime(p, default="numpy", choices=("numpy", "ort"))
+    add_level(p)
     p.add_argument("-o", "--output", help="save outputs to this .npz ('<output>/<i>' entries)")
     add_input_shape(p)
     p.add_argument("--limit", type=positive_int, help="use only the first N samples")
