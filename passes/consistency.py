@@ -8,15 +8,16 @@ profile), and compared in output quantization steps:
 
 * ``max_step``: the largest ``|Δcode|``; ``differ``: the share of codes that differ; ``cosine`` of
   the dequantized values (over all samples).
-* ``introduced``: the quantized values its segment reads (the ops back to the previous
-  calibration nodes: a fused GEMM + activation, a LUT op, ...) agree but its output does not - the
-  deviation starts here, and ``cause`` names the op family that produced it: ``requant rounding`` (GEMM, elementwise,
-  pooling: the integer accumulator requantized instead of rounding a float), ``LUT approximation``
-  (table ops), ``accumulator overflow`` (the node's accumulator left the profile's width),
-  ``float fallback`` (no integer kernel: the op ran in float on a CPU), ``float composite``
-  (Softmax & co., emulated in float by design); otherwise the deviation is ``inherited`` from an
-  input (such a node may add rounding of its own; the table's ``differ`` and ``max_step`` show
-  how the deviation grows along the model).
+* ``own_max_step`` / ``own_differ``: the same, when its segment (the ops back to the previous
+  calibration nodes: a fused GEMM + activation, a LUT op, ...) computes in integer from exactly
+  the fake-quant values it reads (a third run, every quantized value forced to the fake-quant
+  one: ``IntegerRuntime.run(forced=...)``). That is the deviation the segment introduces itself,
+  whatever it inherits. ``introduced`` marks such nodes, and ``cause`` names the op family:
+  ``requant rounding`` (GEMM, elementwise, pooling: the integer accumulator requantized instead of
+  rounding a float), ``LUT approximation`` (table ops), ``accumulator overflow`` (the node's
+  accumulator left the profile's width), ``float fallback`` (no integer kernel: the op ran in
+  float on a CPU), ``float composite`` (Softmax & co., emulated in float by design). A node that
+  differs only through its inputs is ``inherited``.
 
 The bad case is the sample whose model output agrees least (lowest cosine between fake-quant and
 integer outputs). The pass returns the report and writes nothing (:mod:`qir.tools.reports.consistency`).
@@ -99,7 +100,8 @@ class ConsistencyPass(AnalysisPass):
         capture = [c.output for c in cals]
         fake = get_runtime("numpy", level="fakequant")
         integer = IntegerRuntime(self.profile)
-        per_node = {c.name: {"differ": 0, "count": 0, "max_step": 0, "dots": [0.0, 0.0, 0.0]} for c in cals}
+        per_node = {c.name: _stats() for c in cals}
+        own = {c.name: _stats() for c in cals}
         outputs, overflows, fallbacks = [], {}, {}
         for sample in self.samples:
             a = fake.run(ir, sample, capture=capture)
@@ -107,22 +109,26 @@ class ConsistencyPass(AnalysisPass):
             overflows.update(integer.last_stats.overflows)
             fallbacks.update(integer.last_stats.float_fallback)
             outputs.append(min(cosine_similarity(a[o], b[o]) for o in ir.outputs))
+            # every quantizer forced to its fake-quant codes: each segment computes from exactly the
+            # fake-quant inputs, and the value captured at a quantizer is what its segment computed
+            forced = integer.run(ir, sample, capture=capture, forced={c.name: a[c.output] for c in cals})
             for c in cals:
                 _accumulate(per_node[c.name], a[c.output], b[c.output], c)
-        rows = self._rows(ir, cals, per_node, overflows)
+                _accumulate(own[c.name], a[c.output], forced[c.output], c)
+        rows = self._rows(ir, cals, per_node, own, overflows)
         worst = int(np.argmin(outputs)) if outputs else None
         report = {"march": self.profile.name, "samples": len(self.samples), "rows": rows,
                   "output_cosine": outputs, "bad_case": worst, "float_fallback": fallbacks,
                   "overflows": dict(overflows), "summary": _summary(rows, outputs, self.profile.name)}
         return PassResult(ir, False, report)
 
-    def _rows(self, ir: QIR, cals: list[CalibRecord], per_node: dict, overflows) -> list[dict]:
+    def _rows(self, ir: QIR, cals: list[CalibRecord], per_node: dict, own: dict, overflows) -> list[dict]:
         boundaries = {c.output: c for c in cals}
         rows = []
         for c in cals:
-            stats = per_node[c.name]
-            ops, inputs = _segment(ir, c, boundaries)
-            starts = bool(stats["differ"]) and not any(per_node[i.name]["differ"] for i in inputs)
+            stats, mine = per_node[c.name], own[c.name]
+            ops, _ = _segment(ir, c, boundaries)
+            starts = bool(mine["differ"])
             dot, na, nb = stats["dots"]
             producer = ir.producer(c.input)
             rows.append({
@@ -130,10 +136,15 @@ class ConsistencyPass(AnalysisPass):
                 "segment": [op.name for op in reversed(ops)], "mode": c.mode.value, "max_step": int(stats["max_step"]),
                 "differ": stats["differ"] / max(stats["count"], 1),
                 "cosine": float(dot / np.sqrt(na * nb)) if na and nb else 1.0,
+                "own_max_step": int(mine["max_step"]), "own_differ": mine["differ"] / max(mine["count"], 1),
                 "introduced": starts,
                 "cause": _cause(ops, self.profile, overflows) if starts else ("inherited" if stats["differ"] else ""),
             })
         return rows
+
+
+def _stats() -> dict:
+    return {"differ": 0, "count": 0, "max_step": 0, "dots": [0.0, 0.0, 0.0]}
 
 
 def _accumulate(stats: dict, fake: np.ndarray, integer: np.ndarray, cal: CalibRecord) -> None:
@@ -158,7 +169,7 @@ def _summary(rows: list[dict], outputs: list[float], march: str) -> str:
         causes[r["cause"]] = causes.get(r["cause"], 0) + 1
     worst = max(rows, key=lambda r: (r["max_step"], r["differ"]))
     text = (f"{len(differing)} of {len(rows)} quantized values differ between fake quantization and {march}'s integer "
-            f"arithmetic; the deviation starts at {len(starts)} of them ("
+            f"arithmetic; {len(starts)} of them introduce a deviation of their own ("
             + ", ".join(f"{n} {c}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1])) + "). "
             f"The largest is {worst['max_step']} step(s) at {worst['node']} ({worst['differ']:.1%} of its codes). "
             f"Model outputs agree with cosine {min(outputs):.6f} at worst. ")

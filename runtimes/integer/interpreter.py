@@ -240,14 +240,25 @@ class IntegerRuntime:
             _REPORTED.add(key)
             arith.report()
 
-    def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
-            capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
-        """Execute ``ir`` at the integer level; returns outputs and captured values (float32)."""
+    def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *, capture: Iterable[str] = (),
+            forced: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Execute ``ir`` at the integer level; returns outputs and captured values (float32).
+
+        ``forced``: ``{integer calibration node name: float value}`` used instead of what the run
+        computed there (quantized into the node's parameters). Forcing every node to the values of
+        a fake-quant run makes each op compute from exactly the fake-quant inputs, so what then
+        differs at a node is the deviation its own segment introduces. A captured forced node
+        returns what the run computed there, before forcing."""
         feeds = check_feeds(ir, feeds)
         captured = check_capture(ir, capture)
+        forced = dict(forced or {})
+        for name in forced:
+            if ir.calibration(name).mode not in (CalibMode.INT8, CalibMode.INT16):
+                raise QirError(f"forced value for {name!r}: only integer calibration nodes can be forced")
         keep = frozenset(ir.outputs) | frozenset(captured)
         arith = Arithmetic(self.profile)
         plan = ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith))
+        computed: dict[str, Any] = {}  # forced nodes' own results
         env: dict[str, Any] = dict(plan.base.weights)
         env.update(feeds)
         for step in plan.base.steps:
@@ -256,6 +267,10 @@ class IntegerRuntime:
             try:
                 if step.fn is None:
                     result = self._calibration(rec, args[0], plan, arith)
+                    if rec.name in forced:
+                        if rec.output in keep:
+                            computed[rec.output] = result
+                        result = self._calibration(rec, forced[rec.name], plan, arith)
                 else:
                     result = self._op(rec, step.fn, step.kwargs, args, plan, arith)
             except QirError:
@@ -270,6 +285,7 @@ class IntegerRuntime:
                 del env[name]
         self.last_stats = arith.stats
         self.warn_once(arith)
+        env.update(computed)
         return {name: np.asarray(dequantize(env[name])) for name in (*ir.outputs, *captured)}
 
     @staticmethod

@@ -178,10 +178,15 @@ def passthrough(call: OpCall):
 
 def clamp(call: OpCall):
     """Relu / Clip on codes: ``clip(q, Q(lo), Q(hi))`` equals quantizing the clipped value,
-    since quantization is monotonic and ``Q(DQ(q)) = q``."""
+    since quantization is monotonic and ``Q(DQ(q)) = q``. With a target of other parameters the
+    codes are rescaled into it first, so that the bounds are quantized on the output's grid
+    (clamping ``clip(x, 0, 6)`` at a coarse input scale would cut at the nearest input step,
+    5.85 for a step of 0.65)."""
     x = call.args[0]
     if not _per_tensor(x):
         return None
+    if call.target is not None and call.target.per_tensor and not x.params.same_as(call.target):
+        x = call.arith.rescale(x, call.target)
     if call.rec.op_type == "Relu":
         lo, hi = 0.0, None
     else:

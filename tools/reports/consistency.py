@@ -26,15 +26,18 @@ def format_report(report: dict) -> str:
             f"{op} ({len(names)})" for op, names in sorted(report["float_fallback"].items())))
     if report["overflows"]:
         lines.append("accumulator overflow: " + ", ".join(f"{n} ({c})" for n, c in report["overflows"].items()))
-    starts = [r for r in rows if r["introduced"]]
-    lines += ["", f"== where deviations start: {len(starts) or 'nowhere'}"]
-    lines += [f"  {r['node']} ({r['op_type']} {r['op']}): {r['cause']}, max {r['max_step']} step(s), "
-              f"{r['differ']:.2%} of codes" for r in starts]
-    lines += ["", "== every quantized value",
-              f"  {'node':<44}{'op':<20}{'mode':<7}{'max step':>9}{'differ':>9}{'cosine':>12}  cause"]
+    starts = sorted((r for r in rows if r["introduced"]), key=lambda r: (-r["own_max_step"], -r["own_differ"]))
+    lines += ["", f"== where deviations are introduced (from the fake-quant inputs): {len(starts) or 'nowhere'}"]
+    lines += [f"  {r['node']} ({r['op_type']} {r['op']}): {r['cause']}, max {r['own_max_step']} step(s), "
+              f"{r['own_differ']:.2%} of codes" for r in starts[:20]]
+    if len(starts) > 20:
+        lines.append(f"  ... {len(starts) - 20} more in the table below")
+    lines += ["", "== every quantized value (own: from the fake-quant inputs; total: with what it inherits)",
+              f"  {'node':<44}{'op':<20}{'mode':<7}{'own max':>8}{'own diff':>9}{'max step':>9}{'differ':>9}"
+              f"{'cosine':>12}  cause"]
     for r in rows:
-        lines.append(f"  {r['node']:<44}{r['op_type']:<20}{r['mode']:<7}{r['max_step']:>9}{r['differ']:>9.2%}"
-                     f"{r['cosine']:>12.7f}  {r['cause']}")
+        lines.append(f"  {r['node']:<44}{r['op_type']:<20}{r['mode']:<7}{r['own_max_step']:>8}{r['own_differ']:>9.2%}"
+                     f"{r['max_step']:>9}{r['differ']:>9.2%}{r['cosine']:>12.7f}  {r['cause']}")
     return "\n".join(lines) + "\n"
 
 

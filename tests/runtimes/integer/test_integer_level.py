@@ -220,3 +220,28 @@ def test_a_constant_operand_of_an_add_is_quantized_like_a_calibrated_one():
     assert "Add" not in rt.last_stats.float_fallback
     fq = [qir.run(ir, f, level="fakequant")["y"] for f in feeds]
     assert min(_cos(a, b) for a, b in zip(got, fq)) > 0.999  # the scalar 3 is exact: code 127 at 3/127
+
+
+def test_a_clip_into_a_finer_scale_cuts_at_the_bound_on_the_output_grid():
+    """``clip(x, 0, 6)`` read at step 0.65 and quantized at step 6/127: clamping the input codes
+    would cut at 9·0.65 = 5.85 (3 output steps short of 6); the integer level rescales first."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qir.passes import PassManager
+    nodes = [helper.make_node("Clip", ["x", "zero", "six"], ["c"]), helper.make_node("Conv", ["c", "w"], ["y"])]
+    init = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("zero", 0), ("six", 6))]
+    init.append(numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w"))
+    graph = helper.make_graph(nodes, "clip", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+    ir = qir.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    PassManager("insert-calibration{march=nash-e}").run(ir)
+    x_cal, c_cal = (next(c.name for c in ir.calibrations() if c.input == v) for v in ("x", "c"))
+    ir.set_calibration(x_cal, threshold=np.float32(0.65 * 127))
+    ir.set_calibration(c_cal, threshold=np.float32(6.0))
+    ir.set_calibration(next(c.name for c in ir.calibrations("weight")), threshold=np.float32(1.0))
+    feed = {"x": np.linspace(-5, 20, 64, dtype=np.float32).reshape(1, 1, 1, 64)}
+    out = ir.calibration(c_cal).output
+    got = IntegerRuntime("nash-e").run(ir, feed, capture=[out])[out]
+    want = qir.run(ir, feed, level="fakequant", capture=[out])[out]
+    assert float(got.max()) == pytest.approx(6.0)
+    assert np.abs(got - want).max() <= 6.0 / 127 + 1e-6  # one output step at most
