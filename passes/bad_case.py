@@ -34,8 +34,7 @@ from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.passes.base import AnalysisPass, PassResult, register_pass
-from qir.passes.lib.model_pair import BAD_CASE_METRICS, model_pair, replay_setup
-from qir.runtimes.base import get_runtime
+from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
 from qir.runtimes.progress import track
 
 __all__ = ["BadCasePass", "find_bad_cases"]
@@ -48,17 +47,18 @@ _RELATIVE = ("Cosine", "SQNR")  # relative to the baseline: noise where it is ne
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
                    post_process: Callable[[dict], dict] | None = None, runtime: str = "ort",
-                   replay_discrete: bool = True) -> dict:
+                   replay_discrete: bool = True, level: str = "fakequant", march: str | None = None) -> dict:
     """The report (see the module docstring). ``analysis=None`` compares ``baseline`` run in
     float with the same model fake-quantized (the usual float vs calibrated question).
     ``replay_discrete``: the analysis model takes the indices of its sort/top-k/arg-max ops from
-    the baseline's run (:mod:`.discrete`)."""
+    the baseline's run (:mod:`.discrete`). ``level="integer"`` (numpy runtime, ``march``): the
+    analysis model computes what that NPU does (:func:`.model_pair.model_pair`)."""
     if metric not in BAD_CASE_METRICS:
         raise InputError(f"unknown bad-case metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
-    (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
+    (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis, level)
     samples = model_samples(base_ir, data, num_steps)
     analy_ir, replay = replay_setup(base_ir, analy_ir) if replay_discrete else (analy_ir, [])
-    runtimes = get_runtime(runtime, level=base_level), get_runtime(runtime, level=analy_level)
+    runtimes = level_runtime(runtime, base_level, march), level_runtime(runtime, analy_level, march)
     aliases = analy_ir.meta.get("value_aliases", {})  # an output fold-bn renamed: its name in the baseline
     rename = {o: aliases[o] for o in analy_ir.outputs if aliases.get(o) in base_ir.outputs}
     values: dict[str, dict[str, list[float]]] = {}

@@ -17,6 +17,13 @@ analysis model's calibration nodes, so it needs a calibrated (or QDQ-imported) a
 Bad-case search and sensitivity replay the baseline's sort/top-k/arg-max indices unless
 ``replay_discrete=False`` (:mod:`qir.passes.lib.discrete`).
 
+``level="integer"`` (with a ``march``; numpy runtime) runs the analysis model as that NPU computes
+it in the bad-case search and the layer run (QuantAnalysis' "quantized" analysis model); the
+sensitivity table stays fake quantization, which is what the integer level computes there too
+(one op's quantizers alone leave it float inputs, so it runs in float). ``qa.consistency(march)``
+(``consistency=True`` in :func:`compare`) adds fake quantization vs the integer level value by
+value on the bad case (:mod:`qir.passes.consistency`; ``consistency_result.txt``/``.json``).
+
 The computations are the passes' (:mod:`qir.passes.bad_case`, :mod:`qir.passes.layer_compare`,
 :mod:`qir.passes.op_sensitivity`); this facade runs them in order and writes their reports
 (:mod:`qir.tools.reports`), which is the only part that touches files. Each step checks the files
@@ -35,9 +42,11 @@ from qir.api import as_ir
 from qir.errors import InputError
 from qir.io.torch_import import is_torch_module as _is_torch
 from qir.passes import bad_case, layer_compare, op_sensitivity
+from qir.passes.consistency import ConsistencyPass
 from qir.passes.lib.layer_run import LayerRun, compared_ops, run_layers
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
 from qir.tools.reports import bad_case as bad_case_report
+from qir.tools.reports import consistency as consistency_report
 from qir.tools.reports import layer_compare as layer_report
 from qir.tools.reports import op_sensitivity as sensitivity_report
 from qir.tools.reports.output import Outputs
@@ -60,12 +69,14 @@ class QuantAnalysis:
 
     def __init__(self, baseline_model: Any, analysis_model: Any = None, *,
                  post_process: Callable[[dict], dict] | None = None, out_dir: str | Path = "./qir_quant_analysis",
-                 runtime: str = "ort", replay_discrete: bool = True, overwrite: bool = False) -> None:
+                 runtime: str | None = None, replay_discrete: bool = True, overwrite: bool = False,
+                 level: str = "fakequant", march: str | None = None) -> None:
+        self.runtime, self.level, self.march = _level_runtime(runtime, level), level, march
         self._torch = [m for m in (baseline_model, analysis_model) if _is_torch(m)]
         self._given = (baseline_model, analysis_model)
         if not self._torch:
             self._import(None)
-        self.post_process, self.runtime, self.replay_discrete = post_process, runtime, replay_discrete
+        self.post_process, self.replay_discrete = post_process, replay_discrete
         self.out_dir = Path(out_dir)
         self.outputs = Outputs(self.out_dir, overwrite=overwrite)
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
@@ -111,7 +122,7 @@ class QuantAnalysis:
             self._import(self._torch_samples(data)[0])
         report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
                                          post_process=self.post_process, runtime=self.runtime,
-                                         replay_discrete=self.replay_discrete)
+                                         replay_discrete=self.replay_discrete, level=self.level, march=self.march)
         bad_case_report.write_report(report, self.outputs)
         indices = {entry["index"] for entry in report["worst_output"].values()}
         indices |= {i for per in report["bad_case"].values() for i in per.values()}
@@ -155,7 +166,8 @@ class QuantAnalysis:
         layers = self.outputs.sub("layers")
         case = self._case(index)
         layers.plan(*layer_report.layer_files(self.baseline, self.analysis)).check()
-        self.layer_run = run_layers(self.baseline, self.analysis, case, runtime=self.runtime, store=layers.folder)
+        self.layer_run = run_layers(self.baseline, self.analysis, case, runtime=self.runtime, store=layers.folder,
+                                    level=self.level, march=self.march)
         layer_report.save_layers(self.layer_run, layers)
         return self.layer_run
 
@@ -169,6 +181,22 @@ class QuantAnalysis:
         layer_report.write_report(rows, findings, self.outputs)
         self.report["advisor"] = findings
         return rows
+
+    # ------------------------------------------------------------- consistency
+    def consistency(self, march: str | None = None, index: int | None = None) -> dict:
+        """Fake quantization vs ``march``'s integer level (default: the analysis level's march, else
+        nash-e), value by value, on the bad case (``index``: another one) for the analysis model
+        (the baseline compared with itself): ``consistency_result.txt``/``.json``."""
+        self.outputs.plan(*consistency_report.FILES).check()
+        ir, case = self.analysis_ir, self._case(index)
+        if not any(c.quantizes for c in ir.calibrations()):
+            raise InputError("the analysis model has no quantized calibration node: fake quantization and the integer "
+                             "level compute the same float model; compare a calibrated (or QDQ) model")
+        report = ConsistencyPass([case], march or self.march or "nash-e")(ir).report
+        consistency_report.write_report(report, self.outputs)
+        self.report["consistency"] = {"march": report["march"], "summary": report["summary"],
+                                      "output_cosine": report["output_cosine"][0] if report["output_cosine"] else None}
+        return report
 
     # ------------------------------------------------------------- sensitivity
     def sensitivity(self, metric: str = "L1", reverse: bool = False, threads: int | None = None, *,
@@ -185,15 +213,29 @@ class QuantAnalysis:
         return report
 
 
+def _level_runtime(runtime: str | None, level: str) -> str:
+    """The runtime of a comparison at ``level``: ``runtime``, by default ``ort``, and ``numpy`` at the
+    integer level (which only qir's numpy interpreter computes); one clear error otherwise."""
+    if level not in ("fakequant", "integer"):
+        raise InputError(f"unknown level {level!r}; the analysis model runs at level fakequant or integer")
+    if level == "integer" and runtime not in (None, "numpy"):
+        raise InputError(f"the integer level runs on the numpy runtime only, not {runtime!r}; leave the runtime out")
+    return runtime or ("numpy" if level == "integer" else "ort")
+
+
 def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num_steps: int | None = None,
             metric: str = "L1", prefixes: Iterable[str] = (), types: Iterable[str] = (),
             sensitivity: bool = True, post_process: Callable[[dict], dict] | None = None,
-            runtime: str = "ort", replay_discrete: bool = True, overwrite: bool = False) -> dict[str, Any]:
+            runtime: str | None = None, replay_discrete: bool = True, overwrite: bool = False,
+            level: str = "fakequant", march: str | None = None, consistency: bool = False) -> dict[str, Any]:
     """The whole workflow; returns (and writes as ``compare.json``) a summary. Every file it writes
-    is checked first (PyTorch models: ``layers/`` when they are exported, before that step runs)."""
+    is checked first (PyTorch models: ``layers/`` when they are exported, before that step runs).
+    ``level``/``march``: see the module docstring; ``consistency``: also
+    :meth:`QuantAnalysis.consistency` on the bad case (``march``, default nash-e)."""
     qa = QuantAnalysis(baseline, analysis, post_process=post_process, out_dir=out_dir, runtime=runtime,
-                       replay_discrete=replay_discrete, overwrite=overwrite)
-    out = qa.outputs.plan(*bad_case_report.FILES, *layer_report.FILES, *sensitivity_report.FILES, "compare.json")
+                       replay_discrete=replay_discrete, overwrite=overwrite, level=level, march=march)
+    out = qa.outputs.plan(*bad_case_report.FILES, *layer_report.FILES, *sensitivity_report.FILES, "compare.json",
+                          *(consistency_report.FILES if consistency else ()))
     if not qa._torch:
         out.sub("layers").plan(*layer_report.layer_files(qa.baseline, qa.analysis))
     out.check()
@@ -204,6 +246,9 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     logger.info("layer by layer on sample %s", qa.chosen)
     qa.run()
     rows = qa.compare_per_layer(prefixes, types)
+    if consistency:
+        logger.info("fake quantization vs the integer level on sample %s", qa.chosen)
+        qa.consistency()
     if sensitivity:
         if any(c.quantizes for c in qa.analysis_ir.calibrations()):
             logger.info("sensitivity")

@@ -18,9 +18,8 @@ from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.metrics import nonfinite_note
 from qir.passes.lib.fusion import fusion_groups, unit_of
-from qir.passes.lib.model_pair import model_pair
+from qir.passes.lib.model_pair import level_runtime, model_pair
 from qir.records import CalibRecord, OpRecord
-from qir.runtimes.base import get_runtime
 from qir.runtimes.engine.cache import release_free_memory
 from qir.runtimes.numerics import apply_calibration, clip_only
 from qir.runtimes.numpy_ref.interpreter import run_op
@@ -75,7 +74,8 @@ class LayerRun:
 
 
 def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = "ort",
-               store: str | Path | None = None, memory_budget: int = 512 << 20) -> LayerRun:
+               store: str | Path | None = None, memory_budget: int = 512 << 20, level: str = "fakequant",
+               march: str | None = None) -> LayerRun:
     """Run both models on ``sample`` keeping every layer's values. With ``store`` (a folder),
     the values spill to ``store/baseline/<k>.npy`` and ``store/analysis/<k>.npy`` as they are
     produced (``k``: the value's index in :func:`captured_values`) and are read back
@@ -88,13 +88,17 @@ def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *
 
     A sample on which the baseline's outputs hold NaN or Inf is an InputError,
     :class:`NonFiniteBaseline` (the analyses over many samples leave such a sample out; here it
-    is the only one): every layer's metrics would score only what is finite, or nothing."""
-    (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis)
+    is the only one): every layer's metrics would score only what is finite, or nothing.
+
+    ``level="integer"`` (numpy runtime, ``march``): the analysis model's values are what that NPU
+    computes. Every op output being captured, no GEMM's accumulator takes a following Add there
+    (a fused Conv+Add's Conv output exists only when unobserved): its layers compute apart."""
+    (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis, level)
     run = LayerRun(base_ir, analy_ir, (base_level, analy_level), dict(sample), {}, {})
-    for name, ir, level, values in (("baseline", base_ir, base_level, run.base_values),
-                                    ("analysis", analy_ir, analy_level, run.analy_values)):
-        values.update(_capture(ir, level, sample, runtime, None if store is None else Path(store) / name,
-                               memory_budget))
+    for name, ir, ir_level, values in (("baseline", base_ir, base_level, run.base_values),
+                                       ("analysis", analy_ir, analy_level, run.analy_values)):
+        values.update(_capture(ir, level_runtime(runtime, ir_level, march), sample,
+                               None if store is None else Path(store) / name, memory_budget))
         if name == "baseline":
             note = nonfinite_note({v: values[v] for v in base_ir.outputs if v in values})
             if note is not None:
@@ -110,8 +114,7 @@ def captured_values(ir: QIR) -> list[str]:
     return list(dict.fromkeys([v for r in ir.ops() for v in r.outputs if v] + list(ir.inputs)))
 
 
-def _capture(ir: QIR, level: str, sample, runtime: str, folder: Path | None, budget: int) -> dict[str, np.ndarray]:
-    rt = get_runtime(runtime, level=level)
+def _capture(ir: QIR, rt, sample, folder: Path | None, budget: int) -> dict[str, np.ndarray]:
     values = captured_values(ir)
     if folder is None:
         got = rt.run(ir, sample, capture=values)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from qir.api import as_ir
 from qir.graph import QIR
+from qir.runtimes.base import get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -14,14 +15,22 @@ BAD_CASE_METRICS = {"Cosine": "cosine-similarity", "MSE": "mse", "L1": "l1", "KL
                     "ATOL": "atol"}
 
 
-def model_pair(baseline: QIR | str | Path, analysis: QIR | str | Path | None) -> list[tuple[QIR, str]]:
+def model_pair(baseline: QIR | str | Path, analysis: QIR | str | Path | None,
+               level: str = "fakequant") -> list[tuple[QIR, str]]:
     """``[(baseline IR, level), (analysis IR, level)]``: both run as they are (fake-quantized;
     a model without calibration nodes is float), or, with ``analysis=None``, the baseline run in
-    float against itself fake-quantized."""
+    float against itself fake-quantized. ``level="integer"``: the analysis model computes what the
+    NPU does instead (the baseline as before)."""
     base_ir = as_ir(baseline)
     if analysis is None:
-        return [(base_ir, "float"), (base_ir, "fakequant")]
-    return [(base_ir, "fakequant"), (as_ir(analysis), "fakequant")]
+        return [(base_ir, "float"), (base_ir, level)]
+    return [(base_ir, "fakequant"), (as_ir(analysis), level)]
+
+
+def level_runtime(runtime: str, level: str, march: str | None = None):
+    """The runtime ``runtime`` at ``level`` (``march``: the integer level's profile, ignored at the
+    other levels, where a model of the pair runs at another level than the analysis model)."""
+    return get_runtime(runtime, level=level, march=march if level == "integer" else None)
 
 
 def replay_setup(base_ir: QIR, analy_ir: QIR) -> tuple[QIR, list[str]]:

@@ -89,3 +89,50 @@ def test_evaluate_refuses_the_float_level(calibrated, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["evaluate", calibrated, DATA, "-o", str(tmp_path / "x"), "--level", "float"])
     assert exit_.value.code == 2 and "invalid choice: 'float'" in capsys.readouterr().err
+
+
+def test_compare_at_the_integer_level_runs_the_analysis_model_as_the_npu(calibrated, tmp_path, capsys):
+    from qir import metrics as qmetrics
+
+    got = {}
+    for level in ("integer", "fakequant"):
+        out = tmp_path / level
+        assert main(["compare", calibrated, calibrated, DATA, "-o", str(out), "-n", "4", "--no-sensitivity",
+                     "--level", level]) == 0
+        got[level] = json.loads((out / "badcase.json").read_text())["values"]
+    assert "at the integer level of nash-e" in capsys.readouterr().out
+    ir = qir.load(calibrated)
+    name, samples = ir.outputs[0], qir.data.load_samples(DATA, ir.inputs)
+    for i in range(4):  # baseline: the model in float; analysis: the same model at nash-e's integer level
+        base = qir.run(ir, samples[i], level="float")[name]
+        integer = qir.run(ir, samples[i], level="integer", march="nash-e")[name]
+        assert got["integer"][name]["MSE"][i] == pytest.approx(qmetrics.compute(["mse"], base, integer)["mse"],
+                                                                 rel=1e-9)
+    assert got["integer"][name]["MSE"] != got["fakequant"][name]["MSE"]
+    layers = json.loads((tmp_path / "integer" / "compare_per_layer_out.json").read_text())
+    assert layers  # the layer table of the integer run is written
+
+
+def test_compare_consistency_writes_the_consistency_table_of_the_bad_case(calibrated, tmp_path, capsys):
+    from qir.tools.consistency import check_consistency
+    from qir.tools.reports.bad_case import load_bad_case
+
+    out = tmp_path / "cmp"
+    argv = ["compare", calibrated, calibrated, DATA, "-o", str(out), "-n", "4", "--no-sensitivity", "--consistency",
+            "--march", "nash-m"]
+    assert main(argv) == 0
+    assert "fake quantization vs nash-m's integer level on the bad case" in capsys.readouterr().out
+    report = json.loads((out / "consistency_result.json").read_text())
+    assert (out / "consistency_result.txt").read_text().startswith("fake quantization vs the integer level of nash-m")
+    expected = check_consistency(calibrated, [load_bad_case(out / "badcase.npz")], march="nash-m")
+    assert report["rows"] == json.loads(json.dumps(expected["rows"])) and report["samples"] == 1
+    assert json.loads((out / "compare.json").read_text())["consistency"]["march"] == "nash-m"
+    # the consistency files follow the rule of every output: planned, refused before any work without --force
+    (out / "consistency_result.txt").write_text("mine")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "consistency_result.txt").write_text("mine")
+    assert main(argv[:5] + [str(other)] + argv[6:]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert sorted(p.name for p in other.iterdir()) == ["consistency_result.txt"]
+    assert main(argv + ["--force"]) == 0 and (out / "consistency_result.txt").read_text() != "mine"

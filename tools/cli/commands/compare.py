@@ -4,7 +4,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qir.tools.cli.options import SAMPLES_HELP, add_analysis_command, add_force, add_runtime, outputs, parse_list, positive_int
+from qir.tools.cli.options import (
+    SAMPLES_HELP,
+    add_analysis_command,
+    add_force,
+    add_level,
+    add_runtime,
+    level_text,
+    outputs,
+    parse_list,
+    positive_int,
+    resolve_level,
+)
 
 ORDER = 70
 
@@ -45,18 +56,22 @@ def cmd_bad_case(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from qir.tools.quant_analysis import compare
 
+    runtime, level, march = resolve_level(args, march_alone=args.consistency)
     analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
     summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
                       prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
-                      sensitivity=not args.no_sensitivity, runtime=args.runtime, replay_discrete=not args.no_replay,
-                      overwrite=args.force)
+                      sensitivity=not args.no_sensitivity, runtime=runtime, replay_discrete=not args.no_replay,
+                      overwrite=args.force, level=level, march=march, consistency=args.consistency)
     out = Path(args.output)
-    print(f"bad case: sample {summary['bad_case_index']} ({out / 'badcase.txt'})")
+    print(f"bad case: sample {summary['bad_case_index']}{level_text(level, march)} ({out / 'badcase.txt'})")
     advice = summary.get("advisor", [])
     print(f"{summary['layers']} layers compared ({out / 'compare_per_layer_out.txt'}); "
           f"{len(advice)} finding(s) in {out / 'abnormal_layer_advisor.txt'}")
     for f in advice[:8]:
         print(f"  [{f['kind']}] {f['layer']}: {f['detail']}")
+    if "consistency" in summary:
+        print(f"fake quantization vs {summary['consistency']['march']}'s integer level on the bad case: output cosine "
+              f"{summary['consistency']['output_cosine']:.6f} ({out / 'consistency_result.txt'})")
     for name, rows in summary.get("sensitivity", {}).items():
         top = ", ".join(f"{r['op_name']} ({r['sensitive_type']})" for r in rows[:5])
         print(f"most sensitive for {name}: {top}  ({out / 'sensitive_ops.txt'})")
@@ -126,7 +141,11 @@ def _add_compare(sub) -> None:
     p.add_argument("--no-sensitivity", action="store_true", help="skip the op sensitivity table")
     p.add_argument("--no-replay", action="store_true",
                    help="do not replay the baseline's TopK/ArgMax/NonZero/NMS indices in the analysis model")
+    p.add_argument("--consistency", action="store_true",
+                   help="also compare the analysis model's fake quantization with the --march integer level on the "
+                        "bad case, value by value (consistency_result.txt/.json)")
     add_runtime(p)
+    add_level(p, ("fakequant", "integer"))
     add_force(p)
     p.set_defaults(func=cmd_compare)
 
