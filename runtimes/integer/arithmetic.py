@@ -66,7 +66,7 @@ class Arithmetic:
         qmin, qmax = params.qrange
         np.fmax(q, np.float32(qmin), out=q)  # fmax/fmin: NaN becomes qmin instead of garbage
         np.fmin(q, np.float32(qmax), out=q)
-        return QTensor(q.astype(np.int32), params)
+        return QTensor(q, params)
 
     # -- codes -> codes ----------------------------------------------------------------------
     def requant(self, acc: np.ndarray, ratio: np.ndarray | float, params: QParams) -> QTensor:
@@ -85,12 +85,13 @@ class Arithmetic:
         s_y = np.float32(params.scale)
         sign, frame = (-1, 0) if subtract else (1, params.frame)
         codes = requantize_pair(
-            a.codes.astype(np.int64) + frame, float(np.float32(a.params.scale) / s_y),
-            sign * b.codes.astype(np.int64) + frame, float(np.float32(b.params.scale) / s_y), mode=self.mode,
+            a.codes + frame if frame else a.codes, float(np.float32(a.params.scale) / s_y),
+            (sign * b.codes + frame) if frame or subtract else b.codes, float(np.float32(b.params.scale) / s_y),
+            mode=self.mode,
             qmin=qmin + frame, qmax=qmax + frame, zero_point=int(params.zero_point) + frame,
             zp_a=int(a.params.zero_point) + frame, zp_b=sign * int(b.params.zero_point) + frame, bits=self.bits,
             shift_round=self.shift_round)
-        return QTensor((codes - frame).astype(np.int32), params)
+        return QTensor(codes - frame if frame else codes, params)
 
     def rescale(self, q: QTensor, params: QParams) -> QTensor:
         """``q`` in other parameters. ``float`` mode: quantize its dequantized value (what a

@@ -102,9 +102,10 @@ def gemm(call: OpCall):
     # every partial sum of output channel c is at most max|x| · Σ_k |w[c, k]|
     xc, wc = x.centered(np.float32), w.centered(np.float32)
     l1 = np.abs(np.moveaxis(wc, axis, 0)).reshape(wc.shape[axis], -1).sum(1).max(initial=0)
-    if float(np.abs(xc).max(initial=0)) * float(l1) >= _EXACT_F32:
+    bound = float(np.abs(xc).max(initial=0)) * float(l1)
+    if bound >= _EXACT_F32:
         xc, wc = xc.astype(np.float64), wc.astype(np.float64)  # integers below 2^24: the cast is exact
-    acc = np.asarray(call.float_fn(xc, wc, **call.kwargs), np.float64)
+    acc = np.asarray(call.float_fn(xc, wc, **call.kwargs))
     out_axis = _OUT_AXIS[call.rec.op_type] % acc.ndim
     w_scale = w.params.scale
     acc_scale = (np.float32(x.params.scale) * w_scale).astype(np.float32)  # s_x·s_w in float32
@@ -114,14 +115,24 @@ def gemm(call: OpCall):
         bias = bias.dequantize() if isinstance(bias, QTensor) else np.asarray(bias)
         if call.rec.op_type == "Gemm":
             bias = bias * call.kwargs.get("beta", 1.0)
-        acc = acc + call.arith.bias_codes(along_axis(bias, out_axis, acc.ndim) if bias.ndim == 1 else bias, shaped)
+        codes = call.arith.bias_codes(along_axis(bias, out_axis, acc.ndim) if bias.ndim == 1 else bias, shaped)
+        acc = _exact_sum(acc, codes, bound)
+        bound += float(np.abs(codes).max(initial=0))
     if len(call.args) > 3 and call.args[3] is not None:  # an Add fused into the accumulator
-        acc = acc + _in_accumulator(call.args[3], shaped)
+        acc = _exact_sum(acc, _in_accumulator(call.args[3], shaped), bound)
     acc = call.arith.accumulate(call.rec.name, acc)
     if call.target is None:
         return (acc * shaped).astype(np.float32)
     ratio = along_axis((acc_scale / np.float32(call.target.scale)).astype(np.float32), out_axis, acc.ndim)
     return call.arith.requant(acc, ratio, call.target)
+
+
+def _exact_sum(acc: np.ndarray, addend: np.ndarray, bound: float) -> np.ndarray:
+    """``acc + addend`` exactly: in float32 while ``bound`` (a bound on ``|acc|``) plus
+    ``max|addend|`` stays below 2^24, else in float64 (exact below 2^53)."""
+    if acc.dtype == np.float32 and bound + float(np.abs(addend).max(initial=0)) < _EXACT_F32:
+        return acc + addend.astype(np.float32, copy=False)
+    return acc.astype(np.float64, copy=False) + addend
 
 
 def _in_accumulator(addend, acc_scale: np.ndarray) -> np.ndarray:
@@ -147,7 +158,9 @@ def mul(call: OpCall):
     a, b = call.args[:2]
     if call.target is None or not _per_tensor(a, b) or not call.target.per_tensor:
         return None
-    acc = a.centered(np.int64) * b.centered(np.int64)
+    # products of int8 codes (below 2^16 even in a uint8 frame) are exact in float32, int16 ones in float64
+    wide = np.float64 if "int16" in (a.params.dtype, b.params.dtype) else np.float32
+    acc = a.centered(wide) * b.centered(wide)
     ratio = np.float32(np.float32(a.params.scale) * np.float32(b.params.scale)) / np.float32(call.target.scale)
     return call.arith.requant(acc, np.float32(ratio), call.target)
 
@@ -168,11 +181,11 @@ def passthrough(call: OpCall):
         return None
     if call.rec.op_type in ("Resize", "Upsample") and call.kwargs.get("mode", "nearest") != "nearest":
         return None
-    result = call.float_fn(x.codes.astype(np.float32), *rest, **call.kwargs)
+    result = call.float_fn(x.codes.astype(np.float32, copy=False), *rest, **call.kwargs)
     outs = result if type(result) is tuple else (result,)
     if call.rec.op_type == "MaxPool":  # the optional Indices output is not a value
-        return (QTensor(np.asarray(outs[0]).astype(np.int32), x.params), *outs[1:])
-    wrapped = tuple(QTensor(np.asarray(o).astype(np.int32), x.params) for o in outs)
+        return (QTensor(np.asarray(outs[0], np.float32), x.params), *outs[1:])
+    wrapped = tuple(QTensor(np.asarray(o, np.float32), x.params) for o in outs)
     return wrapped if type(result) is tuple else wrapped[0]
 
 
@@ -196,7 +209,7 @@ def clamp(call: OpCall):
             return None
     bounds = [None if v is None else int(call.arith.quantize(np.asarray(v, np.float32), x.params).codes)
               for v in (lo, hi)]
-    return QTensor(np.clip(x.codes, *bounds).astype(np.int32) if any(b is not None for b in bounds) else x.codes,
+    return QTensor(np.clip(x.codes, *bounds) if any(b is not None for b in bounds) else x.codes,
                    x.params)
 
 
@@ -228,7 +241,7 @@ def table_lookup(call: OpCall):
     qmin, qmax = x.params.qrange
     codes = np.arange(qmin, qmax + 1, dtype=np.int32)
     table = call.arith.lut(QTensor(codes, x.params), call.float_fn, call.kwargs, call.target)
-    return QTensor(table[x.codes - qmin], call.target)
+    return QTensor(table[x.codes.astype(np.intp) - qmin], call.target)
 
 
 def softmax(call: OpCall):

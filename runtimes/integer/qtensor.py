@@ -1,7 +1,9 @@
 """A quantized value at the integer level: integer codes plus the parameters that give them a
 meaning, ``x ≈ (codes - zero_point) · scale``.
 
-Codes are int32 arrays that hold int8 / int16 values (onnxruntime's uint8 activations are stored
+Codes are integer-valued arrays, float32 (the common case: exact below 2^24, and what BLAS and
+the float kernels take without a conversion) or int32, that hold int8 / int16 values
+(onnxruntime's uint8 activations are stored
 in the int8 frame, ``code - 128`` and ``zp - 128``, as the calibration nodes store them: the
 arithmetic on ``codes - zp`` is the same). ``scale`` and ``zero_point`` are scalars (per tensor)
 or vectors along ``axis`` (per channel, weights).
@@ -63,7 +65,8 @@ def params_of(rec: CalibRecord) -> QParams:
 
 @dataclass(frozen=True)
 class QTensor:
-    """Integer codes (int32 array, zero point included) and their :class:`QParams`; ``weight``
+    """Integer codes (an integer-valued float32 or int32 array, zero point included) and their
+    :class:`QParams`; ``weight``
     marks a constant (a quantized weight), for the march's GEMM dtype-pair rules."""
 
     codes: np.ndarray
@@ -78,8 +81,8 @@ class QTensor:
         """``codes - zero_point`` as ``dtype`` (exact: integers below 2^24 in float32)."""
         _, zp = self.params.broadcast(self.codes.ndim)
         if not zp.any():
-            return self.codes.astype(dtype)
-        return (self.codes - zp).astype(dtype)
+            return self.codes.astype(dtype, copy=False)
+        return (self.codes - zp).astype(dtype, copy=False)
 
     def dequantize(self) -> np.ndarray:
         """float32 ``(codes - zp) · scale``: exactly what fake quantization outputs for these codes."""

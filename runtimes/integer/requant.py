@@ -88,8 +88,9 @@ def _rounding_divide_by_pot(x: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def requantize(acc: np.ndarray, ratio: np.ndarray | float, *, mode: str, qmin: int, qmax: int,
                zero_point: np.ndarray | int = 0, bits: int = 16, shift_round: str = "half_up") -> np.ndarray:
-    """The output codes (int32, zero point added, saturated to ``[qmin, qmax]``) of the exact
-    accumulator ``acc`` requantized by ``ratio`` (see the module docstring for each mode)."""
+    """The output codes (zero point added, saturated to ``[qmin, qmax]``; float32 in ``float``
+    mode, int32 otherwise) of the exact accumulator ``acc`` requantized by ``ratio`` (see the
+    module docstring for each mode)."""
     zp = np.asarray(zero_point, np.int64)
     if mode == "float":
         value = np.array(acc, dtype=np.float32, ndmin=1)  # f32(acc): a fresh array, changed in place below
@@ -99,7 +100,7 @@ def requantize(acc: np.ndarray, ratio: np.ndarray | float, *, mode: str, qmin: i
         np.rint(value, out=value)
         if zp.any():
             value += zp.astype(np.float32)
-        return value.astype(np.int32).reshape(np.shape(acc)) if np.ndim(acc) == 0 else value.astype(np.int32)
+        return value.reshape(np.shape(acc)) if np.ndim(acc) == 0 else value
     acc = np.asarray(np.rint(acc), np.int64)
     if mode == "fixed16":
         mult, e = fixed_multiplier(ratio, bits)
@@ -125,8 +126,8 @@ def requantize_pair(a: np.ndarray, ratio_a: float, b: np.ndarray, ratio_b: float
     half to even. Fixed modes: both ratios become multipliers at the shift of the larger one (one
     rescale to a common scale, one integer add, one rounding shift).
     """
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
     if mode == "float":
+        a, b = np.asarray(a), np.asarray(b)  # integer-valued, below 2^24: exact in float64 below
         f32 = np.float32
         ra, rb = f32(ratio_a), f32(ratio_b)
         # the compiler contracts ratio_a·zp_a + ratio_b·zp_b into fma(ratio_a, zp_a, ratio_b·zp_b)
@@ -137,9 +138,9 @@ def requantize_pair(a: np.ndarray, ratio_a: float, b: np.ndarray, ratio_b: float
             value = _fma(b, rb, f32(const + f32(f32(a.reshape(())) * ra)))
         else:
             value = _fma(a, ra, _fma(b, rb, const))
-        value = np.clip(value, f32(qmin), f32(qmax))
-        return saturate(np.rint(value), qmin, qmax)
-    a, b = a - zp_a, b - zp_b
+        np.clip(value, f32(qmin), f32(qmax), out=value)
+        return np.rint(value, out=value)  # float32 codes
+    a, b = np.asarray(a, np.int64) - zp_a, np.asarray(b, np.int64) - zp_b
     width = bits if mode == "fixed16" else 32
     _, e = fixed_multiplier(max(ratio_a, ratio_b), width)
     n = (width - 1) - int(e)
