@@ -52,6 +52,8 @@ class CalibratePass(Pass):
     3. ``fixed`` thresholds are never changed; an all-zero tensor gets a tiny positive
        threshold; NaN/Inf values are ignored and counted in the report.
     4. qmax for the statistics follows the node's mode (int16 → 32767, else 127).
+    5. ``ir.meta["calibration"]`` records the method and the number of samples (saved with the
+       model, so reports can state how it was calibrated).
     """
 
     name = "calibrate"
@@ -91,6 +93,8 @@ class CalibratePass(Pass):
             cal.meta["histogram"] = h
         nonfinite = {c.input: int(histograms[c.input].nan_count + histograms[c.input].inf_count)
                      for c in targets if histograms[c.input].nan_count + histograms[c.input].inf_count}
+        ir.meta["calibration"] = {"method": self.method, "samples": len(samples),  # kept in the saved model
+                                  **({"percentile": self.percentile} if self.method == "percentile" else {})}
         report = {"method": self.method, "samples": len(samples), "weights": weights,
                   "activations": len(targets), "seconds": round(time.perf_counter() - start, 3),
                   "nonfinite_values": nonfinite}

@@ -132,6 +132,8 @@ class InsertCalibrationPass(Pass):
                                                 uses=[], rewire_outputs=True)
                     added["activation"].append(cal.name)
         total = len(added["weight"]) + len(added["activation"])
+        if total:
+            ir.meta["march"] = self.profile.name  # kept in the saved model (reports name it)
         logger.info("inserted %d weight and %d activation calibration node(s)",
                     len(added["weight"]), len(added["activation"]))
         return PassResult(ir, bool(total), {"inserted": added})

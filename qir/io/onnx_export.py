@@ -153,9 +153,11 @@ def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
 
 
 # ``ir.meta`` entries kept in the ONNX metadata (``qir.<key>``, JSON): the fusion groups
-# (``fuse``) and value aliases (``fold-bn``: the op's output now holds what the folded
-# BatchNormalization wrote, under the BN output's name in the source model)
-SAVED_META = ("fusion_groups", "value_aliases")
+# (``fuse``), value aliases (``fold-bn``: the op's output now holds what the folded
+# BatchNormalization wrote, under the BN output's name in the source model), the march the
+# calibration nodes were inserted for (``insert-calibration``) and how they were calibrated
+# (``calibrate``: method, number of samples), which reports state
+SAVED_META = ("fusion_groups", "value_aliases", "march", "calibration")
 
 
 def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,

@@ -92,3 +92,18 @@ def test_float_level_keeps_implied_clips_in_both_runtimes(calibrated):
     for runtime in ("numpy", "ort"):
         out = qir.run(calibrated, {"input": x}, runtime=runtime, level="float", capture=[cal.output])
         assert float(out[cal.output].max()) <= 0.5 and float(out[cal.output].min()) >= 0.0, runtime
+
+
+def test_the_saved_model_records_its_march_and_calibration_method(tmp_path):
+    """insert-calibration records the march, calibrate the method and sample count; both survive
+    save and load (reports state them: issue 17 item 7)."""
+    from qir.data import model_samples
+
+    data = ROOT / "calibration_data"
+    ir = qir.load(ROOT / "model.onnx")
+    PassManager("fold-bn,fuse{march=nash-m},insert-calibration{march=nash-m},calibrate{method=percentile,progress=False}",
+                context={"data": data}).run(ir)
+    loaded = qir.load(qir.save(ir, tmp_path / "calibrated_model.onnx"))
+    assert loaded.meta["march"] == "nash-m"
+    assert loaded.meta["calibration"] == {"method": "percentile", "percentile": 99.99,
+                                          "samples": len(model_samples(loaded, data))}
