@@ -8,6 +8,8 @@ runtimes all read them); the arithmetic that applies them lives in :mod:`qir.run
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from qir.errors import QirError
@@ -15,7 +17,7 @@ from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
 __all__ = ["QRANGE", "calib_scale", "calib_zero_point", "max_threshold", "along_axis", "representable_range",
-           "set_mode"]
+           "set_mode", "covering_threshold"]
 
 
 QRANGE = {CalibMode.INT8: (-128, 127), CalibMode.INT16: (-32768, 32767)}
@@ -45,6 +47,17 @@ def max_threshold(rec: CalibRecord) -> float | None:
     if rec.mode not in QRANGE:
         return None
     return float(np.max(calib_scale(rec))) * QRANGE[rec.mode][1]
+
+
+def covering_threshold(abs_max: float, digits: int = 4) -> float:
+    """``abs_max`` rounded up to ``digits`` significant digits: a short fixed threshold (as
+    ``qir set-mode --threshold`` takes it) that clips nothing of data reaching ``abs_max``."""
+    if not (math.isfinite(abs_max) and abs_max > 0):
+        raise QirError(f"no covering threshold for max |x| = {abs_max!r}: it must be finite and > 0")
+    step = 10.0 ** (math.floor(math.log10(abs_max)) - digits + 1)
+    n = math.ceil(abs_max / step - 1e-9)  # (the tolerance keeps 2.5 at 2.5 despite float division)
+    threshold = float(f"{n * step:.{digits}g}")
+    return threshold if threshold >= abs_max else float(f"{(n + 1) * step:.{digits}g}")
 
 
 def calib_zero_point(rec: CalibRecord) -> np.ndarray | None:

@@ -107,10 +107,8 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     print(f"debug   the {method} model ({acc:.4f}): runall")
     start = time.perf_counter()
     report = runall(model, root / "calibration_data", save_dir=files.sub("debug_result"), progress=False,
-                    log=lambda line: print("        " + line))
+                    log=lambda line: print("        " + line), model_path=str(files.path(f"calibrated_{method}.onnx")))
     print(f"        {time.perf_counter() - start:.1f} s")
-    for tip in report["advice"]:
-        print(f"        - {tip}")
     sa = report["sensitivity_analysis"]
     nodes, cumulative = sa["nodes"], sa["cumulative"]
     if not nodes:

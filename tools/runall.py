@@ -12,9 +12,18 @@ Steps and folders under ``save_dir`` (defaults as hmct's, ``../shared/reference/
 4. ``accumulate_error/``: accumulated-error curves, default ``quantize_node=["weight", "activation"]``.
 5. ``sensitivity_analysis/``: recovery as the sensitive nodes are raised.
 
+Then the advice (:mod:`qir.tools.advice`): candidate fixes read off those results (clipping ->
+a fixed threshold, rounding -> int16, outlier channels, spread error -> several quantizers or
+another calibration method), each measured on the engine on the same samples before it is shown;
+those that help, with complete ``qir set-mode`` / ``qir pipeline`` commands, go to ``index.html``,
+the log and ``advice.json`` (schema ``qir.advice`` v1, with the ones tried and dropped).
+
 ``index.html`` (written by ``qir.tools.reports.runall``) embeds every plot (base64 PNG, no
-network needed), the top of each table, and a short "what to try next" derived from the numbers
-(:func:`advice`). The passes compute; the writers of ``qir.tools.reports`` write each step's files.
+network needed), the top of each table and that advice, under a header (:func:`header`: the
+model file, its calibration method and march where the model records them, the data, the
+number of samples, the runtime and the float-vs-quantized output cosine). Quantizers are named
+with the ops they feed and ops with their quantizers. The passes compute; the writers of
+``qir.tools.reports`` write each step's files.
 Every file it may write (:func:`plan_files`) is checked before step 1: none may exist unless
 ``overwrite=True`` (``--force``), and nothing is created before the analyses have read the data.
 """
@@ -22,9 +31,12 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
-__all__ = ["runall", "plan_files", "advice"]
+from qir.tools.advice import advise
+
+__all__ = ["runall", "plan_files", "header", "notes"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +47,12 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
            output_node=None, node_type=None, data_num=1, verbose=False, interested_nodes=None,
            dis_nodes_list=None, cw_nodes_list=None, axis=None, quantize_node=None, non_quantize_node=None,
            ae_metric="cosine-similarity", average_mode=False, pick_threshold=0.999, sensitive_nodes=None,
-           *, runtime: str = "ort", progress: bool = True, log=print, overwrite: bool = False) -> dict[str, Any]:
-    """Run the five analyses and write ``index.html``; returns every step's results. ``save_dir``
-    is a folder or a :class:`~qir.tools.reports.output.Outputs` (the demo's)."""
+           *, runtime: str = "ort", progress: bool = True, log=print, overwrite: bool = False,
+           model_path: str | None = None) -> dict[str, Any]:
+    """Run the five analyses, measure the advice and write ``index.html`` and ``advice.json``;
+    returns every step's results. ``save_dir`` is a folder or a
+    :class:`~qir.tools.reports.output.Outputs` (the demo's). ``model_path``: the file the IR was
+    read from, when ``model_or_file`` is an IR (the advice's commands name it)."""
     from qir.api import as_ir
     from qir.passes.acc_error import AccErrorPass
     from qir.passes.channelwise import ChannelwisePass
@@ -54,8 +69,11 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     types = [node_type] if isinstance(node_type, str) else list(node_type or ["weight", "activation"])
     out = plan_files(as_outputs(save_dir, overwrite=overwrite), ir, types, dis_nodes_list, cw_nodes_list,
                      ae_metric).check()
-    results: dict[str, Any] = {"model": str(model_or_file) if not hasattr(model_or_file, "calibrations") else ir.name,
-                               "sensitivity": {}}
+    if model_path is None and not hasattr(model_or_file, "calibrations"):
+        model_path = str(model_or_file)
+    results: dict[str, Any] = {"model": model_path or ir.name, "sensitivity": {},
+                               "quantizers": {c.name: {"role": c.role.value, "feeds": list(c.feeds)}
+                                              for c in ir.calibrations()}}
     started = time.perf_counter()
 
     log("[1/5] node sensitivity: " + ", ".join(types))
@@ -93,11 +111,52 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
                                  progress=progress)(ir).report
     sensitivity_report.write_report(sa, out.sub("sensitivity_analysis"))
     results["sensitivity_analysis"] = sa
+    measured = advise(ir, results, calibrated_data, model_path=model_path, data_num=data_num, runtime=runtime,
+                      pick_threshold=pick_threshold, progress=progress)
+    results.update(advice=measured["advice"], dropped=measured["dropped"], notes=measured["notes"] + notes(results),
+                   header=header(ir, model_path, calibrated_data, measured, runtime))
     results["seconds"] = round(time.perf_counter() - started, 2)
-    results["advice"] = advice(results, pick_threshold)
+    out.write_json("advice.json", "qir.advice", {k: results[k] for k in ("header", "advice", "dropped", "notes")})
+    _log_advice(results, log)
     results["index"] = str(write_index(results, out))
     log(f"report: {results['index']}")
     return results
+
+
+def _log_advice(results: dict[str, Any], log) -> None:
+    """The advice as lines: each kept fix, then what was tried and dropped."""
+    h = results["header"]
+    log(f"what to try next ({h['score_metric']} now {h['score']:.5f}, measured on {h['samples']} sample(s)):")
+    for fix in results["advice"]:
+        log(f"- {fix['text']}")
+    if not results["advice"]:
+        log("- no fix tried helps (see advice.json)")
+    for fix in results["dropped"]:
+        log(f"  tried and dropped ({fix['reason']}): {fix['fix']} for {_changed(fix)}: {fix['after']:.5f}")
+    for note in results["notes"]:
+        log(f"  note: {note}")
+
+
+def _changed(fix: dict[str, Any]) -> str:
+    names = sorted(fix.get("changes") or {})
+    if not names:
+        return "every quantizer"
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def header(ir, model_path: str | None, data, measured: dict[str, Any], runtime: str) -> dict[str, Any]:
+    """What the report is about: the model file, its calibration method and march (as the model
+    records them), the data, the samples used and left out, the runtime, and the score of the
+    model as it is (output cosine vs float, mean over samples)."""
+    calibration = ir.meta.get("calibration") or {}
+    return {"model": str(model_path) if model_path else f"IR {ir.name!r} (in memory)",
+            "calibration_method": calibration.get("method") or "not recorded in the model",
+            "calibration_samples": calibration.get("samples"),
+            "march": ir.meta.get("march") or "not recorded in the model",
+            "data": str(data) if isinstance(data, (str, Path)) else "samples given in memory",
+            "samples": measured["samples"], "left_out": measured["left_out"], "runtime": runtime,
+            "score_metric": measured["metric"], "score": measured["before"],
+            "calibration_nodes": len(ir.calibrations())}
 
 
 def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_list=None,
@@ -118,54 +177,19 @@ def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_lis
         out.sub("channelwise_distribution").plan(*channelwise.files(cw_nodes))
     out.sub("accumulate_error").plan(*acc_error.files(ae_metric))
     out.sub("sensitivity_analysis").plan(*sensitivity_report.FILES)
-    return out.plan("index.html")
+    return out.plan("advice.json", "index.html")
 
 
-def advice(results: dict[str, Any], pick_threshold: float = 0.999) -> list[str]:
-    """Short, concrete next steps read off the numbers (each names the command to run)."""
-    tips: list[str] = []
-    sa = results.get("sensitivity_analysis") or {}
-    nodes, cumulative = sa.get("nodes", []), sa.get("cumulative", [])
-    if nodes and cumulative:
-        reach = next((k for k, v in enumerate(cumulative[1:], 1) if v >= pick_threshold), None)
-        if reach is not None:
-            chosen = ",".join(nodes[:reach])
-            tips.append(f"Keeping {reach} node(s) in float ({chosen}) brings the output cosine from "
-                        f"{cumulative[0]:.5f} to {cumulative[reach]:.5f}: "
-                        f"qir emit calibrated_model.onnx -o partial.onnx --float {chosen}")
-        else:
-            tips.append(f"Even with all {len(nodes)} sensitive node(s) in float the cosine only reaches "
-                        f"{cumulative[-1]:.5f}: the error is spread over many nodes; try another calibration "
-                        "method (qir calibrate --method mix) or int16 for whole blocks.")
-    elif sa:
-        tips.append(f"No single node is below cosine {pick_threshold}: quantization error is spread thin. "
-                    "If accuracy is still short, compare calibration methods (qir calibrate --method mix).")
-    act = (results.get("sensitivity") or {}).get("activation", {}).get("rows", [])
-    if act and "cosine-similarity" in act[0] and act[0]["cosine-similarity"] < pick_threshold:
-        r = act[0]
-        tips.append(f"The activation quantizer {r['node']} (before {r.get('consumers', '?')}) costs the most "
-                    f"(cosine {r['cosine-similarity']:.5f}); int16 keeps its range with finer steps: "
-                    f"qir emit calibrated_model.onnx -o partial.onnx --int16 {r['node']}")
-    for name, entry in (results.get("distribution") or {}).items():
-        share = entry.get("clipped_fraction")
-        if share is not None and share > 1e-3:
-            tips.append(f"{name} clips {100 * share:.2g}% of its input (threshold {entry['threshold']:.4g}, max |x| "
-                        f"{entry['input']['abs_max']:.4g}): its threshold is too small; recalibrate it (qir calibrate "
-                        f"--method max or percentile) or give it a fixed threshold (qir set-mode --nodes {name} "
-                        f"--threshold {entry['input']['abs_max']:.4g}).")
-    for name, entry in (results.get("channelwise") or {}).items():
-        if entry.get("outlier_channels"):
-            tips.append(f"{name} has outlier channels {entry['outlier_channels'][:8]} (max |x| over 4x the median "
-                        "channel): per-tensor quantization wastes range there; prefer int16 for it, or rebalance "
-                        "the channels before quantizing.")
+def notes(results: dict[str, Any]) -> list[str]:
+    """Observations that are not fixes: whether weights or activations cost more at the output."""
     acc = results.get("acc_error") or {}
     curves = acc.get("curves", {})
     w, a = curves.get("only_weight_calibrated"), curves.get("only_activation_calibrated")
-    if w and a and acc.get("metric") == "cosine-similarity":
-        last = lambda c: next((v for v in reversed(c) if v is not None), None)  # noqa: E731
-        lw, la = last(w), last(a)
-        if lw is not None and la is not None:
-            worse = "weights" if lw < la else "activations"
-            tips.append(f"At the output, quantizing only the weights gives cosine {lw:.5f} and only the activations "
-                        f"{la:.5f}: the {worse} cost more.")
-    return tips
+    if not (w and a and acc.get("metric") == "cosine-similarity"):
+        return []
+    lw, la = (next((v for v in reversed(c) if v is not None), None) for c in (w, a))
+    if lw is None or la is None:
+        return []
+    worse = "weights" if lw < la else "activations"
+    return [f"At the output, quantizing only the weights gives cosine {lw:.5f} and only the activations "
+            f"{la:.5f}: the {worse} cost more."]

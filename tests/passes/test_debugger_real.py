@@ -43,7 +43,7 @@ def test_every_analysis_finds_the_planted_fault(faulty_yolo, tmp_path):
     boxes = get_channelwise_data_distribution(tmp_path / "c", ir, data, [victim])
     assert boxes[victim]["clipped_fraction"] > 0.01
     report = runall(ir, data, save_dir=tmp_path / "runall", progress=False, log=lambda line: None)
-    assert any(victim in tip and "clips" in tip for tip in report["advice"])
+    assert any(victim in tip["text"] and "clips" in tip["text"] and tip["after"] > tip["before"] for tip in report["advice"])
     page = (tmp_path / "runall" / "index.html").read_text()
     assert victim in page[page.index("What to try next"):page.index("Node sensitivity")]
 

@@ -106,6 +106,11 @@ def test_demo_runs_the_whole_workflow(capsys, tmp_path):
     assert after > before  # the repaired model recovers accuracy the debugger located
     assert (tmp_path / "demo" / "debug_result" / "index.html").exists()
     assert (tmp_path / "demo" / "repaired.onnx").exists()
+    # the measured advice, its first fix naming the file the demo wrote (not calibrated_model.onnx)
+    tips = out[out.index("what to try next"):].splitlines()[1:]
+    first = re.search(r"output cosine ([0-9.]+) -> ([0-9.]+) \([+-][0-9.]+\): (qir .*)$", tips[0])
+    assert first and float(first[2]) > float(first[1])
+    assert first[3].split()[2] == str(tmp_path / "demo" / "calibrated_kl.onnx")
 
 
 def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):

@@ -3,13 +3,23 @@ that points at a planted fault."""
 from __future__ import annotations
 
 import base64
+import json
 import re
+import shlex
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import qir
+from qir.data import model_samples
 from qir.passes import PassManager, get_pass
+from qir.runtimes.engine import configured_clone
+from qir.tools.advice import advise, helps
 from qir.tools.cli import main
+from qir.tools.reports.acc_error import PANEL, dips, plot_curves
+from qir.tools.reports.plots import pyplot
+from qir.tools.runall import runall
 
 from ..conftest import REPO
 
@@ -45,6 +55,123 @@ def test_runall_writes_everything_and_points_at_the_fault(tmp_path, capsys):
     assert len(images) >= 4 and all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
     assert page.count("<table>") >= 3  # weight and activation sensitivity, sensitivity analysis
     advice = page[page.index("What to try next"):page.index("Node sensitivity")]
-    assert "relu3_out_calib" in advice and "qir emit" in advice
+    assert "relu3_out_calib" in advice and f"qir set-mode {model}" in advice
+    assert (out / "advice.json").stat().st_size > 0
     activation = page[page.index("Node sensitivity: activation"):]
     assert activation.index("relu3_out_calib") < activation.index("relu1_out_calib")
+
+
+# ------------------------------------------------------------------ measured advice (issue 17, items 6 and 7)
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _score(model, sample) -> float:
+    """Output cosine of a calibrated model against itself in float, on one sample: a plain whole-model
+    run on each level, computed here without the engine."""
+    quantized = qir.run(model, sample, runtime="ort")["logits"]
+    return _cosine(quantized, qir.run(model, sample, runtime="ort", level="float")["logits"])
+
+
+@pytest.fixture(scope="module")
+def kl_report(tmp_path_factory):
+    """The demo's case: the digits model calibrated with kl (clips relu2/relu3 hard), saved, and runall on it."""
+    folder = tmp_path_factory.mktemp("kl")
+    ir = qir.load(DIGITS / "model.onnx")
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=DATA, method="kl", progress=False)(ir)
+    model = folder / "calibrated_kl.onnx"
+    qir.save(ir, model)
+    lines: list[str] = []
+    report = runall(str(model), str(DATA), save_dir=folder / "debug_result", progress=False, log=lines.append)
+    return model, report, lines
+
+
+def test_advice_is_measured_and_the_first_fix_helps(kl_report):
+    model, report, lines = kl_report
+    sample = model_samples(qir.load(model), DATA)[0]
+    now = _score(qir.load(model), sample)
+    assert report["header"]["score"] == pytest.approx(now, abs=1e-6)
+    first = report["advice"][0]
+    assert first["before"] == pytest.approx(now, abs=1e-6) and first["after"] > now + 0.01 * (1 - now)
+    gains = [fix["gain"] for fix in report["advice"]]
+    assert gains == sorted(gains, reverse=True)
+    assert all(helps(fix["before"], fix["after"]) for fix in report["advice"])
+    assert any(line.startswith("- ") and first["command"] in line for line in lines)  # the log shows it
+
+
+def test_a_fix_that_does_not_help_is_dropped(kl_report):
+    """relu2_out_calib clips (threshold ~1, values to ~2.5): int16 keeps the clipping and does not help,
+    so it is tried and dropped; the covering fixed threshold helps and is kept."""
+    model, report, lines = kl_report
+    ir = qir.load(model)
+    sample = model_samples(ir, DATA)[0]
+    dropped = next(d for d in report["dropped"] if d["changes"] == {"relu2_out_calib": "int16"})
+    as_int16 = configured_clone(ir, "quantized", {"relu2_out_calib": "int16"})
+    assert dropped["after"] == pytest.approx(_score(as_int16, sample), abs=1e-6)
+    assert not helps(dropped["before"], dropped["after"])
+    assert all(fix["changes"] != {"relu2_out_calib": "int16"} for fix in report["advice"])
+    assert any("tried and dropped" in line and "relu2_out_calib" in line for line in lines)
+    kept = next(fix for fix in report["advice"] if list(fix["changes"] or {}) == ["relu2_out_calib"])
+    amax = max(float(np.abs(qir.run(ir, sample, runtime="ort", level=level, capture=["relu2_out"])["relu2_out"]).max())
+               for level in ("float", "fakequant"))  # what it sees in either model
+    threshold = float(kept["changes"]["relu2_out_calib"].lstrip("@"))
+    assert kept["cause"] == "clipping" and amax <= threshold < amax * 1.001
+    saved = json.loads((model.parent / "debug_result" / "advice.json").read_text())
+    assert {json.dumps(d["changes"], sort_keys=True) for d in saved["dropped"]} >= {'{"relu2_out_calib": "int16"}'}
+
+
+def test_printed_commands_run_and_score_as_claimed(kl_report, monkeypatch):
+    model, report, _ = kl_report
+    sample = model_samples(qir.load(model), DATA)[0]
+    threshold_fix = next(fix for fix in report["advice"] if list(fix["changes"] or {}) == ["relu2_out_calib"])
+    for fix in {id(f): f for f in (report["advice"][0], threshold_fix)}.values():
+        argv = shlex.split(fix["command"])
+        assert argv[0] == "qir" and str(model) in argv and not Path(fix["output"]).exists()
+        assert main(argv[1:]) == 0
+        assert _score(qir.load(fix["output"]), sample) == pytest.approx(fix["after"], abs=1e-5), fix["command"]
+
+
+def test_header_names_model_method_march_data_samples_and_score(kl_report):
+    model, report, _ = kl_report
+    page = (model.parent / "debug_result" / "index.html").read_text()
+    head = page[:page.index("What to try next")]
+    for field, value in (("model", str(model)), ("calibration method", "kl"), ("march", "nash-e"),
+                         ("data", str(DATA)), ("samples analysed", "1"),
+                         ("float vs quantized", f"{report['header']['score']:.6f}")):
+        assert re.search(f"<th>{re.escape(field)}[^<]*</th><td><code>{re.escape(value)}", head), field
+    sa = page[page.index("<h2>Sensitivity analysis"):]
+    assert "<th>quantizers</th>" in sa and "relu2_out_calib" in sa  # ops named with their quantizers
+    assert "relu2_out_calib (feeds dw3, add4)" in page  # and quantizers with their ops
+
+
+def test_large_accumulated_error_plot_names_the_worst_dips():
+    """233 nodes (YOLOv8n's count): panels of at most PANEL nodes, 12 inches wide, and the worst
+    dips (planted here) named on the plot."""
+    n = 233
+    nodes = [f"/model.{i}/Conv" for i in range(n)]
+    smooth = list(np.linspace(1.0, 0.99, n))
+    curve = list(smooth)
+    planted = {40: 0.05, 150: 0.08, 200: 0.02}
+    for i, drop in planted.items():
+        for j in range(i, n):
+            curve[j] -= drop
+    report = {"metric": "cosine-similarity", "average_mode": False, "nodes": nodes, "values": nodes,
+              "curves": {"only_activation_calibrated": curve, "only_weight_calibrated": smooth}}
+    worst = dips(report, 3)
+    assert [d["node"] for d in worst] == [nodes[150], nodes[40], nodes[200]]
+    fig = plot_curves(report)
+    try:
+        assert len(fig.axes) == -(-n // PANEL) and fig.get_size_inches()[0] == 12
+        named = {t.get_text() for ax in fig.axes for t in ax.texts}
+        assert {nodes[i] for i in planted} <= named
+    finally:
+        pyplot().close(fig)
+
+
+def test_an_ir_without_its_file_gets_commands_naming_a_placeholder_and_a_note(kl_report):
+    model, report, _ = kl_report
+    measured = advise(qir.load(model), report, str(DATA), progress=False)
+    assert measured["advice"] and all(f["command"].split()[2] == "CALIBRATED_MODEL.onnx" for f in measured["advice"])
+    assert any("model_path=" in note for note in measured["notes"])

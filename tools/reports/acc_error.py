@@ -1,7 +1,11 @@
 """The accumulated-error report as files: ``acc_error_<metric>.png`` (a curve per variant),
 ``acc_error.csv`` and ``acc_error.json`` (schema ``qir.acc_error`` v1).
 
-The report is the ``AccErrorPass`` report; this module only draws and writes it.
+The report is the ``AccErrorPass`` report; this module only draws and writes it. The figure stays
+readable on large graphs: one panel per ``PANEL`` nodes (stacked, 12 inches wide, so a report page
+shows it near full size), the op names on the x axis when the whole graph has at most ``NAMED``
+nodes, and otherwise node numbers with the ``DIPS`` worst dips (:func:`dips`: the largest
+worsening from one node to the next on any curve) marked and named.
 """
 from __future__ import annotations
 
@@ -11,7 +15,11 @@ from typing import Any
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.plots import pyplot
 
-__all__ = ["files", "write_report"]
+__all__ = ["files", "write_report", "dips", "plot_curves"]
+
+PANEL = 60  # nodes per panel
+NAMED = 30  # at most this many nodes: every op named on the x axis
+DIPS = 8  # worst dips named on larger graphs
 
 
 def files(metric: str) -> list[str]:
@@ -33,19 +41,53 @@ def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
             out.write_json(json_name, "qir.acc_error", {k: v for k, v in report.items() if k != "engine"})]
 
 
+def dips(report: dict, count: int = DIPS) -> list[dict]:
+    """The ``count`` largest worsenings of the metric from one node to the next on any curve
+    (the previous point shown; lower is worse for cosine/SQNR, higher for the error metrics),
+    worst first: ``{"index", "node", "curve", "before", "after", "drop"}``."""
+    from qir.metrics import BETTER
+
+    sign = 1.0 if BETTER.get(report["metric"], "max") == "max" else -1.0
+    found = []
+    for name, curve in report["curves"].items():
+        prev = None
+        for i, y in enumerate(curve):
+            if y is None:
+                continue
+            if prev is not None and sign * (prev - y) > 0:
+                found.append({"index": i, "node": report["nodes"][i], "curve": name, "before": prev, "after": y,
+                              "drop": sign * (prev - y)})
+            prev = y
+    found.sort(key=lambda d: -d["drop"])
+    return found[:count]
+
+
 def plot_curves(report: dict) -> Any:
-    """The figure: the metric against the general node index, one curve per variant (points left
-    out where null)."""
+    """The figure (see the module docstring): the metric against the general node index, one
+    curve per variant (points left out where null), in panels of ``PANEL`` nodes."""
     plt = pyplot()
     metric, curves, nodes = report["metric"], report["curves"], report["nodes"]
-    fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, len(nodes) / 8)), 5))
-    for name, curve in curves.items():
-        xs = [i for i, y in enumerate(curve) if y is not None]
-        ax.plot(xs, [curve[i] for i in xs], marker=".", markersize=3, linewidth=1, label=name)
-    ax.set_xlabel("general node (topological order)")
-    ax.set_ylabel(f"{'running mean of ' if report['average_mode'] else ''}{metric} vs float")
-    ax.set_title(f"accumulated quantization error ({len(curves)} variant(s), {len(nodes)} nodes)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
+    panels = max(1, -(-len(nodes) // PANEL))
+    named = len(nodes) <= NAMED
+    fig, axes = plt.subplots(panels, 1, figsize=(12.0, 3.4 * panels + (1.6 if named else 0.8)), squeeze=False)
+    marked = {(d["index"], d["curve"]) for d in ([] if named else dips(report))}
+    for p, ax in enumerate(axes[:, 0]):
+        lo, hi = p * PANEL, min(len(nodes), (p + 1) * PANEL)
+        for name, curve in curves.items():
+            xs = [i for i in range(lo, hi) if curve[i] is not None]
+            ax.plot(xs, [curve[i] for i in xs], marker=".", markersize=3, linewidth=1, label=name)
+            for k, i in enumerate(i for i in xs if (i, name) in marked):
+                ax.annotate(nodes[i], (i, curve[i]), xytext=(4, -14 - 10 * (k % 2)), textcoords="offset points",
+                            fontsize=8, color="darkred", arrowprops={"arrowstyle": "-", "color": "darkred", "lw": 0.5})
+                ax.plot([i], [curve[i]], "o", color="darkred", markersize=4)
+        if named:
+            ax.set_xticks(range(lo, hi), [nodes[i] for i in range(lo, hi)], rotation=60, ha="right", fontsize=8)
+        ax.set_xlim(lo - 0.5, hi - 0.5)
+        ax.set_ylabel(f"{'running mean of ' if report['average_mode'] else ''}{metric}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[0, 0].set_title(f"accumulated quantization error vs float ({len(curves)} variant(s), {len(nodes)} nodes"
+                         + ("" if named else f"; the {len(marked)} worst dips named") + ")", fontsize=10)
+    axes[0, 0].legend(fontsize="small", loc="best")
+    axes[-1, 0].set_xlabel("general node (topological order)" + ("" if named else ": number, as in acc_error.csv"))
     fig.tight_layout()
     return fig

@@ -1,6 +1,12 @@
 """The ``runall`` debug report as one self-contained ``index.html``: plots embedded as base64
-PNG (readable offline), the top of each table, and the "what to try next" list; read from the
-results ``qir.tools.runall.runall`` gathers and the files its steps wrote under the same folder."""
+PNG (readable offline), the top of each table, and the measured "what to try next" list; read
+from the results ``qir.tools.runall.runall`` gathers and the files its steps wrote under the same
+folder.
+
+The page opens with what it is about (model file, calibration method, march, data, samples,
+runtime, the float-vs-quantized output cosine). Wherever a quantizer is named, the ops it feeds
+are named beside it, and wherever an op is named, its quantizers (``results["quantizers"]``).
+"""
 from __future__ import annotations
 
 import base64
@@ -8,6 +14,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from qir.tools.reports.acc_error import dips
 from qir.tools.reports.output import Outputs, as_outputs
 
 __all__ = ["write_index"]
@@ -18,7 +25,7 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(Path(path).name)}" src="data:image/png;base64,{data}">'
 
 
-def _table(rows: list[dict], keys: list[str], limit: int = 10) -> str:
+def _table(rows: list[dict], keys: list[str], limit: int | None = 10) -> str:
     def cell(v):
         return f"{v:.6g}" if isinstance(v, float) else html.escape(str(v))
 
@@ -27,44 +34,127 @@ def _table(rows: list[dict], keys: list[str], limit: int = 10) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+class _Names:
+    """Quantizer <-> op names from ``results["quantizers"]`` (``{quantizer: {"role", "feeds"}}``)."""
+
+    def __init__(self, quantizers: dict[str, dict]) -> None:
+        self.feeds = {q: list(v.get("feeds") or []) for q, v in quantizers.items()}
+        self.of_op: dict[str, list[str]] = {}
+        for q, ops in self.feeds.items():
+            for op in ops:
+                self.of_op.setdefault(op, []).append(q)
+
+    def ops(self, quantizer: str) -> str:
+        return ", ".join(self.feeds.get(quantizer, [])) or "-"
+
+    def quantizers(self, op: str) -> str:
+        return ", ".join(self.of_op.get(op, [])) or "-"
+
+    def label(self, name: str) -> str:
+        """``q (feeds a, b)`` for a quantizer, ``op (quantizers q1, q2)`` for an op."""
+        if name in self.feeds:
+            return f"{name} (feeds {self.ops(name)})"
+        return f"{name} (quantizers {self.quantizers(name)})" if name in self.of_op else name
+
+
+def _header(results: dict[str, Any]) -> str:
+    h = results.get("header") or {}
+    samples = f"{h.get('samples')}" + (f" ({h['left_out']} left out: non-finite float outputs)" if h.get("left_out") else "")
+    method = str(h.get("calibration_method"))
+    if h.get("calibration_samples"):
+        method += f" (on {h['calibration_samples']} samples)"
+    rows = [("model", h.get("model", results.get("model"))), ("calibration method", method),
+            ("march", h.get("march")), ("data", h.get("data")), ("samples analysed", samples),
+            ("runtime", h.get("runtime")), ("calibration nodes", h.get("calibration_nodes")),
+            (f"float vs quantized: {h.get('score_metric', 'output cosine')} (mean over samples)",
+             f"{h['score']:.6f}" if isinstance(h.get("score"), float) else h.get("score")),
+            ("time", f"{results.get('seconds', 0)} s")]
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td><code>{html.escape(str(v))}</code></td></tr>" for k, v in rows)
+    return f"<h1>qir debug report</h1><table class='header'>{body}</table>"
+
+
+def _advice(results: dict[str, Any]) -> str:
+    items = []
+    for fix in results.get("advice", []):
+        items.append(f"<li><b>{html.escape(fix['cause'])}</b>: {html.escape(fix['why'])}. Fix: {html.escape(fix['fix'])}."
+                     f"<br>measured: output cosine {fix['before']:.5f} &rarr; <b>{fix['after']:.5f}</b> "
+                     f"({fix['gain']:+.5f})<br><code>{html.escape(fix['command'])}</code></li>")
+    part = "<h2>What to try next</h2><p>Each fix was measured on the same samples before it is listed; best first.</p>"
+    part += f"<ol>{''.join(items)}</ol>" if items else "<p>No fix that was tried helps (see below).</p>"
+    dropped = results.get("dropped") or []
+    if dropped:
+        rows = [{"cause": d["cause"], "fix": d["fix"], "quantizers": ", ".join(sorted(d.get("changes") or {})) or "all",
+                 "output cosine": d["after"], "reason": d["reason"]} for d in dropped]
+        part += (f"<details><summary>Tried and dropped: {len(dropped)}</summary>"
+                 + _table(rows, list(rows[0]), limit=None) + "</details>")
+    if results.get("notes"):
+        part += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in results["notes"]) + "</ul>"
+    return part
+
+
+def _sensitivity(results: dict[str, Any], names: _Names) -> list[str]:
+    parts = []
+    for nt, report in results["sensitivity"].items():
+        rows = [dict(r) for r in report["rows"]]
+        if nt == "node":
+            for r in rows:
+                r["quantizers"] = names.quantizers(r["node"])
+        keys = [k for k in ("node", "consumers", "quantizers", "threshold", "bit") if rows and k in rows[0]]
+        parts.append(f"<h2>Node sensitivity: {html.escape(nt)}</h2><p>only this node quantized, compared with the "
+                     f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
+                     f"{len(report['rows'])}; consumers: the ops a quantizer feeds).</p>"
+                     + _table(rows, keys + report["metrics"]))
+        if report.get("saturated"):
+            parts.append(f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>")
+    return parts
+
+
+def _acc_error(results: dict[str, Any], out: Outputs, names: _Names) -> str:
+    report = results["acc_error"]
+    png = out.path(f"accumulate_error/acc_error_{report['metric']}.png")
+    part = "<h2>Accumulated error</h2>" + (_img(png) if png.exists() else "")
+    worst = [dict(d, quantizers=names.quantizers(d["node"])) for d in dips(report, 10)]
+    if worst:
+        part += "<p>Worst dips (the metric falls most from the node before):</p>" + _table(
+            worst, ["index", "node", "quantizers", "curve", "before", "after"], limit=None)
+    rows = [{"index": i, "node": n, "quantizers": names.quantizers(n),
+             **{c: "" if v[i] is None else v[i] for c, v in report["curves"].items()}}
+            for i, n in enumerate(report["nodes"])]
+    if rows:
+        part += (f"<details><summary>All {len(rows)} nodes</summary>"
+                 + _table(rows, list(rows[0]), limit=None) + "</details>")
+    return part
+
+
 def write_index(results: dict[str, Any], save_dir: Outputs | Path) -> Path:
     """``index.html``: one page, plots embedded, readable offline (written through
     :class:`~qir.tools.reports.output.Outputs`)."""
     out = as_outputs(save_dir)
-    parts = [f"<h1>qir debug report</h1><p>model: <code>{html.escape(str(results.get('model')))}</code>; "
-             f"{results.get('seconds', 0)} s</p>"]
-    parts.append("<h2>What to try next</h2><ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in results["advice"])
-                 + "</ul>")
-    for nt, report in results["sensitivity"].items():
-        keys = [k for k in ("node", "consumers", "threshold", "bit") if report["rows"] and k in report["rows"][0]]
-        parts.append(f"<h2>Node sensitivity: {html.escape(nt)}</h2><p>only this node quantized, compared with the "
-                     f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
-                     f"{len(report['rows'])}).</p>" + _table(report["rows"], keys + report["metrics"]))
-        if report.get("saturated"):
-            parts.append(f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>")
+    names = _Names(results.get("quantizers") or {})
+    parts = [_header(results), _advice(results), *_sensitivity(results, names)]
     sa = results.get("sensitivity_analysis") or {}
     parts.append("<h2>Sensitivity analysis</h2>")
     png = out.path("sensitivity_analysis/partial_quantization.png")
     if png.exists():
         parts.append(_img(png))
     if sa.get("nodes"):
-        rows = [{"node": n, "only this node quantized": sa["single"][n],
+        rows = [{"op": n, "quantizers": names.quantizers(n), "only this op quantized": sa["single"][n],
                  "calibrated, raised up to here": sa["cumulative"][k + 1]} for k, n in enumerate(sa["nodes"])]
         parts.append(_table(rows, list(rows[0]), limit=50))
     else:
         parts.append(f"<p>No node is below the pick threshold {sa.get('pick_threshold')}.</p>")
-    acc = out.path(f"accumulate_error/acc_error_{results['acc_error']['metric']}.png")
-    parts.append("<h2>Accumulated error</h2>" + (_img(acc) if acc.exists() else ""))
+    parts.append(_acc_error(results, out, names))
     if results.get("distribution"):
-        parts.append("<h2>Data distributions</h2>" + "".join(f"<h3>{html.escape(n)}</h3>{_img(e['png'])}"
+        parts.append("<h2>Data distributions</h2>" + "".join(f"<h3>{html.escape(names.label(n))}</h3>{_img(e['png'])}"
                                                              for n, e in results["distribution"].items()))
     if results.get("channelwise"):
         parts.append("<h2>Channel-wise distributions</h2>" + "".join(
-            f"<h3>{html.escape(n)}</h3><p>outlier channels: {e['outlier_channels'] or 'none'}</p>{_img(e['png'])}"
-            for n, e in results["channelwise"].items()))
+            f"<h3>{html.escape(names.label(n))}</h3><p>outlier channels: {e['outlier_channels'] or 'none'}</p>"
+            f"{_img(e['png'])}" for n, e in results["channelwise"].items()))
     style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left;font-size:90%}img{max-width:100%;border:1px solid #eee;margin:.5em 0}")
+             "text-align:left;font-size:90%}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
+             "li{margin:.6em 0}code{word-break:break-all}")
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>qir debug report</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
     return out.write_text("index.html", page)
