@@ -70,6 +70,9 @@ has empty shares. The split reads best against a float baseline; against a quant
   bad-case search use; the row's ``ill_conditioned`` says why): Cosine, SQNR and the relative
   own error are noise there, so those layers are left out of the own-error ranking; MSE and L1
   still measure them. A warning names them too.
+
+The remedies named here are hypotheses: ``qir compare`` (:func:`qir.tools.advice.measure_findings`)
+measures each one on the sample before it suggests it, with a complete command.
 """
 from __future__ import annotations
 
@@ -220,7 +223,7 @@ def advise(run: LayerRun, rows: list[dict], top: int = TOP_OWN_ERRORS) -> list[d
         if cal.output in ir.outputs:
             found.append({"kind": "output not high precision", "layer": cal.output, "calibration": cal.name,
                           "detail": f"model output {cal.output!r} is quantized to {cal.mode.value}; keep the last "
-                                    "layer's output in float (qir set-mode --mode float)"})
+                                    "layer's output in float"})
     own = sorted((r for r in rows if (r.get("own_error") or 0.0) >= OWN_ERROR_MIN and not r.get("ill_conditioned")),
                  key=lambda r: -r["own_error"])[:top]
     for r in own:

@@ -45,6 +45,7 @@ from qir.passes import bad_case, layer_compare, op_sensitivity
 from qir.passes.consistency import ConsistencyPass
 from qir.passes.lib.layer_run import LayerRun, compared_ops, run_layers
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
+from qir.tools.advice import measure_findings
 from qir.tools.reports import bad_case as bad_case_report
 from qir.tools.reports import consistency as consistency_report
 from qir.tools.reports import layer_compare as layer_report
@@ -172,15 +173,24 @@ class QuantAnalysis:
         return self.layer_run
 
     def compare_per_layer(self, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:
-        """The per-layer table and the advisor (``compare_per_layer_out.*``, ``abnormal_layer_advisor.*``)."""
+        """The per-layer table and the advisor (``compare_per_layer_out.*``, ``abnormal_layer_advisor.*``);
+        each finding's fix is measured on the bad case first (:func:`qir.tools.advice.measure_findings`:
+        ``fix`` with the output cosine before and after, and the command when it helps)."""
         self.outputs.plan(*layer_report.FILES).check()
         if self.layer_run is None:
             self.run()
         rows = layer_compare.compare_per_layer(self.layer_run, prefixes, types)
         findings = layer_compare.advise(self.layer_run, rows)
+        measure_findings(self.layer_run, findings, model_path=self._analysis_path(), runtime=self.runtime)
         layer_report.write_report(rows, findings, self.outputs)
         self.report["advisor"] = findings
         return rows
+
+    def _analysis_path(self) -> str | None:
+        """The analysis model's file (the baseline's when it is compared with itself), if given as one."""
+        baseline, analysis = self._given
+        model = baseline if analysis is None else analysis
+        return str(model) if isinstance(model, (str, Path)) else None
 
     # ------------------------------------------------------------- consistency
     def consistency(self, march: str | None = None, index: int | None = None) -> dict:

@@ -143,3 +143,44 @@ def test_pytorch_float_model_against_its_torch_ao_fake_quant_version(tmp_path):
     sens = qa.sensitivity()["outputs"]["output"]
     assert {(r["module"], r["sensitive_type"]) for r in sens} >= {("conv", "weight"), ("fc", "weight"),
                                                                    ("conv", "activation")}
+
+
+def test_advisor_fixes_are_measured_before_they_are_suggested(tmp_path, capsys):
+    """Issue 17 item 6 in qir compare: on the digits model calibrated with kl (relu2/relu3 clip
+    hard), each finding's fix is measured on the bad case; those that help come with a command
+    that runs and writes a model scoring as claimed, the others are listed as tried, without one."""
+    import shlex
+
+    from qir.passes import PassManager, get_pass
+    from qir.runtimes.engine import configured_clone
+    from qir.tools.advice import helps
+    from qir.tools.reports.bad_case import load_bad_case
+
+    ir = qir.load(DIGITS / "model.onnx")
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=DIGITS_DATA, method="kl", progress=False)(ir)
+    model, out = tmp_path / "calibrated_kl.onnx", tmp_path / "qa"
+    qir.save(ir, model)
+    assert main(["compare", str(model), str(model), str(DIGITS_DATA), "-o", str(out), "-n", "4", "--no-sensitivity"]) == 0
+    printed = capsys.readouterr().out
+    sample = load_bad_case(out / "badcase.npz")
+
+    def score(m) -> float:  # output cosine vs the model in float, plain runs (no engine)
+        a = qir.run(m, sample, runtime="ort")["logits"].astype(np.float64).ravel()
+        b = qir.run(m, sample, runtime="ort", level="float")["logits"].astype(np.float64).ravel()
+        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+    fixes = [f["fix"] for f in json.loads((out / "abnormal_layer_advisor.json").read_text())["findings"] if "fix" in f]
+    kept, tried = [f for f in fixes if f["helps"]], [f for f in fixes if not f["helps"]]
+    assert kept and tried and all("command" not in f for f in tried)
+    assert all(f["before"] == pytest.approx(score(ir), abs=1e-6) for f in fixes)
+    worst = min(tried, key=lambda f: f["after"])
+    assert worst["after"] == pytest.approx(score(configured_clone(ir, "quantized", worst["changes"])), abs=1e-6)
+    assert not helps(worst["before"], worst["after"])
+    best = max(kept, key=lambda f: f["gain"])
+    assert best["command"] in printed and best["command"] in (out / "abnormal_layer_advisor.txt").read_text()
+    argv = shlex.split(best["command"])
+    assert argv[:2] == ["qir", "pipeline" if len(best["changes"]) > 1 else "set-mode"] and str(model) in argv
+    assert main(argv[1:]) == 0
+    output = argv[argv.index("-o") + 1]
+    assert score(qir.load(output)) == pytest.approx(best["after"], abs=1e-5) and best["after"] > best["before"]

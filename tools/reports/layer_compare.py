@@ -25,10 +25,14 @@ COLUMNS = ("index", "mod_name", "base_op_type", "analy_op_type", "shape", "quant
 
 
 def format_advice(findings: list[dict]) -> str:
-    """``abnormal_layer_advisor.txt``: one ``[kind] layer: detail`` line per finding."""
+    """``abnormal_layer_advisor.txt``: one ``[kind] layer: detail`` line per finding, and below it
+    the measured fix where there is one (:func:`qir.tools.advice.fix_line`)."""
+    from qir.tools.advice import fix_line
+
     if not findings:
         return "no abnormal layer found\n"
-    return "".join(f"[{f['kind']}] {f['layer']}: {f['detail']}\n" for f in findings)
+    return "".join(f"[{f['kind']}] {f['layer']}: {f['detail']}\n" + (f"    {fix_line(f['fix'])}\n" if f.get("fix") else "")
+                   for f in findings)
 
 
 def write_report(rows: list[dict], findings: list[dict], out_dir: Outputs | str | Path) -> list[Path]:

@@ -54,6 +54,7 @@ def cmd_bad_case(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from qir.tools.advice import fix_line
     from qir.tools.quant_analysis import compare
 
     runtime, level, march = resolve_level(args, march_alone=args.consistency)
@@ -69,6 +70,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
           f"{len(advice)} finding(s) in {out / 'abnormal_layer_advisor.txt'}")
     for f in advice[:8]:
         print(f"  [{f['kind']}] {f['layer']}: {f['detail']}")
+        if f.get("fix"):
+            print(f"      {fix_line(f['fix'])}")
+    helping = {f["fix"]["command"]: f for f in advice if f.get("fix", {}).get("command")}
+    if helping:
+        print("fixes that help, measured on the bad case, best first:")
+    for f in sorted(helping.values(), key=lambda f: -f["fix"]["gain"])[:5]:
+        print(f"  [{f['kind']}] {f['layer']}: {fix_line(f['fix'])}")
     if "consistency" in summary:
         print(f"fake quantization vs {summary['consistency']['march']}'s integer level on the bad case: output cosine "
               f"{summary['consistency']['output_cosine']:.6f} ({out / 'consistency_result.txt'})")
