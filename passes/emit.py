@@ -2,9 +2,12 @@
 Cast pairs, float), returned in the report and never written.
 
 The model is built by :func:`qir.io.qdq_export.export_qdq` (the format, the opset rules and the
-round trip are described there). The pass adds what a user deploying it should know: the number
-of calibration nodes per mode and role, the Q/DQ node counts, and the ops onnxruntime's default
-session computes differently (:func:`onnxruntime_caveats`, each also logged as a warning).
+round trip are described there); with ``format="qoperator"`` its quantized ops that have an
+integer ONNX form are then written in that form (:func:`qir.io.qoperator_export.export_qoperator`:
+QLinearConv, QGemm, ConvInteger, ...), and the report counts the ops per form. The pass adds
+what a user deploying it should know: the number of calibration nodes per mode and role, the
+Q/DQ node counts, and the ops onnxruntime's default session computes differently
+(:func:`onnxruntime_caveats`, each also logged as a warning).
 Writing the model to a file (and refusing to overwrite one) is :mod:`qir.tools.emit`'s job.
 """
 from __future__ import annotations
@@ -15,13 +18,17 @@ from typing import Any
 import numpy as np
 
 from qir.calibration import calib_scale
+from qir.errors import InputError
 from qir.graph import QIR
 from qir.io.qdq_export import INTEGER_MODES, export_qdq
+from qir.io.qoperator_export import export_qoperator
 from qir.kinds import CalibMode, CalibRole
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.records import CalibRecord
 
-__all__ = ["EmitPass", "onnxruntime_caveats"]
+__all__ = ["EmitPass", "onnxruntime_caveats", "FORMATS"]
+
+FORMATS = ("qdq", "qoperator")
 
 logger = logging.getLogger(__name__)
 
@@ -99,30 +106,45 @@ class EmitPass(AnalysisPass):
 
     Options: ``opset`` (at least what the content needs); ``path`` and ``overwrite``, where the
     model is to be written (a pass writes nothing itself: ``qir pipeline`` writes it, and so does
-    :func:`qir.tools.emit.write_reports` for Python pipelines). The IR is not changed. The
-    report holds the ONNX ``model`` (a ``ModelProto``), ``path``/``overwrite``, its ``opset``
-    and the IR's ``source_opset``, the calibration nodes per mode (``modes``) and per role and
-    mode (``roles``), the QuantizeLinear / DequantizeLinear counts, the implied clips written as
-    Relu/Clip, and ``onnxruntime_caveats``.
+    :func:`qir.tools.emit.write_reports` for Python pipelines); ``format``: ``qdq`` (default) or
+    ``qoperator`` (integer ONNX ops where they exist, the rest QDQ). The IR is not changed. The
+    report holds the ONNX ``model`` (a ``ModelProto``), ``path``/``overwrite``, ``format``, its
+    ``opset`` and the IR's ``source_opset``, the calibration nodes per mode (``modes``) and per
+    role and mode (``roles``), the QuantizeLinear / DequantizeLinear counts, the implied clips
+    written as Relu/Clip, and ``onnxruntime_caveats`` (of the ops left in QDQ form). With
+    ``qoperator`` also ``forms`` (integer op type -> ops written so), ``integer_nodes``,
+    ``kept_qdq`` (op type -> ops that read a quantized value but stay QDQ) and ``kept_qdq_nodes``
+    (each with the reason).
     """
 
     name = "emit"
 
-    def __init__(self, opset: int | None = None, path: str | None = None, *, overwrite: bool = False) -> None:
+    def __init__(self, opset: int | None = None, path: str | None = None, *, overwrite: bool = False,
+                 format: str = "qdq") -> None:  # noqa: A002
+        if format not in FORMATS:
+            raise InputError(f"emit: format {format!r} is not one of {', '.join(FORMATS)}")
         self.opset = int(opset) if opset is not None else None
         self.path, self.overwrite = (str(path) if path is not None else None), bool(overwrite)
+        self.format = format
         self.options = {k: v for k, v in (("opset", opset), ("path", path)) if v is not None}
+        if format != "qdq":
+            self.options["format"] = format
 
     def run(self, ir: QIR) -> PassResult:
-        model = export_qdq(ir, opset=self.opset)
+        forms: dict[str, Any] = {}
+        if self.format == "qoperator":
+            model, forms = export_qoperator(ir, opset=self.opset)
+        else:
+            model = export_qdq(ir, opset=self.opset)
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-        report = {"model": model, "path": self.path, "overwrite": self.overwrite, "opset": opset,
-                  "source_opset": ir.opset, **_counts(ir),
+        integer = forms.get("integer_nodes", {})
+        report = {"model": model, "path": self.path, "overwrite": self.overwrite, "format": self.format,
+                  "opset": opset, "source_opset": ir.opset, **_counts(ir),
                   "quantize_linear": sum(n.op_type == "QuantizeLinear" for n in model.graph.node),
                   "dequantize_linear": sum(n.op_type == "DequantizeLinear" for n in model.graph.node),
                   "implied_clips": sum(r.implied_clip is not None and r.mode in (CalibMode.FLOAT, CalibMode.FP16)
                                        for r in ir.calibrations()),
-                  "onnxruntime_caveats": onnxruntime_caveats(ir)}
+                  "onnxruntime_caveats": [c for c in onnxruntime_caveats(ir) if c["node"] not in integer], **forms}
         for caveat in report["onnxruntime_caveats"]:
             logger.warning("emit: %s: %s", caveat["node"], caveat["issue"])
         return PassResult(ir, False, report)

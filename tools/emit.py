@@ -6,6 +6,7 @@ in a file (``qir emit``, the demo). Passes never write; files are written throug
 
     emit_model(ir, "partial.onnx", int16=["conv2"], float="fc")   # modes set on a clone, then written
     emit(ir, "qdq.onnx")                                           # the IR's modes as they are
+    emit(ir, "int.onnx", format="qoperator")                       # QLinearConv, QGemm, ... where they exist
 """
 from __future__ import annotations
 
@@ -61,24 +62,28 @@ def write_reports(reports: Iterable[dict[str, Any]], *, overwrite: bool = False,
 
 
 def emit(ir: QIR, path: str | Path, *, opset: int | None = None, overwrite: bool = False,
-         outputs: Outputs | None = None) -> dict[str, Any]:
-    """Emit ``ir`` (:class:`qir.passes.emit.EmitPass`) and write the model to ``path`` (through
-    ``outputs``, a command's, when given: then ``path`` is in its folder). Returns the pass's report with ``path`` in place of the
-    model. An existing ``path`` is refused before anything is built unless ``overwrite``. ``ir`` is
-    not changed."""
+         outputs: Outputs | None = None, format: str = "qdq") -> dict[str, Any]:  # noqa: A002
+    """Emit ``ir`` (:class:`qir.passes.emit.EmitPass`; ``format`` ``qdq`` or ``qoperator``) and
+    write the model to ``path`` (through ``outputs``, a command's, when given: then ``path`` is in
+    its folder). Returns the pass's report with ``path`` in place of the model. An existing
+    ``path`` is refused before anything is built unless ``overwrite``. ``ir`` is not changed."""
+    emit_pass = EmitPass(opset=opset, format=format)  # a bad format is refused before anything else
     out = (outputs if outputs is not None else Outputs(overwrite=overwrite)).plan(path).check()  # before building
-    found = dict(EmitPass(opset=opset)(ir).report)
+    found = dict(emit_pass(ir).report)
     path = write_model(found.pop("model"), path, outputs=out)
     found.pop("overwrite")
     report = {**found, "path": str(path)}
     logger.info("emit: %s (opset %d): %s", report["path"], report["opset"], report["modes"])
+    if format == "qoperator":
+        logger.info("emit: integer forms %s; kept QDQ %s", report["forms"], report["kept_qdq"])
     return report
 
 
 def emit_model(ir: QIR, path: str | Path, *, int16: str | Iterable[str] = (), float: str | Iterable[str] = (),  # noqa: A002
                fp16: str | Iterable[str] = (), opset: int | None = None, overwrite: bool = False,
-               outputs: Outputs | None = None) -> dict[str, Any]:
-    """Set the chosen calibration nodes' modes on a clone of ``ir`` and emit it to ``path``.
+               outputs: Outputs | None = None, format: str = "qdq") -> dict[str, Any]:  # noqa: A002
+    """Set the chosen calibration nodes' modes on a clone of ``ir`` and emit it to ``path`` in
+    ``format`` (``qdq``, or ``qoperator``: integer ONNX ops where they exist, :func:`emit`).
 
     ``int16`` / ``float`` / ``fp16``: names or globs of calibration nodes, of the ops they feed,
     or module paths (as ``set-mode`` selects them; a comma-separated string or a list); every
@@ -98,7 +103,7 @@ def emit_model(ir: QIR, path: str | Path, *, int16: str | Iterable[str] = (), fl
             chosen[cal.name] = mode
     for name, mode in chosen.items():
         clone.set_calibration(name, mode=mode)
-    report = emit(clone, path, opset=opset, overwrite=overwrite, outputs=outputs)
+    report = emit(clone, path, opset=opset, overwrite=overwrite, outputs=outputs, format=format)
     report["selected"] = {m.value: sorted(n for n, mm in chosen.items() if mm is m)
                           for m in (CalibMode.INT16, CalibMode.FLOAT, CalibMode.FP16)}
     return report

@@ -29,10 +29,11 @@ calibration node as a named Identity, converted with ``onnx.version_converter``,
 are the Identity nodes replaced — so no attribute is ever written that the declared opset lacks.
 
 **Round trip.** The model's metadata ``qir.calibrations`` holds every calibration node's state
-as JSON (name, mode, role, threshold/scale/zero point/axis, fixed, feeds, implied clip, and for
-float nodes the reads to restore). ``qir.load`` of the emitted model gives back the same
-calibration nodes (:mod:`qir.io.qdq_import`), except that an int weight comes back as its
-dequantized values (the model stores only the integers), which fake-quantize to the same result.
+as JSON (name, mode, role, threshold/scale/zero point/axis, fixed, feeds, implied clip, the
+uint8 frame of a quantizer imported from one, and for float nodes the reads to restore).
+``qir.load`` of the emitted model gives back the same calibration nodes
+(:mod:`qir.io.qdq_import`), except that an int weight comes back as its dequantized values (the
+model stores only the integers), which fake-quantize to the same result.
 
 **onnxruntime.** The model means exactly qir's fake quantization when its ops run as written
 (``session.disable_quant_qdq``: bit for bit against qir's ort runtime). onnxruntime's default
@@ -150,9 +151,9 @@ class _Names:
 class _Lowering:
     """Writes each calibration node of ``ir`` into a model that holds it as a named Identity."""
 
-    def __init__(self, ir: QIR, model: onnx.ModelProto, uint8_activations: bool) -> None:
+    def __init__(self, ir: QIR, model: onnx.ModelProto, uint8_activations: bool, keep_unsigned: bool) -> None:
         self.ir, self.model = ir, model
-        self.uint8_activations = uint8_activations
+        self.uint8_activations, self.keep_unsigned = uint8_activations, keep_unsigned
         self.names = _Names(model)
         self.inits: list[onnx.TensorProto] = []
         self.alias: dict[str, str] = {}       # bypassed float outputs -> the value read instead
@@ -204,7 +205,8 @@ class _Lowering:
         attrs = {"axis": int(rec.axis)} if scale.ndim else {}
         s_name = self.const(f"{rec.name}.scale", scale.astype(np.float32))
         src = self.ir.value(rec.input)
-        if src.data is None and rec.mode is CalibMode.INT8 and self.uint8_activations:
+        unsigned = self.uint8_activations or (self.keep_unsigned and rec.meta.get("unsigned"))
+        if src.data is None and rec.mode is CalibMode.INT8 and unsigned:
             zp = (zp.astype(np.int16) + 128).astype(np.uint8)  # the same values in the uint8 frame
         zp_name = self.const(f"{rec.name}.zero_point", zp)
         if src.data is not None:  # a constant: store it quantized
@@ -232,13 +234,15 @@ def _entry(ir: QIR, rec: CalibRecord, bypassed: bool) -> dict[str, Any]:
              "output": rec.output, "threshold": _json_values(rec.threshold), "scale": _json_values(rec.scale),
              "zero_point": _json_values(rec.zero_point), "axis": rec.axis, "fixed": bool(rec.fixed),
              "feeds": list(rec.feeds), "implied_clip": clip}
+    if rec.meta.get("unsigned"):
+        entry["unsigned"] = True
     if bypassed:
         entry["uses"] = [[r.name, slot] for r, slot in ir.uses(rec.output) if isinstance(r, OpRecord)]
     return entry
 
 
 def export_qdq(ir: QIR, *, opset: int | None = None, uint8_activations: bool | None = None,
-               check: bool = True) -> onnx.ModelProto:
+               keep_unsigned: bool = False, check: bool = True) -> onnx.ModelProto:
     """``ir`` as a standard ONNX model (see the module docstring); ``ir`` is not changed.
 
     Args:
@@ -246,6 +250,9 @@ def export_qdq(ir: QIR, *, opset: int | None = None, uint8_activations: bool | N
         uint8_activations: write int8 activation quantizers as uint8 with zero point + 128
             (the same values). Default: only at opset >= 21, where onnxruntime 1.31's
             optimizer breaks int8 activation QDQ (see the module docstring).
+        keep_unsigned: also write, at any opset, the int8 activation quantizers imported from
+            uint8 ones (``meta["unsigned"]``) as uint8: the frame onnxruntime's integer kernels
+            compute in (:mod:`qir.io.qoperator_export` uses it).
         check: run ``onnx.checker`` on the result.
 
     Raises:
@@ -263,7 +270,7 @@ def export_qdq(ir: QIR, *, opset: int | None = None, uint8_activations: bool | N
     cals = {rec.name: rec for rec in ir.calibrations()}
     if uint8_activations is None:
         uint8_activations = target >= OPSET_INT16
-    low = _Lowering(ir, model, uint8_activations)
+    low = _Lowering(ir, model, uint8_activations, keep_unsigned)
     graph = model.graph
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:

@@ -9,6 +9,9 @@ and ``qir::Calibration`` nodes (:mod:`qir.io.calib_onnx`). The parts, each with 
 - :mod:`qir.io.qdq_clips`: the Relu/Clip that onnxruntime's quantizer removed (implied clips);
 - :mod:`qir.io.qdq_metadata`: the calibration state of models written by qir's emit pass;
 - :mod:`qir.io.qdq_graph`: the index of the graph they all read.
+
+A QOperator model (QLinear* / ConvInteger / MatMulInteger nodes, e.g. ``qir emit --format
+qoperator``) is first rewritten into this QDQ form by :mod:`qir.io.qoperator_import`.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from qir.io.qdq_clips import float_clips
 from qir.io.qdq_graph import is_op
 from qir.io.qdq_metadata import EMIT_METADATA_KEY
 from qir.io.qdq_rewrite import QdqRewrite
+from qir.io.qoperator_import import has_qoperator, to_qdq
 
 __all__ = ["convert_qdq", "is_qdq_model"]
 
@@ -29,9 +33,10 @@ logger = logging.getLogger(__name__)
 
 
 def is_qdq_model(proto: onnx.ModelProto) -> bool:
-    """True when the model holds QuantizeLinear/DequantizeLinear nodes or qir emit metadata."""
+    """True when the model holds QuantizeLinear/DequantizeLinear nodes, qir emit metadata or
+    QOperator nodes (:func:`qir.io.qoperator_import.has_qoperator`)."""
     return (any(is_op(n, "QuantizeLinear") or is_op(n, "DequantizeLinear") for n in proto.graph.node)
-            or any(p.key == EMIT_METADATA_KEY for p in proto.metadata_props))
+            or any(p.key == EMIT_METADATA_KEY for p in proto.metadata_props) or has_qoperator(proto))
 
 
 def convert_qdq(proto: onnx.ModelProto, where: str = "model", *,
@@ -58,6 +63,7 @@ def convert_qdq(proto: onnx.ModelProto, where: str = "model", *,
     from qir.io.onnx_proto import fix_input_shapes, name_unnamed_nodes
 
     name_unnamed_nodes(proto)
+    to_qdq(proto, where)  # QOperator nodes -> DequantizeLinear -> float op -> QuantizeLinear
     if input_shapes:
         fix_input_shapes(proto, input_shapes)
     emitted = any(p.key == EMIT_METADATA_KEY for p in proto.metadata_props)

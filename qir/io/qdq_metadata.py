@@ -43,10 +43,13 @@ def entry_state(entry: Mapping[str, Any], where: str = f"an entry of the {EMIT_M
     clip = entry.get("implied_clip")
     if clip is not None:  # JSON has no infinities: null marks an open end
         clip = (-np.inf if clip[0] is None else float(clip[0]), np.inf if clip[1] is None else float(clip[1]))
-    return {"mode": read_kind(CalibMode, entry["mode"], where), "threshold": values("threshold", np.float32),
-            "scale": values("scale", np.float32), "zero_point": values("zero_point", np.int64),
-            "axis": axis, "fixed": bool(entry.get("fixed", False)),
-            "feeds": tuple(entry.get("feeds", ())), "implied_clip": clip}
+    state = {"mode": read_kind(CalibMode, entry["mode"], where), "threshold": values("threshold", np.float32),
+             "scale": values("scale", np.float32), "zero_point": values("zero_point", np.int64),
+             "axis": axis, "fixed": bool(entry.get("fixed", False)),
+             "feeds": tuple(entry.get("feeds", ())), "implied_clip": clip}
+    if entry.get("unsigned"):  # imported from a uint8/uint16 quantizer (the integer level's frame)
+        state["meta"] = {"unsigned": True}
+    return state
 
 
 def consistent(state: Mapping[str, Any], found: Mapping[str, Any]) -> bool:

@@ -111,9 +111,13 @@ def cmd_emit(args: argparse.Namespace) -> int:
     if not ir.calibrations():
         raise InputError(f"{args.model} has no calibration nodes; calibrate it first (qir calibrate)")
     report = emit_model(ir, args.output, int16=args.int16 or (), float=args.float or (), fp16=args.fp16 or (),
-                        outputs=out)
+                        outputs=out, format=args.format)
     modes = ", ".join(f"{k}: {v}" for k, v in report.get("modes", {}).items())
     print(f"wrote {report['path']} (opset {report.get('opset')}; calibration nodes by mode: {modes})")
+    if args.format == "qoperator":
+        forms = ", ".join(f"{k} {v}" for k, v in report["forms"].items()) or "none"
+        kept = ", ".join(f"{k} {v}" for k, v in report["kept_qdq"].items()) or "none"
+        print(f"integer ops written: {forms}; ops reading quantized values left in QDQ form: {kept}")
     return 0
 
 
@@ -166,11 +170,14 @@ def _add_set_mode(sub) -> None:
 
 
 def _add_emit(sub) -> None:
-    p = sub.add_parser("emit", help="write a partially-quantized ONNX model (QDQ / fp16 casts / float)")
+    p = sub.add_parser("emit", help="write a partially-quantized ONNX model (QDQ or integer ops / fp16 casts / float)")
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
     p.add_argument("-o", "--output", required=True, help="the ONNX model to write")
     for mode in ("int16", "float", "fp16"):
         p.add_argument(f"--{mode}", help=f"nodes to emit as {mode}: names/globs of calibration nodes, ops or modules")
+    p.add_argument("--format", choices=["qdq", "qoperator"], default="qdq",
+                   help="qdq (default): QuantizeLinear/DequantizeLinear pairs; qoperator: integer ONNX ops "
+                        "(QLinearConv, QGemm, ConvInteger, ...) where they exist, the rest QDQ")
     add_force(p)
     p.set_defaults(func=cmd_emit)
 
