@@ -57,4 +57,8 @@ GENERIC = make_profile(
     dynamic_quant_linear=S(False, A, "static quantization"),
     softmax_mode=S("float", A, "dequantize, compute, requantize"),
     integer_ops=S(None, A, "every op qir has an integer kernel for"),
+    tune_ladder=S({"gemm": ("int8", "int16", "int16+w16"), "other": ("int8", "int16", "fp16")}, A,
+                  "int8 first, then int16, dual int16 for GEMMs, fp16 for other ops"),
+    tune_costs=S({"int8": 1, "int16": 2, "fp16": 2, "float": 4, "int8 x int8": 1, "int16 x int8": 2,
+                  "int16 x int16": 4, "float x float": 4}, A, "cost per FLOP relative to int8: data size"),
 )

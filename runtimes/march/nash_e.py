@@ -9,7 +9,7 @@ from __future__ import annotations
 from qir.runtimes.march.op_classes import OpClass
 from qir.runtimes.march.profile import I8_I16, SRC, A, D, LutInt8, LutInt16, S, make_profile
 
-__all__ = ["NASH_E", "DOC_SUMMARY"]
+__all__ = ["NASH_E", "DOC_SUMMARY", "TUNE_COST_NOTE"]
 
 #: The note of a value the reference marks *DOC-summary* (it counts as documented).
 DOC_SUMMARY = "doc summary (Horizon page seen, URL not kept; re-verify)"
@@ -34,6 +34,14 @@ _NASH_FUSION_ITEMS = {
     ("Gemm", "Add"): (SRC, "Linear+Add fusion in the plugin canonicalizer"),
     ("Gemm", "Relu"): (SRC, "plugin GEMM_MODULE lists fused Linear variants"),
 }
+
+#: Relative cost per FLOP of each tuning level (GEMMs by their "input x weight" pair): our assumption.
+_NASH_COSTS = {"int8": 1, "int16": 2, "fp16": 4, "float": 16,
+               "int8 x int8": 1, "int16 x int8": 2, "int16 x int16": 4, "float x float": 32}
+TUNE_COST_NOTE = ("cost per FLOP relative to int8, our assumption: an int16 value moves twice the data of an int8 "
+                  "one and an int16 x int8 MAC takes two int8 MACs (int16 x int16 four); fp16 runs on a small float "
+                  "unit; float is the CPU. The guide says only that cost tracks FLOPs and that int16 and fp16 cost "
+                  "more than int8; only the ratios matter")
 
 NASH_E = make_profile(
     name=S("nash-e", D, "hmct / horizon_plugin_pytorch march name (J6E)"),
@@ -143,4 +151,10 @@ NASH_E = make_profile(
                                "plugin [source]); its decomposition is not public: qir computes it in float"),
     integer_ops=S(None, A, "every op qir has an integer kernel for runs in integer; the BPU's "
                            "exact op coverage per march is not public"),
+    tune_ladder=S({"gemm": ("int8", "int16", "int16+w16"), "other": ("int8", "int16", "fp16")}, D,
+                  "accuracy tuning guide, J6E/M mixed precision: all-int16 first (the upper bound), then all-int8 "
+                  "with int16 raised by sensitivity (binary search on the int16 ratio); fp16 only where int16 "
+                  "cannot reach the target (J6M has little float compute)",
+                  items={"gemm": (A, "int16+w16 (dual int16) rests on the assumed (int16, int16) GEMM pair")}),
+    tune_costs=S(_NASH_COSTS, A, TUNE_COST_NOTE),
 )

@@ -15,4 +15,6 @@ NASH_M = derive_profile(
     gemm_dtype_pairs=S((("int8", "int8"), ("int16", "int8"), ("int16", "int16")), D,
                        "input x weight; (int8, int16) is not documented (disallowed)",
                        items={("int16", "int16"): (D, "dual-int16 example on J6M: " + DOC_SUMMARY)}),
+    tune_ladder=S(NASH_E.tune_ladder, D, NASH_E.provenance["tune_ladder"].note
+                  + "; int16+w16: dual int16 is documented on J6M"),
 )

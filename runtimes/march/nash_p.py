@@ -2,7 +2,7 @@
 differences, chiefly native fp16 on every non-GEMM op."""
 from __future__ import annotations
 
-from qir.runtimes.march.nash_e import DOC_SUMMARY, NASH_E
+from qir.runtimes.march.nash_e import DOC_SUMMARY, NASH_E, TUNE_COST_NOTE
 from qir.runtimes.march.op_classes import OpClass
 from qir.runtimes.march.profile import I8_I16, SRC, A, D, S, derive_profile
 
@@ -49,4 +49,9 @@ NASH_P = derive_profile(
     saturate=S(True, D, "J6P/H add: 'when inputs are integer/quantized, overflow saturates to the "
                         "result dtype's min/max'; generalized to every op (assumed)"),
     dynamic_quant_linear=S(True, D, "SetDynamicQuantTemplate (nash-p LLM); not emulated in v1"),
+    tune_ladder=S({"gemm": ("int8", "int16", "int16+w16"), "other": ("fp16",)}, D,
+                  "accuracy tuning guide, J6P: GEMM inputs dual int16 and every other op fp16 first (the upper "
+                  "bound), then GEMM inputs int8 with int16 raised by sensitivity; other ops stay fp16"),
+    tune_costs=S({**NASH_E.tune_costs, "fp16": 2}, A, TUNE_COST_NOTE + "; fp16 is native on every non-GEMM op of "
+                                                                        "J6P, costed as int16"),
 )

@@ -58,7 +58,7 @@ __all__ = [
     "MarchProfile", "PARAM_FIELDS", "PAIR_FIELDS", "PATTERN_FIELDS",
     "normalize_dtype", "rounding_function",
     "ROUND_MODES", "SHIFT_ROUND_MODES", "SCALE_DIVISORS", "REQUANT_MODES", "ACC_OVERFLOW",
-    "FP16_LEVELS", "LUT_MODES", "DTYPES", "QRANGES",
+    "FP16_LEVELS", "LUT_MODES", "DTYPES", "QRANGES", "TUNE_LEVELS",
     "D", "SRC", "A", "I8_I16", "S", "make_profile", "derive_profile",
 ]
 
@@ -316,6 +316,9 @@ class MarchProfile:
     # the integer level
     integer_ops: tuple[str, ...] | None  # op types computed in integer (None: every op qir has an
     #                                      integer kernel for); the rest run in float (CPU fallback)
+    # accuracy tuning (qir tune): the march's mixed-precision pipeline, as data
+    tune_ladder: FrozenMap               # "gemm" | "other" -> precision levels, cheapest first (TUNE_LEVELS)
+    tune_costs: FrozenMap                # level -> cost per FLOP relative to int8 (GEMM keys "A x W")
     # every field above -> Provenance
     provenance: FrozenMap = field(repr=False, compare=True)
 
@@ -344,6 +347,8 @@ class MarchProfile:
         if missing:
             raise ValueError(f"{self.name}: act_dtypes has no entry for op classes {missing}")
         put("act_dtypes", FrozenMap(act))
+        put("tune_ladder", FrozenMap({str(k): tuple(str(v) for v in levels) for k, levels in dict(self.tune_ladder).items()}))
+        put("tune_costs", FrozenMap({str(k): float(v) for k, v in dict(self.tune_costs).items()}))
         for f in ("int8_only_inputs", "int8_only_outputs", "fp16_documented_ops"):
             put(f, tuple(str(o) for o in getattr(self, f)))
         if self.integer_ops is not None:
@@ -368,6 +373,7 @@ class MarchProfile:
         for f, allowed in choices.items():
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{self.name}: {f}={getattr(self, f)!r}; expected one of {allowed}")
+        _check_tune(self)
         if self.lut_int16.divide_strategy not in ("evenly", "curvature"):
             raise ValueError(f"{self.name}: lut_int16.divide_strategy must be 'evenly' or 'curvature'")
         if self.consistency_level not in (0, 1, 2):
@@ -473,6 +479,32 @@ class MarchProfile:
             prov[k] = Provenance(Status.OVERRIDE,
                                  f"set by the user (profile value {getattr(self, k)!r}, {old.status.value})")
         return dataclasses.replace(self, **changes, provenance=FrozenMap(prov))
+
+
+#: The precision levels of ``tune_ladder``: level -> (activation mode, mode of the weights of the
+#: GEMMs that activation feeds; None: left as they are). ``int16+w16`` is dual int16 (int16 input
+#: and weight); ``float`` (not quantized, the CPU) is never in a ladder: ``qir tune --allow float``
+#: appends it, costed by ``tune_costs["float"]`` / ``["float x float"]``.
+TUNE_LEVELS: dict[str, tuple[str, str | None]] = {
+    "int8": ("int8", "int8"), "int16": ("int16", "int8"), "int16+w16": ("int16", "int16"),
+    "fp16": ("fp16", None), "float": ("float", "float")}
+
+
+def _check_tune(p: "MarchProfile") -> None:
+    """``tune_ladder`` has a ``gemm`` and an ``other`` ladder of known levels; ``tune_costs`` prices
+    every level a ladder holds, and float."""
+    if set(p.tune_ladder) != {"gemm", "other"}:
+        raise ValueError(f"{p.name}: tune_ladder needs exactly the keys 'gemm' and 'other', got {sorted(p.tune_ladder)}")
+    for key, levels in p.tune_ladder.items():
+        bad = [lv for lv in levels if lv not in TUNE_LEVELS or lv == "float"]
+        if not levels or bad:
+            raise ValueError(f"{p.name}: tune_ladder[{key!r}] must list levels of {sorted(set(TUNE_LEVELS) - {'float'})}, "
+                             f"got {levels}")
+    needed = {"float", "float x float", *p.tune_ladder["other"]}
+    needed |= {f"{a} x {w}" for a, w in (TUNE_LEVELS[lv] for lv in p.tune_ladder["gemm"])}
+    missing = sorted(needed - set(p.tune_costs))
+    if missing:
+        raise ValueError(f"{p.name}: tune_costs has no cost for {missing}")
 
 
 PARAM_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(MarchProfile)

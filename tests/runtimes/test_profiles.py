@@ -143,7 +143,7 @@ def test_nash_m_and_p_are_nash_e_plus_their_documented_differences():
     assert NASH_M.provenance["gemm_dtype_pairs"] != NASH_E.provenance["gemm_dtype_pairs"]
     assert diff(NASH_E, NASH_P) == {
         "name", "aliases", "act_dtypes", "default_non_gemm_act_dtype", "gemm_float_output",
-        "elementwise_dtypes", "fp16_ops", "fp16_documented_ops", "dynamic_quant_linear"}
+        "elementwise_dtypes", "fp16_ops", "fp16_documented_ops", "dynamic_quant_linear", "tune_ladder", "tune_costs"}
     assert NASH_P.gemm_float_output and not NASH_E.gemm_float_output
 
 
@@ -319,8 +319,8 @@ def test_the_assumed_parameters_are_pinned():
                    "fp16_saturate", "fusions", "quant_round", "scale_divisor", "requant_mode",
                    "requant_multiplier_bits", "requant_shift_round", "intermediate_sat16",
                    "acc_bits", "acc_overflow", "bias_round", "lut_mode", "lut_int16", "softmax_mode",
-                   "integer_ops"}
-    assert set(NASH_E.assumed_fields()) == nash_common | {"gemm_dtype_pairs", "saturate"}
+                   "integer_ops", "tune_costs"}
+    assert set(NASH_E.assumed_fields()) == nash_common | {"gemm_dtype_pairs", "saturate", "tune_ladder"}
     assert set(NASH_M.assumed_fields()) == nash_common | {"saturate"}
     assert set(NASH_P.assumed_fields()) == (nash_common - {"matmul_act_act_pairs"}) | {
         "consistency_level", "high_precision_qpp", "fuse_requant"}
@@ -337,3 +337,24 @@ def test_the_integer_level_parameters_print_readably():
     assert "every op with an integer kernel" in _field_line(_blocks(text)["nash-e"], "integer_ops")
     assert "QLinearSoftmax" in format_profiles(["ort"], notes=True)
     assert "Conv, MatMul" in _field_line(_blocks(text)["ort"], "integer_ops")
+
+
+def test_the_tuning_pipeline_is_profile_data():
+    """qir tune reads its pipeline from the profile: nash-e/m start all-int8 and go to int16, fp16 only
+    beyond int16; nash-p starts GEMM inputs at int8 with every other op at fp16 (seed 002)."""
+    for prof in (NASH_E, NASH_M):
+        assert prof.tune_ladder["gemm"][0] == prof.tune_ladder["other"][0] == "int8"
+        assert prof.tune_ladder["other"].index("fp16") > prof.tune_ladder["other"].index("int16")
+    assert NASH_P.tune_ladder["other"] == ("fp16",) and NASH_P.tune_ladder["gemm"][0] == "int8"
+    # dual int16 is a ladder step only where the profile allows the (int16, int16) GEMM pair
+    for prof in PROFILES.values():
+        assert ("int16+w16" in prof.tune_ladder["gemm"]) <= prof.allows_gemm("int16", "int16")
+    assert NASH_E.status_of("tune_ladder", "gemm") is Status.ASSUMED  # its (int16, int16) pair is
+    assert NASH_M.status_of("tune_ladder", "gemm") is Status.DOCUMENTED
+    assert NASH_E.tune_costs["int16 x int16"] > NASH_E.tune_costs["int16 x int8"] > NASH_E.tune_costs["int8 x int8"]
+    with pytest.raises(ValueError, match="tune_ladder"):
+        NASH_E.with_overrides(tune_ladder={"gemm": ("int8", "int4"), "other": ("int8",)})
+    with pytest.raises(ValueError, match="tune_costs has no cost"):
+        NASH_E.with_overrides(tune_costs={"int8": 1})
+    line = _field_line(_blocks(format_profiles(["nash-p"]))["nash-p"], "tune_costs")
+    assert "[ASSUMED]" in line
