@@ -81,11 +81,13 @@ class SetModePass(Pass):
                                           ("threshold", threshold), ("all", self.all or None)) if v is not None}
 
     def run(self, ir: QIR) -> PassResult:
+        if not ir.calibrations():  # before selecting: a name the model has would read as "no such node"
+            raise InputError(f"set-mode: the model {ir.name!r} has no calibration nodes; calibrate it first "
+                             "(qir calibrate)")
         chosen = select_calibrations(ir, self.nodes, self.op_types, self.role)
         if not chosen:
             what = ", ".join(f"{k}={v}" for k, v in self.options.items() if k not in ("mode", "threshold"))
-            raise InputError(f"set-mode: {what} selects no calibration node of {ir.name!r}"
-                             + ("" if ir.calibrations() else "; it has none (calibrate it first)"))
+            raise InputError(f"set-mode: {what} selects no calibration node of {ir.name!r}")
         fixed = {} if self.threshold is None else {"threshold": np.float32(self.threshold), "axis": None, "fixed": True}
         changed = [cal.name for cal in chosen if ir.set_calibration(cal.name, mode=self.mode, **fixed)]
         logger.info("set-mode: %d of %d selected calibration node(s) changed", len(changed), len(chosen))

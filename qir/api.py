@@ -34,7 +34,8 @@ def as_ir(model: QIR | str | Path | onnx.ModelProto, *, calibrated: bool = False
 
     ir = model if isinstance(model, QIR) else load(model)
     if calibrated and not ir.calibrations():
-        raise InputError("the model has no calibration nodes; calibrate it first (qir calibrate)")
+        what = f"the model {ir.name!r}" if isinstance(model, (QIR, onnx.ModelProto)) else str(model)
+        raise InputError(f"{what} has no calibration nodes; calibrate it first (qir calibrate)")
     return ir
 
 

@@ -14,16 +14,19 @@ Samples are loaded lazily, one at a time, so a large calibration folder never si
 """
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from qir.errors import InputError, did_you_mean
 from qir.files import atomic_write
 
-__all__ = ["Samples", "load_samples", "model_samples", "save_outputs", "save_npz"]
+__all__ = ["Samples", "load_samples", "model_samples", "save_outputs", "save_npz", "forget_warnings"]
+
+logger = logging.getLogger(__name__)
 
 
 def _natural_key(path: Path) -> tuple:
@@ -31,26 +34,64 @@ def _natural_key(path: Path) -> tuple:
 
 
 def _load_npy(path: Path) -> np.ndarray:
+    return _read_array(lambda: np.load(path, allow_pickle=False), str(path), ".npy array file")
+
+
+def _read_array(load: Callable[[], np.ndarray], where: str, what: str) -> np.ndarray:
+    """``load()`` (an ``np.load`` with ``allow_pickle=False``, or an ``.npz`` entry), any failure
+    an InputError naming ``where``; an array of Python objects (pickled data) is never loaded."""
     try:
-        return np.load(path, allow_pickle=False)
+        return load()
     except Exception as exc:
-        raise InputError(f"cannot read {path}: not a valid .npy array file ({type(exc).__name__})") from exc
+        if isinstance(exc, ValueError) and "Object arrays" in str(exc):
+            raise InputError(f"cannot read {where}: it holds Python objects (pickled data), which qir never loads; "
+                             "save a numeric array (np.save(path, array.astype(np.float32)))") from exc
+        raise InputError(f"cannot read {where}: not a valid {what} ({type(exc).__name__})") from exc
+
+
+_PYTHON = "python iterable"  # the source of samples given in Python
+_WARNED: set[tuple[str, int]] = set()  # (file or folder, sample) already named in a NaN/Inf warning
+
+
+def forget_warnings() -> None:
+    """Warn again about every sample with NaN or Inf inputs (see :class:`Samples`)."""
+    _WARNED.clear()
 
 
 class Samples(Sequence[dict]):
-    """A lazily loaded sequence of samples; ``samples[i]`` is ``{input name: array}``."""
+    """A lazily loaded sequence of samples; ``samples[i]`` is ``{input name: array}``.
 
-    def __init__(self, loaders: list[dict[str, Any]], source: str) -> None:
+    A sample whose floating-point inputs hold NaN or ±Inf is named in a warning the first time
+    it is read: every result on it is suspect, and the analyses that compare outputs leave it out
+    (their own warning says so). Once per sample of a file or folder (until
+    :func:`forget_warnings`, which the command line calls per command), however many times the
+    steps of an analysis load it; once per ``Samples`` object for samples given in Python."""
+
+    def __init__(self, loaders: list[dict[str, Any]], source: str, *, _indices: list[int] | None = None,
+                 _warned: set[tuple[str, int]] | None = None) -> None:
         self._loaders = loaders
         self.source = source
+        self._indices = list(range(len(loaders))) if _indices is None else _indices  # index in the whole source
+        if _warned is None:
+            _warned = set() if source == _PYTHON else _WARNED
+        self._warned = _warned  # (source, index) of the samples warned about; shared with slices
 
     def __len__(self) -> int:
         return len(self._loaders)
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
-            return Samples(self._loaders[i], self.source)
-        return {name: (get() if callable(get) else get) for name, get in self._loaders[i].items()}
+            return Samples(self._loaders[i], self.source, _indices=self._indices[i], _warned=self._warned)
+        sample = {name: (get() if callable(get) else get) for name, get in self._loaders[i].items()}
+        index = self._indices[i]
+        if (self.source, index) not in self._warned:
+            bad = {name: n for name, a in sample.items() if (n := _nonfinite(a))}
+            if bad:
+                self._warned.add((self.source, index))
+                logger.warning("sample %d of %s holds NaN or Inf in its inputs (%s): results on it mean nothing; "
+                               "fix or remove it", index, self.source,
+                               ", ".join(f"{name!r} {n} of {np.size(sample[name])} values" for name, n in bad.items()))
+        return sample
 
     def __iter__(self) -> Iterator[dict]:
         for i in range(len(self)):
@@ -58,6 +99,12 @@ class Samples(Sequence[dict]):
 
     def __repr__(self) -> str:
         return f"Samples({len(self)} from {self.source})"
+
+
+def _nonfinite(array: Any) -> int:
+    """How many elements of a floating-point (or complex) array are NaN or ±Inf; 0 for others."""
+    a = np.asarray(array)
+    return int(a.size - np.count_nonzero(np.isfinite(a))) if a.dtype.kind in "fc" else 0
 
 
 def _split_stack(arr: np.ndarray, rank: int | None, what: str) -> list[np.ndarray]:
@@ -116,7 +163,7 @@ def load_samples(source: Any, input_names: Sequence[str],
         if not isinstance(item, Mapping):
             raise InputError(f"sample {i} is a {type(item).__name__}, expected a dict of "
                              "{input name: array}")
-    return Samples([dict(item) for item in items], "python iterable")
+    return Samples([dict(item) for item in items], _PYTHON)
 
 
 def _from_folder(path: Path, names: list[str]) -> Samples:
@@ -159,11 +206,11 @@ def _from_npz(path: Path, names: list[str], ranks: Mapping[str, int | None]) -> 
         indexed = sorted((k for k in keys if k.startswith(n + "/") and k[len(n) + 1:].isdigit()),
                          key=lambda k: int(k[len(n) + 1:]))
         if indexed:
-            per_input[n] = [(lambda k=k: npz[k]) for k in indexed]
-        elif n in keys:
-            per_input[n] = _split_stack(npz[n], ranks.get(n), f"{path}[{n}]")
-        elif len(names) == 1 and len(keys) == 1:
-            per_input[n] = _split_stack(npz[keys[0]], ranks.get(n), f"{path}[{keys[0]}]")
+            per_input[n] = [(lambda k=k: _read_array(lambda: npz[k], f"{path}[{k}]", ".npz entry")) for k in indexed]
+        elif n in keys or (len(names) == 1 and len(keys) == 1):
+            key = n if n in keys else keys[0]
+            per_input[n] = _split_stack(_read_array(lambda: npz[key], f"{path}[{key}]", ".npz entry"), ranks.get(n),
+                                        f"{path}[{key}]")
         else:
             raise InputError(f"{path} has no entry for model input {n!r} (keys: {keys[:6]}); "
                              f"use keys '{n}' (stacked) or '{n}/<i>' (one per sample)")

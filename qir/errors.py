@@ -5,7 +5,7 @@ import difflib
 from typing import Iterable
 
 __all__ = ["QirError", "ImportError_", "UnsupportedOpError", "NotFoundError", "InputError",
-           "OutputError", "ExecutionError", "did_you_mean"]
+           "OutputError", "ExecutionError", "did_you_mean", "shown"]
 
 
 class QirError(Exception):
@@ -41,7 +41,17 @@ class ExecutionError(QirError):
 
 
 def did_you_mean(name: str, candidates: Iterable[str], what: str = "node") -> str:
-    """``"no node 'x'; did you mean 'y', 'z'?"`` with up to three close matches."""
-    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
+    """``"no node 'x'; did you mean 'y', 'z'?"`` with up to three close matches; a name past
+    :data:`NAME_SHOWN` characters is shown cut, with its length (a message stays one short line)."""
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5) if len(name) <= NAME_SHOWN else []
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return f"no {what} named {name!r}{hint}"
+    return f"no {what} named {shown(name)}{hint}"
+
+
+NAME_SHOWN = 200  # characters of a name a message shows
+
+
+def shown(name: object) -> str:
+    """``repr(name)``, cut to :data:`NAME_SHOWN` characters with the full length after it."""
+    text = repr(name)
+    return text if len(text) <= NAME_SHOWN else f"{text[:NAME_SHOWN]}... ({len(str(name))} characters)"

@@ -76,8 +76,8 @@ def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, d
 def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, nodes_list, axis=None, *,
                                       data_num: int | None = 1, runtime: str = "ort", overwrite: bool = False) -> dict:
     """hmct's ``get_channelwise_data_distribution``: box plots in ``save_dir``; returns the
-    per-node channel statistics and outlier channels."""
-    ir = as_ir(model_or_file)
+    per-node channel statistics and outlier channels (of calibration nodes: the model must be calibrated)."""
+    ir = as_ir(model_or_file, calibrated=True)
     save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*channelwise.files(_names(nodes_list))).check()
     result = ChannelwisePass(calibrated_data, nodes_list, axis=axis, data_num=data_num, outlier_ratio=4.0,
                              runtime=runtime)(ir)

@@ -49,7 +49,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -175,7 +175,8 @@ class Engine:
         variants = list(variants)
         check_variants(self.ir, variants)
         start = time.perf_counter()
-        data = data_digest(self.samples) if out_dir is not None else None  # (only a results file needs it)
+        # (only a results file needs the digest; every sample fits the inputs before that file is written)
+        data = data_digest(_fitting(self.ir, self.samples)) if out_dir is not None else None
         options = [list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding]
         if self.whole is not None:  # (fake-quant analyses keep the fingerprint of their files)
             options += [self.level, self.whole.march]
@@ -422,3 +423,11 @@ class Engine:
                     segments=len(self.plan.segments), batch=self.batch, peak_cache_bytes=self.cache.peak,
                     spilled_bytes=self.cache.spilled,
                     peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+
+def _fitting(ir: QIR, samples: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Mapping[str, np.ndarray]]:
+    """``samples`` as they are, each first checked against the model's inputs
+    (:func:`~qir.runtimes.base.check_feeds`: a sample of another shape or dtype is an InputError)."""
+    for sample in samples:
+        check_feeds(ir, sample)
+        yield sample

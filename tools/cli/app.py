@@ -1,8 +1,9 @@
 """The ``qir`` command line: the parser, assembled from the command modules, and ``main``.
 
 Errors the user can fix (bad paths, corrupt files, unsupported ops, data that does not fit the
-model, a misspelled command: with the closest names) print one line ``qir: error: ...`` and exit
-with code 2; ``--debug`` shows tracebacks. Flags mean the same in every command (the table in
+model, a misspelled command: with the closest names; sizes that need more memory than the machine
+has) print one line ``qir: error: ...`` (a very long name or path shown cut) and exit with code 2;
+``--debug`` shows tracebacks. Flags mean the same in every command (the table in
 :mod:`qir.tools.cli.options`, printed by ``qir --help``), except under hmct's command names.
 Output files follow one rule (:class:`qir.tools.reports.output.Outputs`): checked before the
 work, never replaced without ``--force``, written atomically. Long steps show their progress
@@ -24,7 +25,8 @@ import sys
 from types import ModuleType
 from typing import Sequence
 
-from qir.errors import QirError, did_you_mean
+from qir.data import forget_warnings
+from qir.errors import NAME_SHOWN, QirError, did_you_mean
 from qir.tools.cli import commands
 from qir.tools.cli.options import flags_epilog
 
@@ -75,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("qir.progress").setLevel(logging.INFO)  # progress lines when stderr is no terminal
+    forget_warnings()  # each command names the NaN/Inf samples it reads, whatever ran before in this process
     try:
         return int(args.func(args) or 0)
     except QirError as exc:
@@ -88,7 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.debug:
             raise
-        print(f"qir: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        name = str(exc.filename or "")
+        name = name if len(name) <= NAME_SHOWN else f"{name[:NAME_SHOWN]}... ({len(name)} characters)"
+        print(f"qir: error: {exc.strerror or exc}: {name}".rstrip(": "), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except MemoryError as exc:  # the input asks for more than this machine has: not a bug in qir
+        if args.debug:
+            raise
+        print(f"qir: error: not enough memory ({exc or 'MemoryError'}): the inputs or options ask for more than "
+              "this machine has; use smaller sizes or fewer samples", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("qir: interrupted", file=sys.stderr)
