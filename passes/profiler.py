@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from qir.calibration import QRANGE, calib_scale
-from qir.errors import InputError
+from qir.errors import InputError, shown
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
@@ -56,7 +56,7 @@ class ProfilerPass(AnalysisPass):
         ops = [op for op in ir.ops() if (not self.prefixes or any(op.name.startswith(p) for p in self.prefixes))
                and (not self.types or op.op_type in self.types)]
         if not ops:
-            raise InputError(f"no op matches prefixes {self.prefixes} and types {self.types}")
+            raise InputError(f"no op matches prefixes {shown(self.prefixes)} and types {shown(self.types)}")
         return ops
 
     def run(self, ir: QIR) -> PassResult:

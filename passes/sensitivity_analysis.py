@@ -22,6 +22,7 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.7), on the analysis engin
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from qir import metrics as qmetrics
@@ -40,6 +41,13 @@ logger = logging.getLogger(__name__)
 QTYPES = ("float", "int16", "fp16")
 
 
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
 @register_pass
 class SensitivityAnalysisPass(AnalysisPass):
     """Single and cumulative recovery of the sensitive nodes (see the module docstring)."""
@@ -54,6 +62,9 @@ class SensitivityAnalysisPass(AnalysisPass):
         qtype = "float" if qtype in ("float32", "float") else qtype
         if qtype not in QTYPES:
             raise InputError(f"unknown qtype {qtype!r}; choose one of float, int16, fp16")
+        if not _finite(pick_threshold):
+            raise InputError(f"pick_threshold must be a finite number, got {pick_threshold!r}: no metric value "
+                             "would ever be compared with it")
         self.data, self.metric = data, qmetrics.check_metrics(metric)[0]
         self.pick_threshold, self.data_num, self.qtype = float(pick_threshold), data_num, qtype
         self.sensitive = list(sensitive_nodes or [])

@@ -89,7 +89,8 @@ def preprocess(image: np.ndarray, *, size: Sequence[int] | None = None, channels
                scale: float = 1 / 255, mean: float | Sequence[float] = 0.0, std: float | Sequence[float] = 1.0,
                layout: str = "NCHW") -> np.ndarray:
     """One ``H x W x 3`` image (0..255, as :func:`read_image` gives it) as a model input: steps
-    2-5 of the module docstring. Returns float32."""
+    2-5 of the module docstring. Returns float32. ``scale``, ``mean`` and ``std`` must be finite and
+    ``std`` non-zero (an InputError: NaN or Inf would make every sample NaN)."""
     layout = layout.upper()
     if layout not in LAYOUTS:
         raise InputError(f"unknown layout {layout!r}; choose {', '.join(LAYOUTS)}")
@@ -101,10 +102,13 @@ def preprocess(image: np.ndarray, *, size: Sequence[int] | None = None, channels
     elif channels != "rgb":
         raise InputError(f"unknown channel order {channels!r}; choose rgb, bgr or gray")
     c = x.shape[2]
-    std_ = _per_channel(std, c, "std")
+    std_, mean_ = _per_channel(std, c, "std"), _per_channel(mean, c, "mean")
+    for what, value in (("scale", scale), ("mean", mean_), ("std", std_)):
+        if not np.all(np.isfinite(np.asarray(value, np.float64))):  # NaN/Inf would make every sample garbage
+            raise InputError(f"{what} must be finite, got {np.asarray(value).tolist()}")
     if np.any(std_ == 0):
         raise InputError("std must not be 0")
-    x = (x * np.float32(scale) - _per_channel(mean, c, "mean")) / std_
+    x = (x * np.float32(scale) - mean_) / std_
     if "C" in layout and layout.index("C") < layout.index("H"):
         x = x.transpose(2, 0, 1)
     if layout.startswith("N"):

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from qir.calibration import QRANGE
-from qir.errors import InputError
+from qir.errors import InputError, shown
 from qir.files import atomic_write
 from qir.graph import QIR
 from qir.kinds import NodeKind
@@ -168,7 +168,7 @@ def compared_ops(ir: QIR, prefixes: Iterable[str] = (), types: Iterable[str] = (
     skip = _fused_away(ir)
     ops = [op for op in ir.ops() if op.name not in skip and _selected(ir, op, prefixes, types)]
     if (prefixes or types) and not ops:
-        raise InputError(f"no layer matches prefixes {list(prefixes)} / types {list(types)}")
+        raise InputError(f"no layer matches prefixes {shown(list(prefixes))} / types {shown(list(types))}")
     return ops
 
 

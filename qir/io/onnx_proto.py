@@ -64,12 +64,18 @@ def check_model(proto: onnx.ModelProto, where: str) -> None:
 
 
 def fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Make the named graph inputs static: each shape has the input's rank and only whole
+    dimensions of at least 1 (0, -1 or a symbol would leave the model dynamic or empty); else an
+    InputError naming the input."""
     inits = {i.name for i in proto.graph.initializer}
     graph_inputs = {i.name: i for i in proto.graph.input if i.name not in inits}
     for name, shape in shapes.items():
         if name not in graph_inputs:
             raise InputError(did_you_mean(name, graph_inputs, "model input"))
         dims = graph_inputs[name].type.tensor_type.shape.dim
+        if any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1 for d in shape):
+            raise InputError(f"the shape given for input {name!r}, {list(shape)}, needs every dimension a whole "
+                             "number of at least 1 (a static shape, e.g. 1,3,224,224)")
         if len(dims) and len(dims) != len(shape):
             raise InputError(f"input {name!r} has rank {len(dims)}, but the shape given is {list(shape)}")
         del dims[:]

@@ -35,6 +35,8 @@ import sys
 import warnings
 from typing import Any, Mapping, Sequence
 
+import onnx
+
 from qir.errors import ImportError_, InputError, QirError
 
 __all__ = ["from_torch", "is_torch_module", "module_path", "torch_outputs", "load_factory", "split_inputs",
@@ -151,14 +153,22 @@ def from_torch(module, example_inputs, *, opset: int = 17, input_names: Sequence
     if dynamo and importlib.util.find_spec("onnxscript") is None:
         raise ImportError_("from_torch(dynamo=True) uses torch's newer ONNX exporter, which needs onnxscript: "
                            "pip install onnxscript (or leave dynamo=False for the TorchScript exporter)")
+    newest = onnx.defs.onnx_opset_version()
+    if isinstance(opset, bool) or not isinstance(opset, int) or not 7 <= opset <= newest:
+        raise InputError(f"opset {opset!r} is not an ONNX opset qir can export to; choose 7 to {newest} (default 17)")
     was_training = module.training
     module.eval()
     try:
         args, kwargs = bind_to_parameters(module, *split_inputs(example_inputs))
         names = list(input_names or _parameter_names(module, len(args), kwargs))
-        calls = _count_calls(module, args, kwargs)
-        with torch.no_grad():
-            out = module(*args, **kwargs)
+        try:
+            calls = _count_calls(module, args, kwargs)
+            with torch.no_grad():
+                out = module(*args, **kwargs)
+        except Exception as exc:  # the user's module rejects the example (a wrong shape, ...)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{type(module).__name__} failed on the example inputs ({_shapes(args, kwargs)}): "
+                             f"{type(exc).__name__}: {first}; give inputs its forward() accepts") from exc
         output_names = [n for n, _ in _flatten(out, "output")]
         dynamic = ({n: {0: "batch"} for n in names + output_names} if dynamic_batch else None)
         try:
@@ -184,6 +194,12 @@ def from_torch(module, example_inputs, *, opset: int = 17, input_names: Sequence
         logger.info("modules not called exactly once: %s", ir.meta["torch_call_warnings"])
     ir.touch()
     return ir
+
+
+def _shapes(args: tuple, kwargs: dict) -> str:
+    """The example inputs' shapes for a message: ``x 1x5, mask 1x5``."""
+    items = [(f"input {i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    return ", ".join(f"{name} {'x'.join(map(str, getattr(a, 'shape', ()))) or type(a).__name__}" for name, a in items)
 
 
 def bind_to_parameters(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -345,7 +361,8 @@ def _count_calls(module, args, kwargs) -> dict[str, int]:
 
 def load_factory(spec: str):
     """``path/to/file.py:name`` → the ``nn.Module`` that ``name()`` returns (or ``name`` itself
-    when it already is a module)."""
+    when it already is a module). The file is the user's code and runs as such; a file that is
+    not ``.py``, or code that raises, is an InputError naming the file."""
     import importlib.util
     from pathlib import Path
 
@@ -355,14 +372,22 @@ def load_factory(spec: str):
     file = Path(path)
     if not file.is_file():
         raise InputError(f"no such Python file: {file}")
-    loader = importlib.util.spec_from_file_location(file.stem, file)
+    loader = importlib.util.spec_from_file_location(file.stem, file) if file.suffix == ".py" else None
+    if loader is None or loader.loader is None:
+        raise InputError(f"{file} is not a Python file (.py); write the model as FILE.py:FACTORY")
     code = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(code)
+    try:
+        loader.loader.exec_module(code)
+    except Exception as exc:  # the user's code: say where it failed (--debug shows its traceback)
+        raise InputError(f"running {file} failed: {type(exc).__name__}: {exc}") from exc
     if not hasattr(code, attr):
         raise InputError(f"{file} defines no {attr!r}")
     obj = getattr(code, attr)
     torch = _torch()
-    model = obj if isinstance(obj, torch.nn.Module) else obj()
+    try:
+        model = obj if isinstance(obj, torch.nn.Module) else obj()
+    except Exception as exc:
+        raise InputError(f"{spec}: calling {attr}() failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"{spec} gave a {type(model).__name__}, not a torch.nn.Module")
     return model

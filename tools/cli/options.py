@@ -22,13 +22,14 @@ from typing import Sequence
 
 import numpy as np
 
-from qir.errors import InputError
+from qir.errors import InputError, shown
 from qir.tools.reports.output import Outputs
 
 __all__ = [
     "SHAPE_HELP", "SAMPLES_HELP", "CALIBRATION_DATA_HELP", "CALIBRATED_MODEL_HELP", "MARCH_HELP",
     "OVERWRITE_HELP", "add_force", "add_runtime", "add_input_shape", "add_march", "add_data_num",
-    "add_analysis_command", "positive_int", "positive_float", "parse_bool", "parse_list", "parse_input_shapes",
+    "add_analysis_command", "positive_int", "nonnegative_int", "positive_float", "finite_float", "parse_bool",
+    "parse_list", "parse_input_shapes",
     "resolve_shapes", "FLAG_MEANINGS", "HMCT_COMMANDS", "flags_epilog", "seed_flag", "outputs",
 ]
 
@@ -102,6 +103,29 @@ def positive_float(text: str) -> float:
     return value
 
 
+def nonnegative_int(text: str) -> int:
+    """An argparse ``type``: an integer of at least 0 (a count of rows to show, 0 for none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """An argparse ``type``: any finite number (``nan``, ``inf`` and words refused): a threshold
+    compared with metric values, which ``nan`` would silently never pass."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not np.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def parse_bool(text: str) -> bool:
     """An argparse ``type`` for hmct-style flags that take ``True``/``False`` (or 1/0, yes/no, on/off)."""
     if text.lower() in ("1", "true", "yes", "on"):
@@ -113,7 +137,9 @@ def parse_bool(text: str) -> bool:
 
 def parse_list(text: str | None) -> list | None:
     """A list option as the hmct CLI writes it: ``"['a','b']"`` (read with ``ast.literal_eval``,
-    never evaluated), or ``a,b``."""
+    never evaluated), or ``a,b`` (empty items dropped). Items are names, or lists of names (groups);
+    anything else, or a list that names nothing, is an InputError: an empty list must not read as
+    "no restriction"."""
     import ast
 
     if text is None:
@@ -123,15 +149,25 @@ def parse_list(text: str | None) -> list | None:
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
-            raise InputError(f"cannot read the list {text!r}; write ['a','b'] or a,b") from None
+            raise InputError(f"cannot read the list {shown(text)}; write ['a','b'] or a,b") from None
         if not isinstance(value, list):
-            raise InputError(f"{text!r} is not a list")
-        return value
-    return [t.strip() for t in text.split(",") if t.strip()]
+            raise InputError(f"{shown(text)} is not a list")
+    else:
+        value = [t.strip() for t in text.split(",") if t.strip()]
+    for item in value:
+        odd = [v for v in (item if isinstance(item, list) else [item]) if not isinstance(v, str)]
+        if odd or item == []:
+            raise InputError(f"the list {shown(text)} holds {(odd or [item])[0]!r}, not a name; write names in "
+                             "quotes: ['a','b'] (or [['a','b'],'c'] for groups)")
+    if not value:
+        raise InputError(f"the list {shown(text)} names nothing; give at least one name, or leave the option out "
+                         "for its default")
+    return value
 
 
 def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | list[int] | None:
-    """``["x=1,3,224,224", ...]`` → ``{"x": [1,3,224,224]}``; a lone ``1,3,224,224`` → list."""
+    """``["x=1,3,224,224", ...]`` → ``{"x": [1,3,224,224]}``; a lone ``1,3,224,224`` → list. Every
+    dimension is a whole number of at least 1 (else an InputError: the shape is meant static)."""
     if not items:
         return None
     shapes: dict[str, list[int]] = {}
@@ -141,6 +177,9 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | li
             shape = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
         except ValueError:
             raise InputError(f"cannot read input shape {item!r}; write NAME=1,3,224,224") from None
+        if not shape or min(shape) < 1:
+            raise InputError(f"input shape {item!r} needs every dimension a whole number of at least 1 "
+                             "(a static shape, e.g. 1,3,224,224)")
         if not name:
             if len(items) > 1:
                 raise InputError("with several --input-shape options each needs NAME=dims")

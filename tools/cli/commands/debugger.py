@@ -14,6 +14,7 @@ from qir.tools.cli.options import (
     add_force,
     add_level,
     add_runtime,
+    finite_float,
     level_text,
     parse_bool,
     parse_list,
@@ -177,7 +178,7 @@ def _add_sensitivity_analysis(sub) -> None:
                              ("-s", "-sd"))
     p.add_argument("-m", "--metric", default="cosine-similarity",
                    help="cosine-similarity, mse, mre, sqnr or chebyshev (default cosine-similarity)")
-    p.add_argument("-p", "--pick-threshold", type=float, default=0.999,
+    p.add_argument("-p", "--pick-threshold", type=finite_float, default=0.999,
                    help="nodes whose sensitivity is no better than this are analysed (default 0.999)")
     p.add_argument("-sn", "--sensitive-nodes", help="analyse these nodes, in this order: \"['Conv_2','Conv_9']\"")
     p.add_argument("-q", "--qtype", choices=["float", "float32", "int16", "fp16"], default="float",
@@ -205,7 +206,7 @@ def _add_runall(sub) -> None:
     p.add_argument("-am", "--ae-metric", default="cosine-similarity", help="accumulated error metric")
     p.add_argument("-avm", "--average-mode", nargs="?", const=True, default=False, type=parse_bool,
                    help="accumulated error: plot the running mean (-avm or -avm True)")
-    p.add_argument("-pt", "--pick-threshold", type=float, default=0.999,
+    p.add_argument("-pt", "--pick-threshold", type=finite_float, default=0.999,
                    help="sensitivity analysis: nodes no better than this (default 0.999)")
     p.add_argument("-sn", "--sensitive-nodes", help="sensitivity analysis: these nodes, in this order")
     add_runtime(p)

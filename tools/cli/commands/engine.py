@@ -13,6 +13,7 @@ from qir.tools.cli.options import (
     add_level,
     add_runtime,
     level_text,
+    nonnegative_int,
     outputs,
     positive_float,
     positive_int,
@@ -98,7 +99,7 @@ def add_commands(sub) -> None:
                    help="MB of cached reference values (default 2048)")
     p.add_argument("--batch", type=positive_int,
                    help="most variants per onnxruntime call (default: from the model's activation sizes)")
-    p.add_argument("--top", type=int, default=20, help="rows to print")
+    p.add_argument("--top", type=nonnegative_int, default=20, help="rows to print")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in the same folder")
     add_force(p, help="overwrite the results of an earlier run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
