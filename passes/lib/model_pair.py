@@ -19,9 +19,10 @@ def model_pair(baseline: QIR | str | Path, analysis: QIR | str | Path | None,
                level: str = "fakequant") -> list[tuple[QIR, str]]:
     """``[(baseline IR, level), (analysis IR, level)]``: both run as they are (fake-quantized;
     a model without calibration nodes is float), or, with ``analysis=None``, the baseline run in
-    float against itself fake-quantized. ``level="integer"``: the analysis model computes what the
-    NPU does instead (the baseline as before)."""
-    base_ir = as_ir(baseline)
+    float against itself fake-quantized, which needs calibration nodes (else an InputError naming
+    the model: both runs would compute the same). ``level="integer"``: the analysis model computes
+    what the NPU does instead (the baseline as before)."""
+    base_ir = as_ir(baseline, calibrated=analysis is None)
     if analysis is None:
         return [(base_ir, "float"), (base_ir, level)]
     return [(base_ir, "fakequant"), (as_ir(analysis), level)]

@@ -72,7 +72,7 @@ def test_a_model_file_is_read_by_its_content_not_its_extension(tmp_path, capsys)
 
 
 NEEDS_CALIBRATION = ["set-mode", "emit", "evaluate", "sensitivity", "acc-error", "channelwise",
-                     "sensitivity-analysis", "runall", "consistency", "numeric-suite"]
+                     "sensitivity-analysis", "runall", "consistency", "bad-case", "compare", "numeric-suite"]
 
 
 @pytest.mark.parametrize("command", NEEDS_CALIBRATION)
