@@ -20,7 +20,10 @@ profile), and compared in output quantization steps:
   differs only through its inputs is ``inherited``.
 
 The bad case is the sample whose model output agrees least (lowest cosine between fake-quant and
-integer outputs). The pass returns the report and writes nothing (:mod:`qir.tools.reports.consistency`).
+integer outputs). A sample whose fake-quantized values hold NaN or Inf is left out with a warning
+naming it (its ``output_cosine`` is None; the report's ``left_out``: ``{"<sample>": why}``), as
+the engine and the bad-case search do: its codes would be garbage. None left is an InputError.
+The pass returns the report and writes nothing (:mod:`qir.tools.reports.consistency`).
 """
 from __future__ import annotations
 
@@ -29,9 +32,10 @@ from typing import Sequence
 
 import numpy as np
 
+from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
-from qir.metrics import cosine_similarity
+from qir.metrics import cosine_similarity, nonfinite_note
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import get_runtime
@@ -103,8 +107,16 @@ class ConsistencyPass(AnalysisPass):
         per_node = {c.name: _stats() for c in cals}
         own = {c.name: _stats() for c in cals}
         outputs, overflows, fallbacks = [], {}, {}
-        for sample in self.samples:
+        left_out: dict[int, str] = {}
+        for i, sample in enumerate(self.samples):
             a = fake.run(ir, sample, capture=capture)
+            note = nonfinite_note({v: a[v] for v in dict.fromkeys([*ir.outputs, *capture])})
+            if note is not None:  # NaN/Inf fake-quant values: their codes and cosines would be garbage
+                left_out[i] = note
+                outputs.append(None)
+                logger.warning("sample %d is left out of the consistency check: its fake-quantized values hold NaN or "
+                               "Inf (%s)", i, note)
+                continue
             b = integer.run(ir, sample, capture=capture)
             overflows.update(integer.last_stats.overflows)
             fallbacks.update(integer.last_stats.float_fallback)
@@ -115,11 +127,17 @@ class ConsistencyPass(AnalysisPass):
             for c in cals:
                 _accumulate(per_node[c.name], a[c.output], b[c.output], c)
                 _accumulate(own[c.name], a[c.output], forced[c.output], c)
+        if left_out and len(left_out) == len(self.samples):
+            raise InputError(f"every sample's fake-quantized values hold NaN or Inf ({left_out[0]} on sample 0): "
+                             "nothing to compare; check the data for NaN or infinite values")
         rows = self._rows(ir, cals, per_node, own, overflows)
-        worst = int(np.argmin(outputs)) if outputs else None
+        scored = [(cos, i) for i, cos in enumerate(outputs) if cos is not None]
+        worst = min(scored)[1] if scored else None
         report = {"march": self.profile.name, "samples": len(self.samples), "rows": rows,
                   "output_cosine": outputs, "bad_case": worst, "float_fallback": fallbacks,
-                  "overflows": dict(overflows), "summary": _summary(rows, outputs, self.profile.name)}
+                  "overflows": dict(overflows), "summary": _summary(rows, [c for c, _ in scored], self.profile.name)}
+        if left_out:
+            report["left_out"] = {str(i): why for i, why in left_out.items()}
         return PassResult(ir, False, report)
 
     def _rows(self, ir: QIR, cals: list[CalibRecord], per_node: dict, own: dict, overflows) -> list[dict]:

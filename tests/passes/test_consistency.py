@@ -83,3 +83,22 @@ def test_forced_values_feed_the_readers_and_captures_return_what_the_run_compute
     mixed.set_calibration("relu2_out_calib", mode="float")
     with pytest.raises(qir.errors.QirError, match="integer calibration"):
         rt.run(mixed, sample, forced={"relu2_out_calib": fake[outputs["relu2_out_calib"]]})
+
+
+def test_a_sample_with_nan_values_is_left_out_with_a_warning(digits_calibrated, caplog):
+    """Issue 17 item 1 here: a NaN pixel made every code garbage (max step 2**63); that sample is
+    named and left out, the rows are those of the other samples alone; none left is an error."""
+    clean = _samples()
+    mixed = [dict(s) for s in clean]
+    mixed[1] = {"input": clean[1]["input"].copy()}
+    mixed[1]["input"].flat[3] = np.nan
+    with caplog.at_level("WARNING", logger="qir.passes.consistency"):
+        report = ConsistencyPass(mixed, "nash-e")(digits_calibrated).report
+    assert "sample 1 is left out of the consistency check" in caplog.text
+    assert list(report["left_out"]) == ["1"] and report["output_cosine"][1] is None
+    alone = ConsistencyPass([clean[0], clean[2]], "nash-e")(digits_calibrated).report
+    assert report["rows"] == alone["rows"] and report["summary"] == alone["summary"]
+    assert [report["output_cosine"][i] for i in (0, 2)] == alone["output_cosine"]
+    assert report["bad_case"] == (0, 2)[alone["bad_case"]]
+    with pytest.raises(qir.errors.InputError, match="every sample's fake-quantized values hold NaN"):
+        ConsistencyPass([mixed[1]], "nash-e")(digits_calibrated)

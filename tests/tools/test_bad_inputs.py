@@ -101,7 +101,7 @@ def test_data_that_does_not_fit_is_one_clear_error(command, kind, bad_data, cali
 
 
 COMPARES_OUTPUTS = ["evaluate", "sensitivity", "acc-error", "sensitivity-analysis", "runall", "bad-case", "compare",
-                    "numeric-suite"]
+                    "numeric-suite", "consistency"]
 
 
 @pytest.mark.parametrize("command", TAKES_DATA)

@@ -18,6 +18,9 @@ def format_report(report: dict) -> str:
     rows = report["rows"]
     lines = [f"fake quantization vs the integer level of {report['march']} on {report['samples']} sample(s)", "",
              report["summary"], ""]
+    if report.get("left_out"):
+        lines.append(f"{len(report['left_out'])} sample(s) left out, their fake-quantized values hold NaN or Inf: "
+                     + "; ".join(f"sample {i}: {why}" for i, why in report["left_out"].items()))
     if report["bad_case"] is not None:
         lines.append(f"bad case: sample {report['bad_case']} (output cosine "
                      f"{report['output_cosine'][report['bad_case']]:.6f})")
