@@ -91,3 +91,35 @@ def test_save_npz_takes_any_name(tmp_path):
     with np.load(path, allow_pickle=False) as z:
         assert set(z.files) == set(arrays)
         np.testing.assert_array_equal(z["file"], arrays["file"])
+
+
+def test_pickled_arrays_are_refused_unread(tmp_path):
+    """An object array (pickled data) in an .npz entry or an .npy is an InputError naming it."""
+    objects = np.array([{"a": 1}], dtype=object)
+    np.savez(tmp_path / "o.npz", x=objects)
+    np.save(tmp_path / "o.npy", objects, allow_pickle=True)
+    with pytest.raises(InputError, match=r"o\.npz\[x\]: it holds Python objects \(pickled data\)"):
+        load_samples(tmp_path / "o.npz", ["x"])
+    with pytest.raises(InputError, match=r"o\.npy: it holds Python objects"):
+        load_samples(tmp_path / "o.npy", ["x"])
+
+
+def test_a_sample_with_nan_inputs_is_named_once(tmp_path, caplog):
+    from qir.data import forget_warnings
+
+    write_folder(tmp_path, ["a"], 3)
+    bad = np.load(tmp_path / "a" / "2.npy")
+    bad[0, 1] = np.inf
+    np.save(tmp_path / "a" / "2.npy", bad)
+    forget_warnings()
+    with caplog.at_level("WARNING", logger="qir.data"):
+        for _ in range(2):  # read twice, through a slice too: one warning
+            list(load_samples(tmp_path, ["a"])[1:])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"sample 2 of {tmp_path} holds NaN or Inf in its inputs ('a' 1 of 3 values): results on it mean nothing; "
+        "fix or remove it"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="qir.data"):
+        given = load_samples([{"a": bad}, {"a": bad}], ["a"])
+        list(given) + list(given)
+    assert [r.getMessage()[:9] for r in caplog.records] == ["sample 0 ", "sample 1 "]  # once per sample given in Python

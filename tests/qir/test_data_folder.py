@@ -113,3 +113,9 @@ def test_arrays_are_split_as_qir_reads_them(tmp_path):
         arrays_to_folder(tmp_path / "x.npy", tmp_path / "nameless")
     with pytest.raises(InputError, match="no samples"):
         write_samples([], tmp_path / "empty")
+
+
+@pytest.mark.parametrize("option", [{"scale": float("nan")}, {"mean": [0.0, float("inf"), 0.0]}, {"std": float("nan")}])
+def test_preprocess_refuses_non_finite_normalization(option):
+    with pytest.raises(InputError, match=f"{next(iter(option))} must be finite"):
+        preprocess(np.zeros((4, 4, 3), np.float32), **option)

@@ -46,6 +46,9 @@ def test_input_shape_errors_name_the_input():
         qir.load(model_from_text(SHAPE_CHAIN), input_shapes={"xx": [1, 4, 2, 2]})
     with pytest.raises(InputError, match="rank 4"):
         qir.load(model_from_text(SHAPE_CHAIN), input_shapes={"x": [1, 16]})
+    for dims in ([0, 4, 2, 2], [-1, 4, 2, 2], [1.5, 4, 2, 2]):  # a static shape: whole dimensions of at least 1
+        with pytest.raises(InputError, match=r"input 'x', \[.*\], needs every dimension a whole number of at least 1"):
+            qir.load(model_from_text(SHAPE_CHAIN), input_shapes={"x": dims})
 
 
 def test_constant_nodes_are_weights_and_unnamed_nodes_get_optype_n():
