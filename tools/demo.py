@@ -8,6 +8,9 @@
 4. Repair it: the sensitivity analysis's most sensitive nodes, just enough of them to reach the
    pick threshold, go back to float in an emitted ONNX model (``repaired.onnx``), whose
    accuracy is measured on the same images.
+5. Check deployment: the most accurate int8 model at nash-e's integer level (what the NPU
+   computes) on the same images, and fake quantization vs integer value by value
+   (``consistency/consistency_result.{txt,json}``).
 
 Files go to the output folder (``-o``), else to a new temporary folder whose path is printed.
 Every file the demo writes is checked before it starts (:func:`plan_files`): none may exist
@@ -38,12 +41,14 @@ def plan_files(files, base, runtimes: list[str], *, saved: bool):
     """Plan on ``files`` (an :class:`~qir.tools.reports.output.Outputs`) every file the demo writes
     for the prepared model ``base``; ``saved``: the folder is the user's (``-o``), so the outputs,
     dumps and picture are written too. Returns ``files``."""
+    from qir.tools.reports.consistency import FILES as CONSISTENCY_FILES
     from qir.tools.runall import plan_files as plan_runall
 
     files.plan(*(f"calibrated_{m}.onnx" for m in METHODS), "repaired.onnx")
     if saved:
         files.plan(*(f"outputs_{rt}.npz" for rt in runtimes), "model.qir.txt", "model.qir.json", "model.dot")
     plan_runall(files.sub("debug_result"), base, ["weight", "activation"])
+    files.sub("consistency").plan(*CONSISTENCY_FILES)
     return files
 
 
@@ -87,6 +92,7 @@ def run_demo(out: Path | None, runtimes: list[str], *, overwrite: bool = False) 
         print(f"agree   numpy vs ort: max |diff| / max |ort| = {rel:.2e}")
     calibrated = calibrate_all(base, root, samples, labels, files)
     debug_and_repair(calibrated, root, samples, labels, files)
+    check_deployment(calibrated, root, samples, labels, files)
     if out is not None:
         files.write_text("model.qir.txt", str(ir))
         files.write_text("model.qir.json", json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n")
@@ -121,6 +127,22 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     logits = np.concatenate([r["logits"] for r in run_samples(repaired, samples, "ort", desc="repaired")])
     fixed = float((logits.argmax(1) == labels).mean())
     print(f"repair  {', '.join(nodes[:k])} back to float -> {path.name}: accuracy {acc:.4f} -> {fixed:.4f}")
+
+
+def check_deployment(calibrated: dict, root: Path, samples: list, labels: np.ndarray, files) -> None:
+    """Step 5 of the module docstring on the most accurate calibrated model."""
+    from qir.tools.consistency import check_consistency
+    from qir.tools.progress import run_samples
+
+    method, (model, acc) = max(calibrated.items(), key=lambda kv: kv[1][1])
+    logits = np.concatenate([r["logits"] for r in run_samples(model, samples, "numpy", desc="integer",
+                                                               level="integer", march="nash-e")])
+    integer = float((logits.argmax(1) == labels).mean())
+    print(f"deploy  the {method} model at nash-e's integer level (what the NPU computes): accuracy {integer:.4f} "
+          f"(fake quantization {acc:.4f})")
+    report = check_consistency(model, root / "calibration_data", "nash-e", num=8, save_dir=files.sub("consistency"))
+    print(f"        {report['summary']}")
+    print(f"        value by value: {files.path('consistency/consistency_result.txt')}")
 
 
 def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) -> dict:

@@ -111,6 +111,12 @@ def test_demo_runs_the_whole_workflow(capsys, tmp_path):
     first = re.search(r"output cosine ([0-9.]+) -> ([0-9.]+) \([+-][0-9.]+\): (qir .*)$", tips[0])
     assert first and float(first[2]) > float(first[1])
     assert first[3].split()[2] == str(tmp_path / "demo" / "calibrated_kl.onnx")
+    # the deployment check: integer-level accuracy and the consistency report it wrote
+    deploy = next(line for line in out.splitlines() if line.startswith("deploy"))
+    integer, fake = (float(x) for x in re.findall(r"accuracy ([0-9.]+) \(fake quantization ([0-9.]+)\)", deploy)[0])
+    assert abs(integer - fake) <= 0.02
+    report = json.loads((tmp_path / "demo" / "consistency" / "consistency_result.json").read_text())
+    assert report["march"] == "nash-e" and report["rows"]
 
 
 def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):
