@@ -274,14 +274,19 @@ def add_level(p: argparse.ArgumentParser, levels: Sequence[str] = ("float", "fak
     """``--level`` and ``--march`` (read with :func:`resolve_level`), on a parser that has
     ``--runtime`` already: its default then follows the level (numpy at the integer level, which
     only qir's numpy interpreter computes; the command's own default otherwise)."""
-    default = p.get_default("runtime")
+    default = _DefaultRuntime(p.get_default("runtime"))
     what = {"float": "calibration nodes ignored", "fakequant": "fake quantization",
             "integer": "integer codes as the --march NPU computes them, on the numpy runtime"}
     p.add_argument("--level", choices=list(levels), default="fakequant",
                    help="what the model computes: " + "; ".join(f"{lv} ({what[lv]})" for lv in levels)
                    + " (default fakequant)")
     p.add_argument("--march", help=f"{MARCH_HELP} whose integer arithmetic --level integer emulates (default nash-e)")
-    p.set_defaults(runtime=None, runtime_default=default)
+    p.set_defaults(runtime=default)
+
+
+class _DefaultRuntime(str):
+    """A ``--runtime`` left at the command's default (equal to it as a string): the level may choose
+    another (:func:`resolve_level`), where a runtime the user wrote is kept or refused."""
 
 
 def resolve_level(args: argparse.Namespace, *, march_alone: bool = False) -> tuple[str, str, str | None]:
@@ -291,16 +296,17 @@ def resolve_level(args: argparse.Namespace, *, march_alone: bool = False) -> tup
     InputError unless the command uses it otherwise (``march_alone``; then it comes back as given)."""
     runtime, level, march = args.runtime, args.level, args.march
     if level == "integer":
-        if runtime not in (None, "numpy"):
-            raise InputError(f"--level integer runs on the numpy runtime only (onnxruntime computes float and fake "
-                             f"quantization), not --runtime {runtime}; leave --runtime out or write --runtime numpy")
-        if runtime is None and args.runtime_default != "numpy":
+        if runtime != "numpy":
+            if not isinstance(runtime, _DefaultRuntime):
+                raise InputError(f"--level integer runs on the numpy runtime only (onnxruntime computes float and "
+                                 f"fake quantization), not --runtime {runtime}; leave --runtime out or write "
+                                 "--runtime numpy")
             logger.info("--level integer: running on the numpy runtime (qir's integer level)")
         return "numpy", level, march or "nash-e"
     if march is not None and not march_alone:
         raise InputError(f"--march {march} applies to --level integer only (here --level {level}); "
                          "add --level integer, or leave --march out")
-    return runtime or args.runtime_default, level, march
+    return str(runtime), level, march
 
 
 def level_text(level: str, march: str | None) -> str:
