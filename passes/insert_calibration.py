@@ -105,7 +105,8 @@ class InsertCalibrationPass(Pass):
             cls = op_class(op.op_type)
             if cls is OpClass.SHAPE:
                 continue
-            for slot, value in enumerate(op.inputs):
+            for slot in range(len(op.inputs)):
+                value = ir.node(op.name).inputs[slot]  # as rewired so far (an op may read a value twice)
                 if not value or not _is_float(ir.value(value).dtype):
                     continue
                 rec = ir.value(value)
@@ -127,10 +128,15 @@ class InsertCalibrationPass(Pass):
                     added["activation"].append(cal.name)
         if self.outputs:
             for value in list(ir.outputs):
-                if _is_float(ir.value(value).dtype) and not isinstance(ir.producer(value), CalibRecord):
-                    cal = ir.insert_calibration(value, calibration_name(ir, value), mode=act_mode,
-                                                uses=[], rewire_outputs=True)
-                    added["activation"].append(cal.name)
+                if not _is_float(ir.value(value).dtype) or isinstance(ir.producer(value), CalibRecord):
+                    continue
+                existing = next((r for r in ir.consumers(value) if isinstance(r, CalibRecord)), None)
+                if existing is not None:  # also read by ops: the output takes their quantized value
+                    ir.set_outputs([existing.output if o == value else o for o in ir.outputs])
+                    continue
+                cal = ir.insert_calibration(value, calibration_name(ir, value), mode=act_mode,
+                                            uses=[], rewire_outputs=True)
+                added["activation"].append(cal.name)
         total = len(added["weight"]) + len(added["activation"])
         if total:
             ir.meta["march"] = self.profile.name  # kept in the saved model (reports name it)
