@@ -72,6 +72,12 @@ class AccErrorPass(AnalysisPass):
         self.runtime, self.threads, self.progress = runtime, threads, progress
         self.options = {"metric": self.metric, "average_mode": self.average_mode, "data_num": data_num}
 
+    def check(self, ir: QIR) -> None:
+        """One clear error for an entry of ``quantize_node``/``non_quantize_node`` that names no
+        calibration node or op of ``ir`` (``runall`` calls it up front)."""
+        self._whitelist(ir)
+        self._blacklist(ir)
+
     def run(self, ir: QIR) -> PassResult:
         nodes = [op for op in ir.ops() if op.outputs and op.outputs[0]]
         values = [op.outputs[0] for op in nodes]

@@ -55,12 +55,23 @@ class ChannelwisePass(AnalysisPass):
         self.data_num, self.ratio, self.runtime = data_num, float(outlier_ratio), runtime
         self.options = {"nodes_list": nodes, "axis": axis, "data_num": data_num}
 
-    def run(self, ir: QIR) -> PlotResult:
+    def check(self, ir: QIR) -> list[CalibRecord]:
+        """The chosen calibration nodes; one clear error for an unknown name or an axis out of
+        the range of a known input rank (before any work: ``runall`` calls it up front)."""
         cals: list[CalibRecord] = []
         for n in self.nodes:
             if not ir.has_node(n) or not isinstance(ir.node(n), CalibRecord):
                 raise NotFoundError(did_you_mean(n, [c.name for c in ir.calibrations()], "calibration node"))
             cals.append(ir.node(n))
+        for cal in cals:
+            shape = ir.value(cal.input).shape
+            if self.axis is not None and shape is not None and not -len(shape) <= self.axis < len(shape):
+                raise InputError(f"axis {self.axis} is out of range for {cal.name!r}, whose input has shape "
+                                 f"{list(shape)}")
+        return cals
+
+    def run(self, ir: QIR) -> PlotResult:
+        cals = self.check(ir)
         acts = [c for c in cals if ir.value(c.input).kind is not NodeKind.WEIGHT]
         captured = collect(ir, self.data, list(dict.fromkeys(c.input for c in acts)), quantized=True,
                            data_num=self.data_num, runtime=self.runtime) if acts else {}

@@ -69,11 +69,15 @@ class DistributionPass(AnalysisPass):
         self.data_num, self.runtime = data_num, runtime
         self.options = {"nodes_list": nodes, "data_num": data_num}
 
-    def run(self, ir: QIR) -> PlotResult:
+    def check(self, ir: QIR) -> None:
+        """One clear error for a node name ``ir`` does not have (``runall`` calls it up front)."""
         names = [r.name for r in ir.runnables()]
         for n in self.nodes:
             if not ir.has_node(n):
                 raise NotFoundError(did_you_mean(n, names, "node"))
+
+    def run(self, ir: QIR) -> PlotResult:
+        self.check(ir)
         recs = [ir.node(n) for n in self.nodes]
         acts = [r.input for r in recs if isinstance(r, CalibRecord) and ir.value(r.input).kind is not NodeKind.WEIGHT]
         outs = [r.outputs[0] for r in recs if not isinstance(r, CalibRecord)]

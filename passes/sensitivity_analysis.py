@@ -72,6 +72,12 @@ class SensitivityAnalysisPass(AnalysisPass):
         self.options = {"metric": self.metric, "pick_threshold": self.pick_threshold, "qtype": qtype,
                         "data_num": data_num}
 
+    def check(self, ir: QIR) -> None:
+        """One clear error for a chosen sensitive node ``ir`` does not have or that has no
+        calibration nodes (``runall`` calls it up front)."""
+        for node in self.sensitive or ():
+            calibrations_of(ir, node)
+
     def run(self, ir: QIR) -> PassResult:
         ns = NodeSensitivityPass(self.data, [self.metric], node_type="node", data_num=self.data_num,
                                  interested_nodes=self.sensitive or None, runtime=self.runtime,

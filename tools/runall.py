@@ -36,7 +36,7 @@ from typing import Any
 
 from qir.tools.advice import advise
 
-__all__ = ["runall", "plan_files", "header", "notes"]
+__all__ = ["runall", "plan_files", "check_choices", "header", "notes"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     types = [node_type] if isinstance(node_type, str) else list(node_type or ["weight", "activation"])
     out = plan_files(as_outputs(save_dir, overwrite=overwrite), ir, types, dis_nodes_list, cw_nodes_list,
                      ae_metric).check()
+    check_choices(ir, calibrated_data, dis_nodes_list, cw_nodes_list, axis, quantize_node, non_quantize_node,
+                  sensitive_nodes)
     if model_path is None and not hasattr(model_or_file, "calibrations"):
         model_path = str(model_or_file)
     results: dict[str, Any] = {"model": model_path or ir.name, "sensitivity": {},
@@ -157,6 +159,33 @@ def header(ir, model_path: str | None, data, measured: dict[str, Any], runtime: 
             "samples": measured["samples"], "left_out": measured["left_out"], "runtime": runtime,
             "score_metric": measured["metric"], "score": measured["before"],
             "calibration_nodes": len(ir.calibrations())}
+
+
+def check_choices(ir, data, dis_nodes_list=None, cw_nodes_list=None, axis=None, quantize_node=None,
+                  non_quantize_node=None, sensitive_nodes=None) -> None:
+    """The user's node lists and axis, checked against ``ir`` before step 1 (each step's pass
+    checks its own; a bad name in step 5 must not end the run after four steps wrote files)."""
+    from qir.passes.acc_error import AccErrorPass
+    from qir.passes.channelwise import ChannelwisePass
+    from qir.passes.distribution import DistributionPass
+    from qir.passes.sensitivity_analysis import SensitivityAnalysisPass
+
+    if dis_nodes_list:
+        DistributionPass(data, dis_nodes_list).check(ir)
+    candidates = cw_nodes_list or [c.name for c in ir.calibrations()]
+    if cw_nodes_list or axis is not None:
+        if axis is not None and not cw_nodes_list:  # the default nodes come from step 1: some must take it
+            ranks = [len(ir.value(c.input).shape or ()) for c in ir.calibrations()]
+            if ranks and not any(-r <= axis < r for r in ranks):
+                from qir.errors import InputError
+                raise InputError(f"axis {axis} is out of range for every calibration node's input "
+                                 f"(ranks {sorted(set(ranks))})")
+        else:
+            ChannelwisePass(data, candidates, axis=axis).check(ir)
+    if quantize_node is not None or non_quantize_node is not None:
+        AccErrorPass(data, quantize_node, non_quantize_node=non_quantize_node).check(ir)
+    if sensitive_nodes:
+        SensitivityAnalysisPass(data, sensitive_nodes=sensitive_nodes).check(ir)
 
 
 def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_list=None,

@@ -175,3 +175,20 @@ def test_an_ir_without_its_file_gets_commands_naming_a_placeholder_and_a_note(kl
     measured = advise(qir.load(model), report, str(DATA), progress=False)
     assert measured["advice"] and all(f["command"].split()[2] == "CALIBRATED_MODEL.onnx" for f in measured["advice"])
     assert any("model_path=" in note for note in measured["notes"])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["-dnl", "nope"], "no node named 'nope'"),
+    (["-cn", "nope_calib"], "no calibration node named 'nope_calib'"),
+    (["-a", "9"], "axis 9 is out of range"),
+    (["-qn", "nope"], "no calibration node or op named 'nope'"),
+    (["-sn", "nope"], "no calibration node or op named 'nope'"),
+])
+def test_a_bad_choice_for_a_later_step_fails_before_any_step_runs(tmp_path, capsys, flags, message):
+    model = tmp_path / "cal.onnx"
+    assert main(["calibrate", str(DIGITS / "model.onnx"), str(DATA), "-o", str(model)]) == 0
+    out = tmp_path / "debug"
+    assert main(["runall", str(model), str(DATA), "-s", str(out), *flags]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "[1/5]" not in captured.out
+    assert not out.exists()  # nothing written: the check runs before step 1
