@@ -1,0 +1,141 @@
+"""Scoring configurations for ``qir tune`` on the evaluation data, and the record of every one tried.
+
+:class:`Evaluator` scores a batch of :class:`~.tune_space.Config` at once. With a metric target
+it is one :meth:`qir.runtimes.engine.Engine.evaluate` call: the engine's reference is the start
+configuration (``reference="quantized"``), each configuration a variant of it, compared with the
+float model's outputs (cached reference, cone re-execution, batched rows). With a task-metric
+target (a callable) each configuration is a clone run whole on onnxruntime (slower: the engine
+only computes :mod:`qir.metrics`). A configuration is scored once (memo); ``store`` (a mapping,
+e.g. the facade's journal file) keeps the scores across runs so an interrupted tune resumes.
+
+Every configuration scored is recorded in :attr:`Evaluator.history` with its stage, cost, mean,
+worst sample and whether it meets the target: the cost-vs-accuracy picture of the report.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, MutableMapping, Sequence
+
+import numpy as np
+
+from qir import metrics as qmetrics
+from qir.graph import QIR
+from qir.passes.lib.tune_space import Config, Space
+from qir.passes.lib.tune_target import Target
+from qir.runtimes.base import get_runtime
+from qir.runtimes.engine import Engine, Variant, configured_clone
+
+__all__ = ["Score", "Evaluator", "config_key"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Score:
+    """A configuration on the evaluation data: the mean over samples and each sample's value."""
+
+    mean: float
+    samples: tuple[float, ...]
+
+
+def config_key(config: Config) -> str:
+    """A stable text key of a configuration (for the memo and the journal)."""
+    return json.dumps([list(config.levels), [list(t) for t in config.thresholds]])
+
+
+class Evaluator:
+    """Scores configurations of ``space`` on ``samples`` against ``target`` (module docstring).
+
+    ``base``: the start configuration as an IR (the engine's reference). ``engine_options`` go to
+    :class:`~qir.runtimes.engine.Engine` (runtime, threads, ...)."""
+
+    def __init__(self, base: QIR, space: Space, target: Target, samples: Sequence[dict], *,
+                 store: MutableMapping[str, Any] | None = None, prefix: str = "", progress: bool = True,
+                 **engine_options: Any) -> None:
+        self.base, self.space, self.target, self.samples = base, space, target, samples
+        self.store = store if store is not None else {}
+        self.prefix = prefix  # of the store's keys: evaluators on other samples share a store
+        self.engine_options = engine_options
+        self.memo: dict[Config, Score] = {}
+        self.history: list[dict] = []
+        self.progress = progress
+        self.calls = 0
+        self.engine = None
+        if isinstance(target.metric, str):
+            self.engine = Engine(base, samples, reference="quantized", metrics=[target.metric], progress=progress,
+                                 **engine_options)
+        self._float_outputs: list[dict] | None = None
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, configs: Sequence[Config], stage: str | Sequence[str]) -> list[Score]:
+        """Scores of ``configs`` (in order), computing those not scored before in one call;
+        ``stage`` names the search step that tried them (one name, or one per configuration)."""
+        stages = [stage] * len(configs) if isinstance(stage, str) else list(stage)
+        todo = dict(zip(configs, stages))
+        for c in configs:
+            if c in self.memo:
+                todo.pop(c, None)
+        fresh = [c for c in todo if self.prefix + config_key(c) not in self.store]
+        for c in todo:
+            if c not in fresh:
+                saved = self.store[self.prefix + config_key(c)]
+                self._record(c, Score(saved["mean"], tuple(saved["samples"])), todo[c])
+        if fresh:
+            self.calls += 1
+            scored = self._engine_scores(fresh, todo[fresh[0]]) if self.engine else self._plain_scores(fresh)
+            for c, s in zip(fresh, scored):
+                self.store[self.prefix + config_key(c)] = {"mean": s.mean, "samples": list(s.samples)}
+                self._record(c, s, todo[c])
+        return [self.memo[c] for c in configs]
+
+    def met(self, config: Config) -> bool:
+        return self.target.met(self.memo[config].mean)
+
+    def _record(self, config: Config, score: Score, stage: str) -> None:
+        self.memo[config] = score
+        worst_sample, worst = self.target.worst(score.samples)
+        self.history.append({"stage": stage, "cost": self.space.cost(config), "mean": score.mean, "worst": worst,
+                             "worst_sample": worst_sample, "meets": self.target.met(score.mean),
+                             "levels": self.space.describe(config), "thresholds": len(config.thresholds),
+                             "config": config})
+
+    def _engine_scores(self, configs: list[Config], stage: str) -> list[Score]:
+        variants = [Variant(f"config {k}", self.space.changes(c)) for k, c in enumerate(configs)]
+        self.engine.progress = f"tune: {stage}" if self.progress else False
+        result = self.engine.evaluate(variants)
+        metric = self.target.metric
+        by_variant: dict[str, dict[int, float]] = {}
+        for row in result.rows:
+            by_variant.setdefault(row["variant"], {})[row["sample"]] = _row_value(row, metric)
+        means = result.per_variant()
+        out = []
+        for v in variants:
+            per = by_variant.get(v.name, {})
+            out.append(Score(float(means[v.name][metric]),
+                             tuple(per.get(s, math.nan) for s in range(len(self.samples)))))
+        return out
+
+    def _plain_scores(self, configs: list[Config]) -> list[Score]:
+        """A task metric: each configuration a clone of the base run whole on onnxruntime."""
+        rt = get_runtime("ort", level="fakequant")
+        out = []
+        for c in configs:
+            model = configured_clone(self.base, "quantized", self.space.changes(c))
+            values = [float(self.target.metric(rt.run(model, sample), i)) for i, sample in enumerate(self.samples)]
+            out.append(Score(float(np.nanmean(values)) if any(v == v for v in values) else math.nan, tuple(values)))
+        return out
+
+
+def _row_value(row: dict, metric: str) -> float:
+    """One sample's value: the mean over compared values, the ill-conditioned ones left out of a
+    relative metric (as :class:`~qir.runtimes.engine.EngineResult` means do); NaN when none is left."""
+    ill = (row.get("ill_conditioned") or {}) if metric in qmetrics.RELATIVE else {}
+    numbers = [v[metric] for n, v in row["values"].items() if n not in ill and v[metric] == v[metric]]
+    return float(np.mean(numbers)) if numbers else math.nan

@@ -1,0 +1,120 @@
+"""The report of ``qir tune`` (JSON data; :mod:`qir.tools.reports.tune` writes the files).
+
+``summarize`` turns what the search found into: the target and whether it was reached; the
+scores (mean, worst sample, margin, cost) of the calibrated start configuration, the start with
+its clipping fixes, the upper bound, all-int16, the ceiling and the final configuration; the
+final FLOP-weighted cost against the start and against all-int16; the changes with their reason
+and measured gain; the clipping fixes; every configuration tried (``history``) with the indices
+of its Pareto front (no other configuration both cheaper and better); the calibration nodes per
+mode and the GEMM ops per precision of the result.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from qir.passes.lib.tune_eval import Evaluator
+from qir.passes.lib.tune_space import TUNE_LEVELS, Config
+from qir.runtimes.march import MarchProfile, OpClass, op_class
+
+__all__ = ["summarize", "pareto"]
+
+
+def _score(ev: Evaluator, config: Config) -> dict[str, Any]:
+    score = ev.memo[config]
+    worst_sample, worst = ev.target.worst(score.samples)
+    return {"mean": score.mean, "worst": worst, "worst_sample": worst_sample, "margin": ev.target.margin(score.mean),
+            "meets": ev.target.met(score.mean), "cost": ev.space.cost(config), "levels": ev.space.describe(config)}
+
+
+def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
+    """Indices of the entries no other entry beats on both cost (lower) and mean (better)."""
+    sign = 1 if higher_is_better else -1
+    points = [(h["cost"], sign * h["mean"]) for h in history]
+    front = []
+    for i, (c, m) in enumerate(points):
+        if m != m:
+            continue
+        if not any((c2 <= c and m2 >= m) and (c2 < c or m2 > m) for c2, m2 in points if m2 == m2):
+            front.append(i)
+    return front
+
+
+def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per raised unit (its fixed threshold, if any, shown with it) and per fixed
+    threshold of a unit left at its start level; ``gain``: the loss when it alone is undone."""
+    space, final, start = ev.space, found["final"], found["plain_start"]
+    order, ratio = found.get("order") or [], found.get("ratio_config")
+    rank = {i: r + 1 for r, i in enumerate(order)}
+    thresholds = dict(final.thresholds)
+    clip = {f["node"]: f for f in found["fixes"]}
+    rows = []
+    for i in space.raised(final, start):
+        u = space.units[i]
+        level = u.levels[final.levels[i]]
+        at = f" @ threshold {thresholds[u.name]:.6g}" if u.name in thresholds else ""
+        rows.append({"node": u.name, "change": f"{u.levels[start.levels[i]]} -> {level}{at}",
+                     "reason": "rounding" if ratio is not None and final.levels[i] <= ratio.levels[i] else "interaction",
+                     "gain": found["gains"][("unit", i)], "sensitivity_rank": rank.get(i),
+                     "threshold_gain": found["gains"].get(("threshold", u.name)),
+                     "weights": list(u.weights) if TUNE_LEVELS[level][1] not in (None, "int8") else []})
+    raised = {space.units[i].name for i in space.raised(final, start)}
+    for name, threshold in final.thresholds:
+        if name in raised:
+            continue
+        f = clip.get(name, {})
+        rows.append({"node": name, "change": f"threshold {f.get('old_threshold', 0.0):.6g} -> {threshold:.6g}",
+                     "reason": "clipping", "gain": found["gains"][("threshold", name)], "threshold": threshold,
+                     "clip_sqnr_db": f.get("clip_sqnr_db")})
+    return sorted(rows, key=lambda r: -r["gain"])
+
+
+def _gemm_precisions(ev: Evaluator, config: Config) -> dict[str, int]:
+    """GEMM ops per ``input x weight`` precision under ``config``."""
+    modes = ev.space.modes(config)
+    ir = ev.base
+    out: dict[str, int] = {}
+    for op in ir.ops():
+        if op_class(op.op_type) is not OpClass.GEMM:
+            continue
+        got = []
+        for v in op.inputs[:2]:
+            rec = ir.producer(v) if v else None
+            got.append(modes.get(rec.name, rec.mode.value) if rec is not None and rec.kind.value == "calibration"
+                       else "float")
+        key = " x ".join(got)
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def summarize(ev: Evaluator, found: dict[str, Any], profile: MarchProfile, allow_float: bool) -> dict[str, Any]:
+    """The report (see the module docstring)."""
+    space, target, final = ev.space, ev.target, found["final"]
+    history = [{k: v for k, v in h.items() if k != "config"} for h in ev.history]
+    for h, entry in zip(history, ev.history):
+        h["final"] = entry["config"] == final
+    costs = {"start": space.cost(found["plain_start"]), "int16": space.cost(found["int16"]), "final": space.cost(final)}
+    modes = space.modes(final)
+    calib_modes: dict[str, int] = {}
+    for c in ev.base.calibrations():
+        m = modes.get(c.name, c.mode.value)
+        calib_modes[m] = calib_modes.get(m, 0) + 1
+    order, ratio = found.get("order") or [], found.get("ratio_config")
+    return {
+        "target": target.text, "metric": target.metric if isinstance(target.metric, str) else target.text,
+        "threshold": target.threshold, "direction": target.op,
+        "march": profile.name, "allow_float": allow_float, "reached": bool(found["reached"]),
+        "samples": len(ev.samples), "units": len(space.units), "searchable_units": len(space.searchable()),
+        "calibrated": _score(ev, found["plain_start"]), "start": _score(ev, found["start"]),
+        "upper_bound": _score(ev, found["upper"]),
+        "all_int16": _score(ev, found["int16"]), "ceiling": _score(ev, found["ceiling"]),
+        "final": {**_score(ev, final), "cost_vs_start": costs["final"] / costs["start"] if costs["start"] else None,
+                  "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None},
+        "ratio_search": {"units": len(order), "raised": len(space.raised(ratio)) if ratio is not None else None,
+                         "ratio": len(space.raised(ratio)) / len(order) if ratio is not None and order else None,
+                         "sensitivity_samples": found.get("sensitivity_samples")},
+        "changes": _changes(ev, found), "clipping": found["fixes"],
+        "calibration_modes": dict(sorted(calib_modes.items())), "gemm_ops": _gemm_precisions(ev, final),
+        "raised": len(space.raised(final, found["plain_start"])),
+        "history": history, "pareto": pareto(history, target.higher_is_better),
+        "engine_calls": ev.calls, "configurations": len(history),
+    }

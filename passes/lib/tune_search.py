@@ -1,0 +1,162 @@
+"""The three searches of ``qir tune`` over configurations of a :class:`~.tune_space.Space`, each
+scoring its candidates in batches through an :class:`~.tune_eval.Evaluator` (one engine call per
+batch: the candidates of a round are rows of the same batched calls).
+
+- :func:`ratio_search`: the tuning guide's binary search on the int16 ratio. Units are raised in
+  sensitivity order; ``config(k)`` raises the first ``k``. Each round scores ``points`` values of
+  ``k`` spread over the open bracket ``(lo, hi)`` (``lo`` misses the target, ``hi`` meets it), so
+  the bracket shrinks ``points + 1``-fold per call instead of twofold.
+- :func:`greedy`: forward selection with lazy re-scoring. A move raises one unit one level; its
+  priority is its gain on the metric per unit of added cost. Priorities start from the units'
+  sensitivities; each round re-measures only the ``batch`` best (stale) moves on the current
+  configuration, since sensitivities interact, and accepts the best measured one (or the
+  cheapest that meets the target, which ends the search).
+- :func:`prune`: backward pruning. Every raised unit one level lower alone gives its loss; units
+  go down in order of cost saved per loss, as many per call as the target's margin allows, and
+  it ends when each remaining unit, measured on the final configuration, would miss the target
+  one level down. Every configuration it returns was measured to meet the target.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable, Mapping, Sequence
+
+from qir.passes.lib.tune_eval import Evaluator
+from qir.passes.lib.tune_space import Config
+
+__all__ = ["ratio_search", "greedy", "prune", "spread"]
+
+logger = logging.getLogger(__name__)
+
+
+def spread(lo: int, hi: int, points: int) -> list[int]:
+    """Up to ``points`` integers spread evenly over the open interval ``(lo, hi)``."""
+    return sorted({lo + round((hi - lo) * j / (points + 1)) for j in range(1, points + 1)} - {lo, hi})
+
+
+def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mapping[int, int], *,
+                 points: int = 7) -> tuple[Config | None, Config, int | None]:
+    """The smallest ``k`` whose ``config(k)`` (``base`` with ``order[:k]`` raised to their ``step``
+    level) meets the target: ``(config(k) or None, the largest failing config below it, k)``.
+    ``base`` itself must miss the target."""
+    def config(k: int) -> Config:
+        return ev.space.move(base, {i: max(base.levels[i], step[i]) for i in order[:k]})
+
+    n = len(order)
+    lo, hi = 0, None
+    ks = sorted(set(spread(0, n, points - 1)) | {n})
+    while ks:
+        scores = ev.score([config(k) for k in ks], "ratio search")
+        met = [k for k, s in zip(ks, scores) if ev.target.met(s.mean)]
+        if met:
+            hi = min(met)
+            lo = max([lo] + [k for k in ks if k < hi])
+        else:
+            lo = max(ks)
+        logger.info("tune: ratio search: %s met at %s of %d units", "target" if met else "nothing", met or ks, n)
+        if hi is None:
+            return None, config(n), None
+        ks = spread(lo, hi, points)
+    return config(hi), config(lo), hi
+
+
+def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed: Callable[[int, int], bool],
+           batch: int = 8, max_rounds: int = 200, stage: str = "greedy") -> Config:
+    """Raise units one level at a time until ``config`` meets the target (see the module
+    docstring); ``prior``: unit -> an estimate of its gain (its sensitivity), ``allowed(unit,
+    level)``: whether that move may be made. Returns the last configuration (it may miss the
+    target when no move helps any more or ``max_rounds`` is reached)."""
+    space, target = ev.space, ev.target
+    priority: dict[int, float] = {}
+    current = config
+    for _ in range(max_rounds):
+        score = ev.score([current], stage)[0]
+        if target.met(score.mean):
+            break
+        moves = [i for i in range(len(space.units))
+                 if current.levels[i] + 1 < len(space.units[i].levels) and allowed(i, current.levels[i] + 1)]
+        if not moves:
+            break
+        cost = space.cost(current)
+        added = {i: max(space.cost(space.move(current, {i: current.levels[i] + 1})) - cost, 1e-9) for i in moves}
+        ranked = sorted(moves, key=lambda i: -priority.get(i, prior.get(i, 0.0) / added[i]))
+        tried = ranked[:batch]
+        configs = [space.move(current, {i: current.levels[i] + 1}) for i in tried]
+        scores = ev.score(configs, stage)
+        for i, s in zip(tried, scores):
+            priority[i] = target.gain(s.mean, score.mean) / added[i]
+        meeting = [(added[i], c) for i, c, s in zip(tried, configs, scores) if target.met(s.mean)]
+        if meeting:
+            return min(meeting, key=lambda m: m[0])[1]
+        best = max(tried, key=lambda i: priority[i])
+        if priority[best] > 0:
+            current = space.move(current, {best: current.levels[best] + 1})
+            priority.pop(best)  # its next level is a new move
+        elif len(tried) == len(moves):
+            break  # no move helps
+    return current
+
+
+def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: str) -> dict[int, float]:
+    """Unit -> the metric lost when it alone goes one level down from ``current`` (inf: that misses
+    the target), measured in one call."""
+    space, target = ev.space, ev.target
+    singles = [space.move(current, {i: current.levels[i] - 1}) for i in units]
+    now = ev.score([current], stage)[0].mean
+    return {i: target.gain(now, s.mean) if target.met(s.mean) else math.inf
+            for i, s in zip(units, ev.score(singles, stage))}
+
+
+def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
+          recheck: float = 2.0) -> Config:
+    """Lower raised units while the target holds (see the module docstring); ``config`` must meet
+    the target, and units never go below their ``floor`` level. Each unit's loss one level down is
+    measured alone; units are then lowered in order of cost saved per loss, as many at a time as
+    the target's margin predicts (a few prefix sizes around it, measured in one call, the largest
+    that meets the target kept). A loss measured before other units went down is stale: when the
+    first unit of the order misses, the first ``batch`` are measured again. It ends when every
+    remaining unit misses the target one level down, as measured on the final configuration for
+    each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
+    about independently, so one well beyond it cannot fit; ``math.inf``: measure them all)."""
+    space, target = ev.space, ev.target
+    current = config
+    loss = _single_losses(ev, current, space.raised(current, floor), stage)
+    fresh = set(loss)  # losses measured on `current`
+    while True:
+        margin = target.margin(ev.score([current], stage)[0].mean)
+        order = [i for i in space.raised(current, floor) if loss.get(i, math.inf) <= margin]
+        if not order:  # measure again the stale losses that may still fit (and the unknown ones)
+            stale = [i for i in space.raised(current, floor)
+                     if i not in fresh and loss.get(i, -math.inf) <= recheck * margin]
+            if not stale:
+                return current
+            loss.update(_single_losses(ev, current, stale, stage))
+            fresh.update(stale)
+            continue
+        cost = space.cost(current)
+        saving = {i: cost - space.cost(space.move(current, {i: current.levels[i] - 1})) for i in order}
+        order.sort(key=lambda i: -saving[i] / max(loss[i], 1e-12))
+        total, sizes = 0.0, {1, len(order)}
+        for n, i in enumerate(order, 1):
+            total += loss[i]
+            sizes |= {n for f in (0.5, 0.75, 1.0) if total <= f * margin}
+        sizes = sorted(sizes)
+
+        def lowered(n: int) -> Config:
+            return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
+
+        scores = ev.score([lowered(n) for n in sizes], stage)
+        accepted = max((n for n, s in zip(sizes, scores) if target.met(s.mean)), default=0)
+        if not accepted:  # stale losses were too hopeful: measure the first few again
+            again = [i for i in order[:batch] if i not in fresh]
+            if not again:  # (a fresh loss within the margin meets the target alone: cannot happen)
+                loss[order[0]] = math.inf
+                continue
+            loss.update(_single_losses(ev, current, again, stage))
+            fresh.update(again)
+            continue
+        current, fresh = lowered(accepted), set()
+        for i in order[:accepted]:
+            loss.pop(i)  # its next level down is not measured yet
+        logger.info("tune: pruning: %d unit(s) one level lower, %d raised", accepted, len(space.raised(current, floor)))

@@ -1,0 +1,99 @@
+"""Verifying a tuned configuration before ``qir tune`` claims it: emitted, re-imported, and run.
+
+1. The tuned IR is emitted as a standard QDQ ONNX model (:func:`qir.io.qdq_export.export_qdq`,
+   what ``qir emit`` writes) and imported back (``qir.load``): every calibration node must come
+   back with the same mode and scale.
+2. The emitted model runs in onnxruntime as written (``session.disable_quant_qdq``: the Q/DQ
+   ops as ops, qir's fake quantization) on the evaluation samples; the target metric against the
+   float model's outputs is averaged as the search averages it (samples whose float outputs are
+   near zero or constant left out of cosine/SQNR, :func:`qir.metrics.ill_conditioned`).
+3. It *agrees* with the search when the two means differ by at most
+   :meth:`~.tune_target.Target.tolerance` (1% of the distance to a perfect match) and it meets
+   the target itself; otherwise verification fails and ``qir tune`` says so and exits non-zero.
+4. With ``march``: the re-imported model also runs at the integer level
+   (``qir.run(..., level="integer", march=...)``, what the NPU computes per the profile's
+   assumptions); its score is reported, not judged (the integer level differs from fake
+   quantization by design where the profile's arithmetic does).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from qir import metrics as qmetrics
+from qir.calibration import QRANGE, calib_scale
+from qir.graph import QIR
+from qir.io.onnx_import import import_onnx
+from qir.io.qdq_export import export_qdq
+from qir.passes.lib.tune_target import Target
+from qir.runtimes.base import check_feeds, get_runtime
+from qir.runtimes.ort.backend import new_session
+
+__all__ = ["verify", "sample_values"]
+
+
+def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequence[dict]) -> tuple[float, list[float]]:
+    """The target's mean and per-sample values of ``outs`` against the float outputs ``floats``,
+    averaged as the engine averages them (ill-conditioned samples out of relative metrics unless
+    every sample is one)."""
+    if not isinstance(target.metric, str):
+        values = [float(target.metric(o, i)) for i, o in enumerate(outs)]
+        return float(np.nanmean(values)) if any(v == v for v in values) else math.nan, values
+    metric, relative = target.metric, target.metric in qmetrics.RELATIVE
+    bounds = {v: qmetrics.output_bound(ir, v) for v in ir.outputs}
+    trusted, every = [], []
+    for f, o in zip(floats, outs):
+        per = {v: qmetrics.compute([metric], f[v], o[v])[metric] for v in ir.outputs}
+        good = [x for v, x in per.items() if x == x and not (relative and qmetrics.ill_conditioned(f[v], bounds[v]))]
+        trusted.append(float(np.mean(good)) if good else math.nan)
+        every.append(float(np.nanmean(list(per.values()))) if any(x == x for x in per.values()) else math.nan)
+    values = trusted if any(x == x for x in trusted) else every
+    return (float(np.nanmean(values)) if any(x == x for x in values) else math.nan), values
+
+
+def _roundtrip(ir: QIR, back: QIR) -> list[str]:
+    """Calibration nodes whose mode or scale did not come back from the emitted model."""
+    bad = []
+    for c in ir.calibrations():
+        if not back.has_node(c.name):
+            bad.append(f"{c.name}: missing")
+            continue
+        b = back.calibration(c.name)
+        if b.mode is not c.mode:
+            bad.append(f"{c.name}: {c.mode.value} came back {b.mode.value}")
+        elif c.mode in QRANGE and not np.allclose(calib_scale(b), calib_scale(c), rtol=1e-6, atol=0):
+            bad.append(f"{c.name}: its scale changed")
+    return bad
+
+
+def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *, march: str | None = None,
+           threads: int | None = None) -> dict[str, Any]:
+    """Emit ``ir``, re-import it, run it on ``samples`` (see the module docstring). Returns
+    ``{"mean", "worst", "worst_sample", "margin", "searched", "agrees", "roundtrip", ...}``;
+    ``model`` is the emitted ``ModelProto``."""
+    model = export_qdq(ir)
+    back = import_onnx(model)
+    session = new_session(model, threads=threads, what="the emitted model")
+    names = [o.name for o in session.get_outputs()]
+    float_rt = get_runtime("ort", level="float")
+    floats, outs = [], []
+    for sample in samples:
+        feeds = check_feeds(ir, sample)
+        floats.append(float_rt.run(ir, feeds))
+        outs.append(dict(zip(names, session.run(names, feeds))))
+    mean, values = sample_values(ir, target, floats, outs)
+    worst_sample, worst = target.worst(values)
+    roundtrip = _roundtrip(ir, back)
+    agrees = abs(mean - searched) <= target.tolerance(searched) if mean == mean and searched == searched else False
+    report = {"runtime": "onnxruntime (session.disable_quant_qdq)", "mean": mean, "worst": worst,
+              "worst_sample": worst_sample, "margin": target.margin(mean), "searched": searched,
+              "difference": mean - searched, "tolerance": target.tolerance(searched), "roundtrip": roundtrip,
+              "agrees": bool(agrees and not roundtrip and target.met(mean)), "model": model}
+    if march is not None:
+        ints = [get_runtime("numpy", level="integer", march=march).run(back, check_feeds(back, s)) for s in samples]
+        int_mean, int_values = sample_values(ir, target, floats, ints)
+        report["integer"] = {"march": march, "mean": int_mean, "worst": target.worst(int_values)[1],
+                             "margin": target.margin(int_mean)}
+    return report

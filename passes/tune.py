@@ -1,0 +1,290 @@
+"""``tune``: from an accuracy target to the cheapest verified int8 / int16 / fp16 configuration a
+march allows (the mixed-precision pipelines of the accuracy tuning guide, seed 002, automated).
+
+The pipeline is the march profile's data (``tune_ladder``: the levels each activation
+calibration node may take, cheapest first; ``tune_costs``: their cost per FLOP), never a branch
+on the march name; the pieces are in ``passes/lib/tune_*``. The target (``"cosine>=0.99"``, a
+metric against the float model, or a task metric; :mod:`.lib.tune_target`) is met by the *mean*
+over the **evaluation** samples, never the calibration ones; the worst sample is reported too.
+
+1. **Bounds.** One engine call scores the start configuration (every unit at its first level:
+   all-int8 on nash-e/m; GEMM inputs int8 and every other op fp16 on nash-p), the upper bound
+   (every unit at its last integer level: all-int16, dual int16 where the profile allows it),
+   the ceiling (every unit at its last level: fp16, float with ``allow_float``), each also with
+   every clipping fix, and the start with each clipping fix alone.
+2. **Clipping** (:mod:`.lib.tune_clip`): a fixed threshold covering the data, where the
+   calibrated range clips it (the advisor's rule), is kept where it measurably helps, before any
+   precision is raised. If the start then meets the target, nothing is raised. If neither the
+   upper bound nor the ceiling meets it, the target is unreachable: the pass stops with the best
+   configuration found and says so (``reached`` false).
+3. **Sensitivity**: each unit lowered alone from all-int16 to its start level; the loss ranks
+   the units. It runs on the few evaluation samples all-int16 scores worst (the bad cases; the
+   ranking only orders the search, which measures every step on all samples).
+4. **Ratio search** (:func:`.lib.tune_search.ratio_search`): the guide's binary search on the
+   share of units raised to int16, in sensitivity order.
+5. **Greedy refinement with lazy re-scoring** (:func:`.lib.tune_search.greedy`): from the largest
+   failing configuration of the ratio search, the moves with the best gain per cost, re-measured a
+   few at a time; where int16 everywhere misses, it takes the next levels (dual int16, fp16, float).
+6. **Backward pruning** (:func:`.lib.tune_search.prune`): each raised unit back down while the
+   target holds.
+7. **Attribution**: each change of the result undone alone, the loss is its measured gain; each
+   change's reason is ``clipping`` (a fixed threshold), ``rounding`` (raised in sensitivity order)
+   or ``interaction`` (added by the greedy refinement: its single sensitivity did not rank it).
+8. **Verification** (:mod:`.lib.tune_verify`): the result emitted, re-imported and run in
+   onnxruntime on the evaluation data; it must meet the target and agree with the search.
+
+The pass sets the IR's calibration nodes to the result (a transform) and reports everything:
+the target, the bounds, every configuration tried (stage, FLOP-weighted cost, mean, worst
+sample), the changes with their reasons and gains, the cost against all-int8 and all-int16, the
+verification, and the emitted ``model`` (a ``ModelProto``; :mod:`qir.tools.tune` writes the files).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, MutableMapping
+
+from qir.data import model_samples
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.passes.base import Pass, PassResult, register_pass
+from qir.passes.layer_compare import CLIP_SQNR_DB
+from qir.passes.lib.tune_clip import clipping_fixes
+from qir.passes.lib.tune_eval import Evaluator
+from qir.passes.lib.tune_report import summarize
+from qir.passes.lib.tune_search import greedy, prune, ratio_search
+from qir.passes.lib.tune_space import Config, Space
+from qir.passes.lib.tune_target import parse_target
+from qir.passes.lib.tune_verify import verify
+from qir.runtimes.base import check_feeds
+from qir.runtimes.march import get_profile
+from qir.runtimes.progress import task
+
+__all__ = ["TunePass", "checked_samples"]
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("bounds", "sensitivity", "ratio search", "greedy", "pruning", "attribution", "verification")
+
+
+def checked_samples(ir: QIR, data: Any, num: int | None = None) -> list[dict]:
+    """The evaluation samples (at most ``num``), each checked against the model's inputs: data
+    that does not fit the model is one clear error naming the sample."""
+    try:
+        samples = list(model_samples(ir, data, num))
+        for i, sample in enumerate(samples):
+            try:
+                check_feeds(ir, sample)
+            except InputError as exc:
+                raise InputError(f"sample {i}: {exc}") from None
+    except InputError as exc:
+        raise InputError(f"the evaluation data does not fit the model: {exc}") from None
+    return samples
+
+
+@register_pass
+class TunePass(Pass):
+    """Tune the calibrated IR to the cheapest configuration that meets ``target`` on ``eval_data``
+    (see the module docstring).
+
+    Options: ``calib_data`` (where the clipping fixes are looked for; none without it),
+    ``march``, ``allow_float`` (float32, the CPU, as the last level), ``eval_num`` (use at most
+    that many evaluation samples), ``runtime`` / ``threads`` (the engine's), ``points`` (ratio
+    values per search call), ``batch`` (moves re-measured per greedy round), ``max_rounds``,
+    ``sensitivity_samples`` (the ranking runs on that many of the worst evaluation samples, as
+    hmct ranks on one sample and QuantAnalysis on a bad case; None: all of them),
+    ``verify``, ``integer`` (also run the result at the march's integer level), ``store`` (a
+    mapping keeping every score, for resuming), ``progress``.
+    """
+
+    name = "tune"
+
+    def __init__(self, target: Any, eval_data: Any, *, calib_data: Any = None, march: str = "nash-e",
+                 allow_float: bool = False, eval_num: int | None = None, runtime: str = "ort",
+                 threads: int | None = None, points: int = 7, batch: int = 8, max_rounds: int = 200,
+                 sensitivity_samples: int | None = 2, verify: bool = True, integer: bool = False,
+                 store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
+        self.target = parse_target(target)
+        self.profile = get_profile(march)
+        if points < 1 or batch < 1 or max_rounds < 1:
+            raise InputError("points, batch and max_rounds must each be at least 1")
+        self.eval_data, self.calib_data, self.allow_float, self.eval_num = eval_data, calib_data, allow_float, eval_num
+        self.runtime, self.threads, self.points, self.batch, self.max_rounds = runtime, threads, points, batch, max_rounds
+        self.verify, self.integer, self.store, self.progress = verify, integer, store, progress
+        self.sensitivity_samples = sensitivity_samples
+        self.options = {"target": self.target.text, "march": self.profile.name, "allow_float": allow_float}
+
+    # ------------------------------------------------------------------ run
+    def run(self, ir: QIR) -> PassResult:
+        start = time.perf_counter()
+        if not ir.calibrations():
+            raise InputError(f"{ir.name!r} has no calibration nodes; calibrate it first (qir calibrate), or give "
+                             "qir tune the float model and calibration data")
+        samples = checked_samples(ir, self.eval_data, self.eval_num)
+        space = Space(ir, self.profile, allow_float=self.allow_float)
+        base = space.apply(ir.clone(), space.start())
+        ev = Evaluator(base, space, self.target, samples, store=self.store, progress=self.progress,
+                       runtime=self.runtime, threads=self.threads)
+        stages = task("tune", len(STAGES), unit="stages", enabled=self.progress)
+        try:
+            found = self._search(ev, space, base, stages)
+        finally:
+            ev.close()
+        final: Config = found["final"]
+        space.apply(ir, final)
+        report = summarize(ev, found, self.profile, self.allow_float)
+        stages.update(1)
+        if self.verify:
+            report["verification"] = verify(ir, samples, self.target, found["score"].mean, threads=self.threads,
+                                            march=self.profile.name if self.integer else None)
+        stages.update(1)
+        stages.close()
+        report["seconds"] = round(time.perf_counter() - start, 2)
+        return PassResult(ir, True, report)
+
+    # ------------------------------------------------------------------ the stages
+    def _search(self, ev: Evaluator, space: Space, base: QIR, stages) -> dict[str, Any]:
+        found = self._bounds(ev, space, base)
+        stages.update(1)
+        if found["reached"] is not None:  # the start meets the target, or nothing can
+            stages.update(4)
+            return self._attribute(ev, space, found)
+        loss = self._sensitivity(ev, space, found["int16"], found)
+        stages.update(1)
+        order = sorted(loss, key=lambda i: -loss[i])
+        met, below, level = self._ratio(ev, space, found["start"], order)
+        found.update(order=order, loss=loss, ratio_config=met if met is not None else below)
+        stages.update(1)
+        limit = level  # a cheaper way past the last failing ratio, with moves up to the level it needed
+        refined = greedy(ev, below, loss, batch=self.batch, max_rounds=self.max_rounds,
+                         allowed=lambda i, k: limit is None or space.units[i].levels[k] in self._levels_upto(limit))
+        found["greedy_config"] = refined
+        meeting = [c for c in (met, refined, found["ceiling_met"]) if c is not None and ev.met(c)]
+        stages.update(1)
+        if not meeting:  # the ceiling met it but the refinement did not get there
+            found["reached"] = False
+            found["final"] = found["best"]
+            stages.update(1)
+            return self._attribute(ev, space, found)
+        found["final"] = prune(ev, min(meeting, key=space.cost), found["start"])
+        found["reached"] = True
+        stages.update(1)
+        return self._attribute(ev, space, found)
+
+    def _levels_upto(self, level: str) -> tuple[str, ...]:
+        """The levels of the ratio searches up to ``level``, in the order they are tried."""
+        seq = self._level_sequence()
+        return seq[: seq.index(level) + 1]
+
+    def _level_sequence(self) -> tuple[str, ...]:
+        """int16 first, then the higher levels of the profile's ladders in ladder order (dual int16,
+        fp16), then float when allowed."""
+        seen = ["int16"]
+        for ladder in (self.profile.tune_ladder["gemm"], self.profile.tune_ladder["other"]):
+            for lv in ladder[ladder.index("int16") + 1:] if "int16" in ladder else ():
+                if lv not in seen:
+                    seen.append(lv)
+        return tuple(seen + (["float"] if self.allow_float else []))
+
+    def _ratio(self, ev: Evaluator, space: Space, start: Config, order: list[int]):
+        """The guide's ratio search, level by level: int16 on the most sensitive units first; when
+        int16 everywhere misses, from there the next level (dual int16, fp16, float), and so on.
+        Returns (the configuration that met, or None; the largest failing one; its level)."""
+        base, level = start, None
+        for level in self._level_sequence():
+            units = [i for i in order if level in space.units[i].levels
+                     and space.units[i].levels.index(level) > base.levels[i]]
+            step = {i: space.units[i].levels.index(level) for i in units}
+            met, below, _ = ratio_search(ev, base, units, step, points=self.points)
+            if met is not None:
+                return met, below, level
+            base = below
+        return None, base, level
+
+    def _bounds(self, ev: Evaluator, space: Space, base: QIR) -> dict[str, Any]:
+        """Steps 1 and 2 of the module docstring: the clipping fixes, measured, and the bounds."""
+        fixes = []
+        if self.calib_data is not None:
+            fixes = clipping_fixes(base, [u.name for u in space.units], model_samples(base, self.calib_data),
+                                   limit_db=CLIP_SQNR_DB, progress=self.progress)
+        at16 = {f["node"]: f["threshold"] for f in fixes if f["better"]["int16"]}
+        at8 = {f["node"]: f["threshold"] for f in fixes if f["better"]["int8"]}
+        plain = space.plain_start()
+        int16_plain = space.level_named(plain, "int16")
+        space.policy = {(n, "int16"): t for n, t in at16.items()}
+        singles = [plain.with_thresholds({n: t}) for n, t in at8.items()]
+        tried = [plain, int16_plain, space.level_named(plain, "int16"), plain.with_thresholds(at8)]
+        ev.score(tried + singles, ["bounds"] * len(tried) + ["clipping"] * len(singles))
+        if ev.target.gain(ev.memo[tried[2]].mean, ev.memo[int16_plain].mean) < 0:
+            space.policy = {}  # the covering thresholds do not help at int16 after all
+        helped = {n: t for (n, t), x in zip(at8.items(), singles) if ev.target.gain(ev.memo[x].mean, ev.memo[plain].mean) > 0}
+        options = [plain, plain.with_thresholds(helped), plain.with_thresholds(at8)]
+        ev.score(options, "clipping")
+        chosen = max(options, key=lambda x: (ev.target.gain(ev.memo[x].mean, ev.memo[plain].mean), -len(x.thresholds)))
+        space.policy.update({(n, "int8"): t for n, t in chosen.thresholds})
+        start, int16, upper, ceiling = space.start(), space.level_named(space.start(), "int16"), space.upper(), space.ceiling()
+        ev.score([start, int16, upper, ceiling], "bounds")
+        for f in fixes:
+            f["kept"] = [m for m in ("int8", "int16") if (f["node"], m) in space.policy]
+        reachable = [x for x in (int16, upper, ceiling) if ev.met(x)]
+        reached = True if ev.met(start) else (None if reachable else False)
+        best = max(ev.memo, key=lambda x: ev.target.margin(ev.memo[x].mean) if ev.memo[x].mean == ev.memo[x].mean
+                   else float("-inf"))
+        bound = max((int16, upper), key=lambda x: ev.target.margin(ev.memo[x].mean))
+        logger.info("tune: start %s %.6g, all-int16 %.6g, upper bound %.6g, ceiling %.6g; clipping fixes kept: %d at "
+                    "int8, %d at int16, of %d", ev.target.text, ev.memo[start].mean, ev.memo[int16].mean,
+                    ev.memo[upper].mean, ev.memo[ceiling].mean, len(chosen.thresholds),
+                    sum(m == "int16" for _, m in space.policy), len(fixes))
+        return {"start": start, "plain_start": plain, "int16": int16, "upper": bound, "ceiling": ceiling,
+                "ceiling_met": min(reachable, key=space.cost) if reachable else None, "fixes": fixes, "best": best,
+                "reached": reached, "final": start if reached else best}
+
+    def _sensitivity(self, ev: Evaluator, space: Space, reference: Config, found: dict[str, Any]) -> dict[int, float]:
+        """Unit -> the loss when it alone goes back to its start level from ``reference`` (all-int16:
+        activation changes only, which the engine batches), measured on the ``sensitivity_samples``
+        samples that ``reference`` scores worst (the bad cases; all samples when None)."""
+        units = [i for i in space.searchable() if reference.levels[i] > 0]
+        lowered = [space.move(reference, {i: 0}) for i in units]
+        values = ev.memo[reference].samples
+        worst_first = sorted((i for i, v in enumerate(values) if v == v),
+                             key=lambda i: values[i] if ev.target.higher_is_better else -values[i])
+        n = self.sensitivity_samples
+        picked = sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
+        found["sensitivity_samples"] = picked
+        sub = ev if len(picked) == len(values) else Evaluator(
+            ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
+            prefix=f"samples {picked}: ", progress=self.progress, **ev.engine_options)
+        try:
+            scores = sub.score([reference] + lowered, "sensitivity")
+        finally:
+            if sub is not ev:
+                sub.close()
+        ev.calls += sub.calls if sub is not ev else 0
+        return {i: ev.target.gain(scores[0].mean, s.mean) for i, s in zip(units, scores[1:])}
+
+    def _attribute(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> dict[str, Any]:
+        """The measured gain of each change of the result: the loss when it alone is undone. Fixed
+        thresholds that gain nothing there are dropped together, when that keeps the result as
+        good (meeting the target, or no worse when it is not reached), and the gains measured again."""
+        self._gains(ev, space, found)
+        useless = {name: None for name, _ in found["final"].thresholds if found["gains"][("threshold", name)] <= 0}
+        if useless:
+            final = found["final"]
+            trimmed = final.with_thresholds(useless)
+            score = ev.score([trimmed], "attribution")[0]
+            keep = ev.target.met(score.mean) if found["reached"] else ev.target.gain(score.mean, ev.memo[final].mean) >= 0
+            if keep:
+                found["final"] = trimmed
+                self._gains(ev, space, found)
+        return found
+
+    def _gains(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> None:
+        final, start = found["final"], found["plain_start"]
+        raised = space.raised(final, start)
+        undo = [space.move(final, {i: start.levels[i]}) for i in raised]
+        unthreshold = [final.with_thresholds({name: None}) for name, _ in final.thresholds]
+        scores = ev.score([final] + undo + unthreshold, "attribution")
+        found["score"] = scores[0]
+        found["gains"] = {("unit", i): ev.target.gain(scores[0].mean, s.mean) for i, s in zip(raised, scores[1:])}
+        found["gains"].update({("threshold", name): ev.target.gain(scores[0].mean, s.mean)
+                               for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})

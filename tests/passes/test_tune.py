@@ -1,0 +1,223 @@
+"""The ``tune`` pass on the digits example: targets parse or say their syntax, the precision ladders
+follow the march profile, a reachable target is reached and verified, an unreachable one stops
+honestly with the best configuration and the upper bound, pruning never leaves the target unmet,
+clipping is fixed by thresholds before precision is raised, and every number is checked against
+a plain whole-model run (not the engine the search uses)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import qir
+from qir import metrics as qmetrics
+from qir.errors import InputError
+from qir.passes import get_pass
+from qir.passes.lib.tune_eval import Evaluator
+from qir.passes.lib.tune_search import prune
+from qir.passes.lib.tune_space import Space
+from qir.passes.lib.tune_target import SYNTAX, parse_target
+from qir.runtimes.engine.cost import op_flops
+from qir.runtimes.march import get_profile
+
+from ..conftest import DIGITS, DIGITS_DATA, calibrate_for_nash_e
+
+EVAL = [{"input": x} for x in np.load(DIGITS / "eval_images.npy")[:40]]
+LABELS = np.load(DIGITS / "eval_labels.npy")[:40]
+
+
+def _calibrated(method: str = "max") -> qir.QIR:
+    return calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA, method)
+
+
+def _plain(ir: qir.QIR, metric: str = "cosine-similarity") -> float:
+    """``metric`` of ``ir`` (as its calibration nodes say) against its float run, mean over EVAL:
+    whole-model runs on the numpy runtime, no engine."""
+    values = [qmetrics.compute([metric], qir.run(ir, s, level="float")["logits"], qir.run(ir, s)["logits"])[metric]
+              for s in EVAL]
+    return float(np.mean(values))
+
+
+def _configured(ir: qir.QIR, modes: dict[str, str]) -> qir.QIR:
+    clone = ir.clone()
+    for name, mode in modes.items():
+        clone.set_calibration(name, mode=mode)
+    return clone
+
+
+def _tune(ir: qir.QIR, target, **options):
+    return get_pass("tune", target=target, eval_data=EVAL, calib_data=DIGITS_DATA, progress=False, **options)(ir)
+
+
+# ------------------------------------------------------------------ targets
+@pytest.mark.parametrize("text, metric, op, threshold", [
+    ("cosine>=0.99", "cosine-similarity", ">=", 0.99), (" mse <= 1e-3 ", "mse", "<=", 1e-3),
+    ("sqnr-db>=30", "sqnr-db", ">=", 30.0), ("COS>=0.5", "cosine-similarity", ">=", 0.5)])
+def test_targets_parse(text, metric, op, threshold):
+    t = parse_target(text)
+    assert (t.metric, t.op, t.threshold) == (metric, op, threshold)
+    assert t.met(threshold) and not t.met(float("nan"))
+
+
+@pytest.mark.parametrize("bad", ["cosine", "cosine=0.99", "cosine>=x", "cosine>=nan", "accuracy>=0.9", 0.99,
+                                 ("cosine", "~", 0.9)])
+def test_an_unreadable_target_gives_the_syntax(bad):
+    with pytest.raises(InputError) as exc:
+        parse_target(bad)
+    assert SYNTAX in str(exc.value) and "METRIC>=VALUE" in str(exc.value)
+
+
+def test_a_target_in_the_wrong_direction_says_which_is_right():
+    with pytest.raises(InputError, match="better when higher: write 'cosine>=0.99'"):
+        parse_target("cosine<=0.99")
+    fn = lambda outputs, i: 1.0  # noqa: E731
+    assert parse_target((fn, 0.9)).op == ">=" and parse_target((fn, "<=", 0.1)).op == "<="
+
+
+# ------------------------------------------------------------------ the space
+def test_ladders_are_the_profiles_filtered_by_its_dtype_rules():
+    ir = _calibrated()
+    e = Space(ir, get_profile("nash-e"))
+    levels = {u.name: u.levels for u in e.units}
+    # relu4 feeds MaxPool, whose data input is int8-only on nash-e (int8_only_inputs): no int16 there
+    assert levels["relu4_out_calib"] == ("int8",)
+    assert levels["relu1_out_calib"] == get_profile("nash-e").tune_ladder["gemm"]
+    # without the (int16, int16) GEMM pair, dual int16 is no level: the profile decides, not the march name
+    no_dual = get_profile("nash-e").with_overrides(gemm_dtype_pairs=(("int8", "int8"), ("int16", "int8")))
+    assert all("int16+w16" not in u.levels for u in Space(ir, no_dual).units)
+    # nash-p: non-GEMM inputs start (and stay) at fp16; allow_float adds float last
+    p = {u.name: u.levels for u in Space(ir, get_profile("nash-p"), allow_float=True).units}
+    assert p["relu4_out_calib"] == ("fp16", "float") and p["relu1_out_calib"][0] == "int8"
+
+
+def test_cost_is_flops_times_the_profiles_cost_of_each_op():
+    ir = _calibrated()
+    profile = get_profile("nash-e")
+    space = Space(ir, profile)
+    i = space.index["relu1_out_calib"]
+    raised = space.start().with_levels({i: space.units[i].levels.index("int16")})
+    # relu1 feeds conv2 only: raising it moves conv2 from "int8 x int8" to "int16 x int8"
+    conv2 = ir.op("conv2")
+    costs = profile.tune_costs
+    assert space.cost(raised) - space.cost(space.start()) == pytest.approx(
+        op_flops(ir, conv2) * (costs["int16 x int8"] - costs["int8 x int8"]))
+    assert space.changes(raised) == {"relu1_out_calib": "int16"}
+
+
+# ------------------------------------------------------------------ the search
+def test_a_reachable_target_is_reached_verified_and_holds_in_a_plain_run():
+    ir = _calibrated("percentile")
+    start = _plain(_configured(ir, {c.name: "int8" for c in ir.calibrations()}), "mse")
+    upper = _plain(_configured(ir, {c.name: "int16" for c in ir.calibrations("activation")}), "mse")
+    threshold = (start + upper) / 2  # between all-int8 and all-int16 activations: some nodes must be raised
+    result = _tune(ir, f"mse<={threshold!r}")
+    report = result.report
+    assert report["reached"] and report["verification"]["agrees"], report["verification"]
+    assert _plain(result.ir, "mse") <= threshold  # the tuned IR itself, run whole without the engine
+    assert report["verification"]["mean"] == pytest.approx(_plain(result.ir, "mse"), rel=1e-4)
+    assert 0 < report["raised"] < report["searchable_units"]
+    assert report["final"]["cost"] < report["all_int16"]["cost"]
+    assert {c["reason"] for c in report["changes"]} <= {"rounding", "interaction", "clipping"}
+    assert report["pareto"] and all(report["history"][i]["mean"] == report["history"][i]["mean"]
+                                    for i in report["pareto"])
+
+
+def test_an_unreachable_target_stops_with_the_best_configuration_and_the_upper_bound():
+    ir = _calibrated()
+    upper_modes = {c.name: "int16" for c in ir.calibrations()
+                   if c.role.value == "weight" or c.name not in ("relu4_out_calib", "relu5_out_calib")}
+    upper = _plain(_configured(ir, upper_modes))
+    result = _tune(ir, f"cosine>={1 - (1 - upper) / 10!r}")  # ten times closer to float than the upper bound
+    report = result.report
+    assert not report["reached"]
+    assert report["upper_bound"]["mean"] == pytest.approx(upper, abs=1e-6)
+    assert report["final"]["mean"] == max(h["mean"] for h in report["history"])  # the best found
+    assert _plain(result.ir) == pytest.approx(report["final"]["mean"], abs=1e-6)
+
+
+def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_would_miss():
+    ir = _calibrated("percentile")
+    space = Space(ir, get_profile("nash-e"))
+    base = space.apply(ir.clone(), space.start())
+    upper = space.upper()
+    target = parse_target(f"cosine>={_plain(space.apply(ir.clone(), upper)) - 2e-5!r}")
+    ev = Evaluator(base, space, target, EVAL, progress=False)
+    pruned = prune(ev, upper, space.start(), recheck=math.inf)  # every unit measured at the end
+    assert ev.met(pruned) and space.cost(pruned) < space.cost(upper)
+    assert target.met(_plain(space.apply(ir.clone(), pruned)))  # checked by a plain run too
+    for entry in ev.history:  # every configuration pruning moved to was measured to meet the target
+        assert entry["config"] != pruned or entry["meets"]
+    for i in space.raised(pruned):  # a local minimum: one more step down anywhere misses
+        lower = pruned.with_levels({i: pruned.levels[i] - 1})
+        assert not target.met(_plain(space.apply(ir.clone(), lower)))
+    ev.close()
+
+
+def test_clipping_is_fixed_with_thresholds_before_precision_is_raised():
+    ir = _calibrated("kl")  # kl clips the digits model's activations: all-int16 alone does not help
+    result = _tune(ir, "cosine>=0.999")
+    report = result.report
+    assert report["reached"] and report["verification"]["agrees"]
+    assert report["calibrated"]["mean"] < 0.9 and report["start"]["mean"] > 0.999
+    clipped = [c for c in report["changes"] if c["reason"] == "clipping"]
+    assert clipped and all(c["gain"] > 0 for c in clipped)
+    for c in clipped:  # the tuned model holds the covering threshold, fixed
+        cal = result.ir.calibration(c["node"])
+        assert cal.fixed and float(cal.threshold) == pytest.approx(c["threshold"], rel=1e-6)
+    assert report["raised"] == 0  # thresholds were enough: no int16 at all
+    assert _plain(result.ir) >= 0.999
+
+
+def test_a_task_metric_target_is_met_on_the_evaluation_data():
+    ir = _calibrated("kl")
+    accuracy = [float(qir.run(ir, s)["logits"].argmax() == y) for s, y in zip(EVAL, LABELS)]
+    assert np.mean(accuracy) < 0.95  # the kl model loses accuracy
+
+    def correct(outputs, index):
+        return float(outputs["logits"].argmax() == LABELS[index])
+
+    result = _tune(ir, (correct, ">=", 0.95))
+    assert result.report["reached"] and result.report["verification"]["agrees"]
+    tuned = [float(qir.run(result.ir, s)["logits"].argmax() == y) for s, y in zip(EVAL, LABELS)]
+    assert np.mean(tuned) >= 0.95
+
+
+def test_evaluation_data_that_does_not_fit_is_one_clear_error():
+    ir = _calibrated()
+    with pytest.raises(InputError, match="evaluation data does not fit the model: sample 1: input 'input' expects"):
+        get_pass("tune", target="cosine>=0.9", eval_data=[EVAL[0], {"input": np.zeros((1, 1, 4, 4), np.float32)}],
+                 progress=False)(ir)
+    with pytest.raises(InputError, match="no calibration nodes"):
+        get_pass("tune", target="cosine>=0.9", eval_data=EVAL, progress=False)(qir.load(DIGITS / "model.onnx"))
+
+
+def test_tuning_reports_its_progress_with_an_eta(monkeypatch, caplog):
+    import logging
+
+    from qir.runtimes import progress as P
+
+    monkeypatch.setattr(P, "DELAY", 0.0)
+    monkeypatch.setattr(P, "INTERVAL", 0.0)
+    with P.use_reporter(P.LogProgress), caplog.at_level(logging.INFO, logger="qir.progress"):
+        get_pass("tune", target="cosine>=0.9999", eval_data=EVAL, calib_data=DIGITS_DATA)(_calibrated("kl"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "qir.progress"]
+    assert any(line.startswith("tune: 1/7 stages") and "ETA" in line for line in lines)
+    assert any(line.startswith("tune: bounds: ") and "ETA" in line for line in lines)
+    assert any(line.startswith("tune: clipping: ") for line in lines)
+
+
+def test_float_is_the_last_resort_only_when_allowed():
+    ir = _calibrated()
+    upper = _tune(ir.clone(), "cosine>=0.999999").report  # above every integer level on digits
+    assert not upper["reached"]
+    result = _tune(ir, "cosine>=0.999999", allow_float=True)
+    report = result.report
+    assert report["reached"] and report["verification"]["agrees"]
+    floats = [c for c in report["changes"] if c["change"].endswith("-> float")]
+    assert floats and all(result.ir.calibration(c["node"]).mode.value == "float" for c in floats)
+    space = Space(ir, get_profile("nash-e"), allow_float=True)
+    for c in floats:  # a GEMM input in float runs on the CPU: its weights are not quantized either
+        for w in space.units[space.index[c["node"]]].weights:
+            assert result.ir.calibration(w).mode.value == "float"
+    assert _plain(result.ir) >= 0.999999
