@@ -1,0 +1,113 @@
+"""``qir tune`` on the command line and ``qir.tune`` in Python, on the digits example: the files it
+writes, its exit codes (0 reached and verified, 3 not reached, 2 bad input), the reproducing
+commands (run here, they rebuild the same models), refusing existing files, and resuming."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import numpy as np
+import pytest
+
+import qir
+from qir.tools.cli import main
+from qir.tools.reports.tune import FILES
+
+from ..conftest import DIGITS, DIGITS_DATA
+
+MODEL = str(DIGITS / "model.onnx")
+
+
+@pytest.fixture(scope="module")
+def eval_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("digits_eval")
+    (folder / "input").mkdir()
+    for i, x in enumerate(np.load(DIGITS / "eval_images.npy")[:30]):
+        np.save(folder / "input" / f"{i}.npy", x)
+    return str(folder)
+
+
+def _tune(out, eval_dir, target, *extra):
+    return main(["tune", MODEL, str(DIGITS_DATA), "--eval", eval_dir, "--target", target, "-s", str(out),
+                 "--method", "kl", "--quiet", *extra])
+
+
+def _states(path):
+    ir = qir.load(path)
+    return {c.name: (c.mode.value, None if c.threshold is None else np.asarray(c.threshold, np.float32).tolist(),
+                     c.fixed) for c in ir.calibrations()}
+
+
+def test_a_reached_target_writes_every_file_and_the_commands_rebuild_the_result(tmp_path, eval_dir, capsys):
+    out = tmp_path / "tuned"
+    assert _tune(out, eval_dir, "cosine>=0.9999") == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("reached: cosine-similarity>=0.9999") and "verified in onnxruntime" in printed
+    for name in (*FILES, "tuned_model.onnx", "tuned_model_qdq.onnx", "calibrated_model.onnx", "reproduce/commands.sh"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "tune_report.json").read_text())
+    assert report["schema"] == "qir.tune" and report["reached"] and report["verification"]["agrees"]
+    assert "data:image/png;base64," in (out / "tune_report.html").read_text()
+    # the reproducing commands, run as written, rebuild the tuned model and its emitted form
+    commands = (out / "reproduce" / "commands.sh").read_text().splitlines()[2:]
+    assert commands == report["commands"] and commands[-1].startswith("qir emit")
+    for command in commands:
+        assert main(shlex.split(command)[1:]) == 0, command
+    assert _states(out / "reproduce" / "tuned_model.onnx") == _states(out / "tuned_model.onnx")
+    assert _states(out / "reproduce" / "tuned_model_qdq.onnx") == _states(out / "tuned_model_qdq.onnx")
+    tuned = _states(out / "tuned_model.onnx")
+    assert tuned != _states(out / "calibrated_model.onnx")  # the commands did change something
+
+
+def test_an_unreachable_target_exits_3_with_the_best_configuration_and_the_upper_bound(tmp_path, eval_dir, capsys):
+    assert _tune(tmp_path / "t", eval_dir, "cosine>=0.99999999") == 3
+    printed = capsys.readouterr().out
+    assert printed.startswith("NOT REACHED") and "the best configuration found" in printed
+    report = json.loads((tmp_path / "t" / "tune_report.json").read_text())
+    assert f"The upper bound (every unit at its last integer level) scores {report['upper_bound']['mean']:.6g}" in printed
+    assert not report["reached"] and (tmp_path / "t" / "tuned_model.onnx").is_file()
+
+
+@pytest.mark.parametrize("target", ["cosine=0.9", "cosine<=0.9", "accuracy>=0.9"])
+def test_a_bad_target_is_one_line_and_exit_2(tmp_path, eval_dir, target, capsys):
+    assert _tune(tmp_path / "t", eval_dir, target) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qir: error: ") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t").exists()
+
+
+def test_evaluation_data_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, capsys):
+    bad = tmp_path / "bad" / "input"
+    bad.mkdir(parents=True)
+    np.save(bad / "0.npy", np.zeros((1, 3, 8, 8), np.float32))
+    assert _tune(tmp_path / "t", str(tmp_path / "bad"), "cosine>=0.9") == 2
+    assert "the evaluation data does not fit the model: sample 0: input 'input' expects" in capsys.readouterr().err
+    assert not any((tmp_path / "t").glob("*.onnx"))
+
+
+def test_existing_files_are_refused_without_force_and_a_resumed_run_measures_nothing_again(tmp_path, eval_dir, capsys):
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "tune_report.txt").write_text("mine")
+    assert _tune(out, eval_dir, "cosine>=0.9999") == 2
+    assert "tune_report.txt" in capsys.readouterr().err and (out / "tune_report.txt").read_text() == "mine"
+    assert _tune(out, eval_dir, "cosine>=0.9999", "--force") == 0
+    first = json.loads((out / "tune_report.json").read_text())
+    assert first["engine_calls"] > 0
+    assert _tune(out, eval_dir, "cosine>=0.9999", "--force", "--resume") == 0
+    again = json.loads((out / "tune_report.json").read_text())
+    assert again["engine_calls"] == 0 and again["final"]["mean"] == first["final"]["mean"]
+    assert _tune(out, eval_dir, "cosine>=0.999", "--force", "--resume") == 2  # another target: not that run
+    assert "holds another tuning run" in capsys.readouterr().err
+
+
+def test_qir_tune_in_python_takes_a_calibrated_ir_and_leaves_it_alone_and_runs_the_integer_level(eval_dir):
+    from tests.conftest import calibrate_for_nash_e
+
+    ir = calibrate_for_nash_e(qir.load(MODEL), DIGITS_DATA, "kl")
+    before = {c.name: (c.mode, c.fixed) for c in ir.calibrations()}
+    report = qir.tune(ir, DIGITS_DATA, eval_dir, "cosine>=0.9999", progress=False, integer=True)
+    assert report["reached"] and report["verification"]["agrees"] and "model" not in report["verification"]
+    integer = report["verification"]["integer"]  # the march's integer level: reported, not judged
+    assert integer["march"] == "nash-e" and abs(integer["mean"] - report["verification"]["mean"]) < 1e-3
+    assert {c.name: (c.mode, c.fixed) for c in ir.calibrations()} == before

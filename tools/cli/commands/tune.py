@@ -1,0 +1,68 @@
+"""``qir tune``: from an accuracy target to the cheapest verified int8/int16/fp16 configuration of a
+march (:mod:`qir.tools.tune`, the ``tune`` pass)."""
+from __future__ import annotations
+
+import argparse
+
+from qir.tools.cli.options import add_force, add_input_shape, add_march, positive_int
+
+ORDER = 45  # after the debugger commands: the repair step
+
+#: The exit code when the target is not reached, or verification disagrees with the search.
+EXIT_NOT_REACHED = 3
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from qir.tools.cli.options import parse_input_shapes, resolve_shapes
+    from qir.tools.reports.tune import outcome
+    from qir.tools.tune import tune
+
+    shapes = resolve_shapes(args.model, parse_input_shapes(args.input_shape), args.data)
+    report = tune(args.model, args.data, args.eval, args.target, march=args.march, allow_float="float" in args.allow,
+                  method=args.method, save_dir=args.save_dir, overwrite=args.force, resume=args.resume,
+                  input_shapes=shapes, eval_num=args.data_num, threads=args.threads,
+                  sensitivity_samples=args.sensitivity_samples,
+                  integer=args.integer, progress=not args.quiet)
+    final = report["final"]
+    print(outcome(report))
+    print(f"{report['raised']} unit(s) raised of {report['searchable_units']}; calibration nodes per mode: "
+          + ", ".join(f"{k} {v}" for k, v in report["calibration_modes"].items())
+          + f"; cost x{final['cost_vs_start']:.3f} of the start, x{final['cost_vs_int16']:.3f} of all-int16; "
+          f"{report['seconds']} s")
+    print(f"wrote {args.save_dir}/tune_report.txt (and .json, .html), tuned_model.onnx, tuned_model_qdq.onnx, "
+          "reproduce/commands.sh")
+    verified = (report.get("verification") or {}).get("agrees", True)
+    return 0 if report["reached"] and verified else EXIT_NOT_REACHED
+
+
+def add_commands(sub) -> None:
+    """``tune``."""
+    p = sub.add_parser("tune", help="find the cheapest int8/int16/fp16 configuration that meets an accuracy target, "
+                                    "verified (exit code 3 when the target is not reached)")
+    p.add_argument("model", help="a float .onnx model (calibrated first, with DATA) or a calibrated one")
+    p.add_argument("data", help="calibration data: DIR/<input>/<i>.npy, .npz or .npy (clipping fixes are looked "
+                                "for there; a float model is calibrated on it)")
+    p.add_argument("--eval", required=True, help="evaluation data, where the target must be met (the mean over its "
+                                                 "samples): DIR/<input>/<i>.npy, .npz or .npy")
+    p.add_argument("--target", required=True, help="the accuracy target against the float model: METRIC>=VALUE or "
+                                                   "METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3'")
+    add_march(p, help="the march whose mixed-precision pipeline and dtype rules to follow")
+    p.add_argument("-s", "--save-dir", "-o", "--output", dest="save_dir", required=True,
+                   help="the output folder: tuned model, emitted QDQ model, tune_report.txt/.json/.html, "
+                        "reproduce/commands.sh")
+    p.add_argument("--allow", action="append", choices=["float"], default=[],
+                   help="also allow float32 (the op on the CPU) as the last resort")
+    p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max",
+                   help="calibration method for a float model (default max)")
+    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    p.add_argument("-d", "--data-num", type=positive_int, help="use at most N evaluation samples")
+    p.add_argument("--sensitivity-samples", type=positive_int, default=2,
+                   help="rank the quantizers on this many of the evaluation samples all-int16 scores worst (default 2)")
+    p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
+    p.add_argument("--integer", action="store_true",
+                   help="also run the result at the march's integer level (reported, not judged)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in the same folder")
+    add_input_shape(p)
+    add_force(p)
+    p.add_argument("--quiet", action="store_true", help="no progress")
+    p.set_defaults(func=cmd_tune)

@@ -1,0 +1,163 @@
+"""The ``qir tune`` report (:mod:`qir.passes.tune`): ``tune_report.txt`` (the outcome, the bounds,
+the changes with reasons and gains, the verification, the reproducing commands),
+``tune_report.json`` (schema ``qir.tune`` v1: the pass's report plus the commands),
+``tune_report.html`` (one self-contained page: the same, with the plot embedded),
+``tune_curve.png`` (cost against the metric of every configuration tried, the Pareto front
+highlighted) and ``tune_history.csv`` (one row per configuration tried). The pass computes;
+only this module writes."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+from qir.tools.reports.output import Outputs
+from qir.tools.reports.plots import pyplot
+
+__all__ = ["FILES", "format_report", "write_report", "outcome"]
+
+FILES = ("tune_report.txt", "tune_report.json", "tune_report.html", "tune_curve.png", "tune_history.csv")
+
+
+def outcome(report: dict[str, Any]) -> str:
+    """One line: reached and verified, or why not."""
+    final, ver = report["final"], report.get("verification") or {}
+    head = (f"{report['target']} on {report['samples']} evaluation sample(s): {final['mean']:.6g} "
+            f"(worst sample {final['worst']:.6g})")
+    if not report["reached"]:
+        return (f"NOT REACHED: {head}; the best configuration found. The upper bound (every unit at its last "
+                f"integer level) scores {report['upper_bound']['mean']:.6g}, the ceiling {report['ceiling']['mean']:.6g}")
+    if ver and not ver["agrees"]:
+        why = "; ".join(ver["roundtrip"][:3]) or (f"the emitted model scores {ver['mean']:.6g} in onnxruntime, the "
+                                                  f"search measured {ver['searched']:.6g}")
+        return f"VERIFICATION FAILED: {head}; {why}"
+    checked = f"; verified in onnxruntime: {ver['mean']:.6g}, margin {ver['margin']:.3g}" if ver else ""
+    return f"reached: {head}{checked}"
+
+
+def _bounds_lines(r: dict[str, Any]) -> list[str]:
+    rows = [("calibrated (start)", r["calibrated"]), ("with clipping fixes", r["start"]),
+            ("all-int16 activations", r["all_int16"]), ("upper bound", r["upper_bound"]), ("ceiling", r["ceiling"]),
+            ("result", r["final"])]
+    base = r["calibrated"]["cost"] or 1.0
+    lines = [f"  {'configuration':<24}{'mean':>12}{'worst':>12}{'cost':>8}  levels"]
+    for name, s in rows:
+        levels = ", ".join(f"{k} {v}" for k, v in s["levels"].items())
+        lines.append(f"  {name:<24}{s['mean']:>12.6g}{s['worst']:>12.6g}{s['cost'] / base:>8.3f}  {levels}")
+    return lines
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """``tune_report.txt``."""
+    r, final = report, report["final"]
+    lines = [f"qir tune: {r['target']} on {r['march']}" + (" (float allowed)" if r["allow_float"] else ""), "",
+             outcome(r), "", "== configurations (cost: FLOP-weighted, relative to the calibrated start)"]
+    lines += _bounds_lines(r)
+    ratio = r["ratio_search"]
+    lines += ["", f"result: {r['raised']} unit(s) raised, {len([c for c in r['changes'] if c['reason'] == 'clipping'])} "
+                  f"fixed threshold(s); cost x{final['cost_vs_start']:.3f} of the start, "
+                  f"x{final['cost_vs_int16']:.3f} of all-int16"]
+    if ratio["raised"] is not None:
+        lines.append(f"ratio search: {ratio['raised']} of {ratio['units']} units raised in sensitivity order (ranked on "
+                     f"evaluation samples {ratio['sensitivity_samples']}); then greedy refinement and pruning")
+    lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
+    lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
+    lines += ["", "== changes (gain: the metric lost when this change alone is undone)",
+              f"  {'node':<48}{'change':<34}{'reason':<13}{'gain':>12}"]
+    lines += [f"  {c['node']:<48}{c['change']:<34}{c['reason']:<13}{c['gain']:>12.4g}" for c in r["changes"]]
+    ver = r.get("verification")
+    if ver:
+        lines += ["", "== verification", f"  {ver['runtime']}: mean {ver['mean']:.6g}, worst {ver['worst']:.6g} "
+                  f"(sample {ver['worst_sample']}), margin {ver['margin']:.4g}; search {ver['searched']:.6g}, "
+                  f"difference {ver['difference']:.3g} (tolerance {ver['tolerance']:.3g}): "
+                  + ("agrees" if ver["agrees"] else "DISAGREES")]
+        if ver["roundtrip"]:
+            lines.append("  re-import: " + "; ".join(ver["roundtrip"]))
+        if ver.get("integer"):
+            i = ver["integer"]
+            lines.append(f"  integer level ({i['march']}, assumed arithmetic): mean {i['mean']:.6g}, worst {i['worst']:.6g}")
+    if r.get("commands"):
+        lines += ["", "== reproduce from the calibrated model"] + [f"  {c}" for c in r["commands"]]
+    lines += ["", f"{r['configurations']} configurations in {r['engine_calls']} engine call(s), {r.get('seconds', 0)} s"]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(report: dict[str, Any]):
+    """Cost (relative to the start) against the metric of every configuration tried."""
+    plt = pyplot()
+    hist, base = report["history"], report["calibrated"]["cost"] or 1.0
+    fig, ax = plt.subplots(figsize=(8, 5))
+    front = sorted((hist[i] for i in report["pareto"]), key=lambda h: h["cost"])
+    lo, hi = _band([h["mean"] for h in front] + [report["threshold"], report["final"]["mean"]])
+    stages = list(dict.fromkeys(h["stage"] for h in hist))
+    for k, stage in enumerate(stages):
+        pts = [h for h in hist if h["stage"] == stage and h["mean"] == h["mean"]]
+        inside = [h for h in pts if lo <= h["mean"] <= hi]
+        ax.scatter([h["cost"] / base for h in inside], [h["mean"] for h in inside], s=14, alpha=0.6, label=stage,
+                   color=plt.cm.tab10(k % 10))
+        for edge, marker in ((lo, "v"), (hi, "^")):  # beyond the band: drawn on its edge
+            out = [h for h in pts if (h["mean"] < lo if marker == "v" else h["mean"] > hi)]
+            ax.scatter([h["cost"] / base for h in out], [edge] * len(out), s=18, marker=marker, alpha=0.6,
+                       color=plt.cm.tab10(k % 10))
+    ax.plot([h["cost"] / base for h in front], [h["mean"] for h in front], "k-", lw=1.5, label="Pareto front")
+    final = report["final"]
+    ax.scatter([final["cost"] / base], [final["mean"]], s=120, facecolors="none", edgecolors="red", lw=2,
+               label="result")
+    ax.axhline(report["threshold"], color="red", ls="--", lw=1, label=report["target"])
+    ax.set_xlabel("FLOP-weighted cost (calibrated start = 1)")
+    ax.set_ylim(lo - (hi - lo) * 0.03, hi + (hi - lo) * 0.03)
+    ax.ticklabel_format(axis="y", useOffset=False)
+    ax.set_ylabel(f"{report['metric']}, mean over the evaluation samples")
+    ax.set_title(f"qir tune on {report['march']}: every configuration tried (triangles: beyond this range)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _band(values: list[float]) -> tuple[float, float]:
+    """The y range of the plot: the Pareto front, the threshold and the result, padded by a quarter
+    of their span (configurations far below it would flatten the part that matters)."""
+    finite = [v for v in values if v == v and abs(v) != float("inf")]
+    lo, hi = min(finite), max(finite)
+    pad = (hi - lo) * 0.25 or abs(hi) * 1e-3 or 1e-3
+    return lo - pad, hi + pad
+
+
+def _html(report: dict[str, Any], png: bytes) -> str:
+    def table(rows: list[dict], keys: list[str]) -> str:
+        def cell(v):
+            return f"{v:.6g}" if isinstance(v, float) else html.escape(str(v))
+        head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+        body = "".join("<tr>" + "".join(f"<td>{cell(r.get(k, ''))}</td>" for k in keys) + "</tr>" for r in rows)
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    text = format_report(report)
+    img = base64.b64encode(png).decode("ascii")
+    parts = [f"<h1>qir tune: {html.escape(report['target'])} on {html.escape(report['march'])}</h1>",
+             f"<p><b>{html.escape(outcome(report))}</b></p>",
+             f'<img alt="tune_curve.png" src="data:image/png;base64,{img}">',
+             "<h2>Changes</h2>", table(report["changes"], ["node", "change", "reason", "gain"]),
+             "<h2>Reproduce</h2><pre>" + html.escape("\n".join(report.get("commands") or [])) + "</pre>",
+             "<h2>Report</h2><pre>" + html.escape(text) + "</pre>"]
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "text-align:left;font-size:90%}img{max-width:100%}pre{background:#f6f6f6;padding:.5em;overflow-x:auto}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>qir tune</title><style>{style}</style></head>"
+            f"<body>{''.join(parts)}</body></html>\n")
+
+
+def write_report(report: dict[str, Any], out: Outputs) -> None:
+    """The five files of :data:`FILES`, through ``out``."""
+    fig = _figure(report)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    pyplot().close(fig)
+    out.write_bytes("tune_curve.png", buf.getvalue())
+    out.write_text("tune_report.txt", format_report(report))
+    out.write_json("tune_report.json", "qir.tune", report)
+    out.write_text("tune_report.html", _html(report, buf.getvalue()))
+    keys = ["stage", "cost", "mean", "worst", "worst_sample", "meets", "thresholds", "final"]
+    rows = [[*keys, "levels"]] + [[h.get(k) for k in keys] + [" ".join(f"{a}:{b}" for a, b in h["levels"].items())]
+                                  for h in report["history"]]
+    out.write_csv("tune_history.csv", rows)

@@ -1,0 +1,203 @@
+"""``qir tune`` / ``qir.tune``: the ``tune`` pass (:mod:`qir.passes.tune`) on a float or calibrated
+model, and its files.
+
+::
+
+    report = tune("model.onnx", "calib/", "eval/", "cosine>=0.99", march="nash-e", save_dir="tuned")
+    report["reached"], report["verification"]["agrees"], report["final"]["mean"]
+
+A float model is calibrated first (the march's pipeline, ``method``) and that calibrated model is
+written too (``calibrated_model.onnx``): the reproducing commands start from it. Files in
+``save_dir`` (planned and checked before any work, never replaced without ``overwrite``):
+
+- ``tuned_model.onnx``: the tuned calibrated model (``qir.load`` reads it back exactly);
+- ``tuned_model_qdq.onnx``: the emitted QDQ model, as verified;
+- ``tune_report.{txt,json,html}``, ``tune_curve.png``, ``tune_history.csv``
+  (:mod:`qir.tools.reports.tune`);
+- ``reproduce/{int8,int16,fp16,float}.txt`` (the nodes whose mode changed) and
+  ``reproduce/commands.sh``: the ``qir set-mode`` / ``qir emit`` commands that rebuild both
+  models from the calibrated one, into ``reproduce/``;
+- ``tune_journal.jsonl``: every configuration's score as it is measured. ``resume=True``
+  (``--resume``) reads it back and measures only what is missing (the file must come from the
+  same model, evaluation data, target and march); like the engine's results file, it is the
+  one file a resumed run continues.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from qir.api import as_ir, load
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.passes import get_pass
+from qir.passes.lib.tune_target import parse_target
+from qir.passes.tune import checked_samples
+from qir.runtimes.engine.results import data_digest, fingerprint
+from qir.tools.emit import write_model
+from qir.tools.reports import tune as tune_report
+from qir.tools.reports.output import Outputs
+
+__all__ = ["tune", "Journal", "reproduce_commands", "MODES", "JOURNAL"]
+
+MODES = ("int8", "int16", "fp16", "float")
+JOURNAL = "tune_journal.jsonl"
+
+
+class Journal(MutableMapping):
+    """Scores by configuration key, appended to a ``.jsonl`` file as they are measured (the first
+    line a header naming the analysis); with ``resume`` the saved scores of the same analysis are
+    read back, and a file of another analysis is an error."""
+
+    def __init__(self, path: Path, analysis: str, *, resume: bool) -> None:
+        self.path, self.data = Path(path), {}
+        header = {"qir_tune_journal": 1, "analysis": analysis}
+        if resume and self.path.exists():
+            lines = self.path.read_text().splitlines()
+            if not lines or json.loads(lines[0]).get("analysis") != analysis:
+                raise InputError(f"{self.path} holds another tuning run (other model, evaluation data, target or "
+                                 "march); use another folder, or --force to start over")
+            for line in lines[1:]:
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by the interruption
+                self.data[entry["key"]] = entry["score"]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(x) + "\n" for x in
+                               [header, *({"key": k, "score": v} for k, v in self.data.items())]))
+        tmp.replace(self.path)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"key": key, "score": value}) + "\n")
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("the journal only grows")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def _load(model: Any, input_shapes: Any) -> QIR:
+    if isinstance(model, QIR):
+        return model.clone()
+    if isinstance(model, (str, Path)):
+        return load(model, input_shapes=input_shapes)
+    return as_ir(model)
+
+
+def _calibrate(ir: QIR, calib_data: Any, march: str, method: str, percentile: float) -> QIR:
+    from qir.passes import PassManager
+
+    PassManager([get_pass("fold-bn"), get_pass("fuse", march=march), get_pass("insert-calibration", march=march),
+                 get_pass("calibrate", data=calib_data, method=method, percentile=percentile)]).run(ir)
+    return ir
+
+
+def reproduce_commands(calibrated: QIR, tuned: QIR, source: Path, out: Outputs) -> list[str]:
+    """Write ``reproduce/<mode>.txt`` (the calibration nodes whose mode changed) and return the
+    ``qir set-mode`` / ``qir emit`` commands that turn ``source`` (the calibrated model) into
+    ``reproduce/tuned_model.onnx`` and ``reproduce/tuned_model_qdq.onnx``."""
+    folder = out.path("reproduce").resolve()
+    model, qdq = folder / "tuned_model.onnx", folder / "tuned_model_qdq.onnx"
+    changed: dict[str, list[str]] = {m: [] for m in MODES}
+    thresholds = []
+    for c in tuned.calibrations():
+        before = calibrated.calibration(c.name)
+        if c.mode is not before.mode:
+            changed[c.mode.value].append(c.name)
+        if c.fixed and not (before.fixed and np.array_equal(before.threshold, c.threshold)):
+            thresholds.append((c.name, float(np.max(c.threshold))))
+    commands, current = [], Path(source).resolve()
+    for mode, names in changed.items():
+        if names:
+            out.write_text(f"reproduce/{mode}.txt", "".join(n + "\n" for n in names))
+            commands.append(f"qir set-mode {shlex.quote(str(current))} -o {shlex.quote(str(model))} --from-file "
+                            f"{shlex.quote(str(folder / (mode + '.txt')))} --mode {mode} --force")
+            current = model
+    for name, value in thresholds:
+        commands.append(f"qir set-mode {shlex.quote(str(current))} -o {shlex.quote(str(model))} --nodes "
+                        f"{shlex.quote(name)} --threshold {value!r} --force")
+        current = model
+    if current != model:  # nothing changed: the tuned model is the calibrated one
+        commands.append(f"qir set-mode {shlex.quote(str(current))} -o {shlex.quote(str(model))} --role activation "
+                        "--mode int8 --force")
+    commands.append(f"qir emit {shlex.quote(str(model))} -o {shlex.quote(str(qdq))} --force")
+    out.write_text("reproduce/commands.sh", "#!/bin/sh\nset -e\n" + "\n".join(commands) + "\n")
+    return commands
+
+
+def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str = "nash-e", allow_float: bool = False,
+         method: str = "max", percentile: float = 99.99, save_dir: str | Path | None = None, overwrite: bool = False,
+         resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
+         sensitivity_samples: int | None = 2, integer: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the
+    cheapest configuration of ``march`` that meets ``target`` on ``eval_data`` (see the module
+    docstring and :mod:`qir.passes.tune`). Returns the pass's report (without the ONNX model),
+    with ``files`` (what was written) and ``commands``."""
+    target = parse_target(target)
+    ir = _load(model, input_shapes)
+    needs_calibration = not ir.calibrations()
+    own_calibrated = needs_calibration or not isinstance(model, (str, Path))  # the commands need it in a file
+    out = None
+    if save_dir is not None:
+        out = Outputs(save_dir, overwrite=overwrite)
+        out.plan("tuned_model.onnx", "tuned_model_qdq.onnx", *tune_report.FILES,
+                 *(f"reproduce/{m}.txt" for m in MODES), "reproduce/commands.sh")
+        out.plan(JOURNAL, replace=resume)
+        if own_calibrated:
+            out.plan("calibrated_model.onnx")
+        out.check()
+    eval_samples = checked_samples(ir, eval_data, eval_num)  # data that does not fit: an error before any work
+    if needs_calibration:
+        _calibrate(ir, calib_data, march, method, percentile)
+    calibrated = ir.clone()
+    store = None
+    if out is not None:
+        analysis = fingerprint(ir, [], len(eval_samples), [target.text, march, allow_float, "tune-1"],
+                               data_digest(eval_samples))
+        store = Journal(out.path(JOURNAL), analysis, resume=resume)
+        out.adopt(JOURNAL)
+    result = get_pass("tune", target=target, eval_data=eval_samples, calib_data=calib_data, march=march,
+                      allow_float=allow_float, threads=threads, sensitivity_samples=sensitivity_samples, integer=integer,
+                      store=store, progress=progress)(ir)
+    report = result.report
+    emitted = (report.get("verification") or {}).pop("model", None)
+    if out is None:
+        return report
+    if own_calibrated:
+        source = out.write("calibrated_model.onnx", lambda tmp: _save(calibrated, tmp))
+    else:
+        source = Path(model)
+    files = [out.write("tuned_model.onnx", lambda tmp: _save(ir, tmp))]
+    if emitted is None:
+        from qir.io.qdq_export import export_qdq
+
+        emitted = export_qdq(ir)
+    files.append(write_model(emitted, "tuned_model_qdq.onnx", outputs=out))
+    report["commands"] = reproduce_commands(calibrated, ir, source, out)
+    tune_report.write_report(report, out)
+    report["files"] = [str(p) for p in files] + [str(out.path(f)) for f in tune_report.FILES]
+    return report
+
+
+def _save(ir: QIR, tmp: Path) -> None:
+    import onnx
+
+    from qir.io.onnx_export import export_onnx
+
+    onnx.save(export_onnx(ir), str(tmp))
