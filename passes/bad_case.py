@@ -29,13 +29,14 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from qir import metrics as qmetrics
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.passes.base import AnalysisPass, PassResult, register_pass
-from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
-from qir.runtimes.progress import track
+from qir.passes.lib.bad_case_search import SampleSearch, Score, scores_on_cluster
+from qir.passes.lib.model_pair import BAD_CASE_METRICS
+from qir.runtimes.engine.cluster import Cluster, current_cluster, parse_cluster
+from qir.runtimes.progress import task, track
 
 __all__ = ["BadCasePass", "find_bad_cases"]
 
@@ -47,34 +48,36 @@ _RELATIVE = ("Cosine", "SQNR")  # relative to the baseline: noise where it is ne
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
                    post_process: Callable[[dict], dict] | None = None, runtime: str = "ort",
-                   replay_discrete: bool = True, level: str = "fakequant", march: str | None = None) -> dict:
+                   replay_discrete: bool = True, level: str = "fakequant", march: str | None = None,
+                   cluster: str | Cluster | None = None) -> dict:
     """The report (see the module docstring). ``analysis=None`` compares ``baseline`` run in
     float with the same model fake-quantized (the usual float vs calibrated question).
     ``replay_discrete``: the analysis model takes the indices of its sort/top-k/arg-max ops from
     the baseline's run (:mod:`.discrete`). ``level="integer"`` (numpy runtime, ``march``): the
-    analysis model computes what that NPU does (:func:`.model_pair.model_pair`)."""
+    analysis model computes what that NPU does (:func:`.model_pair.model_pair`). ``cluster``: the
+    samples are dealt to its workers (:mod:`.lib.bad_case_search`; default: the one set by
+    :func:`qir.runtimes.engine.cluster.use_cluster`, else here); the report is the same."""
     if metric not in BAD_CASE_METRICS:
         raise InputError(f"unknown bad-case metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
-    (base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis, level)
+    search = SampleSearch(baseline, analysis, runtime=runtime, replay_discrete=replay_discrete, level=level,
+                          march=march, post_process=post_process)
+    base_ir = search.base_ir
     samples = model_samples(base_ir, data, num_steps)
-    analy_ir, replay = replay_setup(base_ir, analy_ir) if replay_discrete else (analy_ir, [])
-    runtimes = level_runtime(runtime, base_level, march), level_runtime(runtime, analy_level, march)
-    aliases = analy_ir.meta.get("value_aliases", {})  # an output fold-bn renamed: its name in the baseline
-    rename = {o: aliases[o] for o in analy_ir.outputs if aliases.get(o) in base_ir.outputs}
+    cluster = current_cluster() if cluster is None else parse_cluster(cluster)
+    if cluster is None:
+        scores = [search.score(sample) for sample in track(samples, "bad-case search", unit="samples")]
+    else:
+        with task("bad-case search", len(samples), unit="samples") as bar:
+            got = {}
+            for i, score in scores_on_cluster(cluster, search, data, samples):
+                got[i] = score
+                bar.update()
+        scores = [got[i] for i in range(len(samples))]
     values: dict[str, dict[str, list[float]]] = {}
     left_out: dict[int, str] = {}
     ill: dict[str, dict[int, str]] = {}  # output -> sample -> why Cosine/SQNR are noise there
-    for i, sample in enumerate(track(samples, "bad-case search", unit="samples")):
-        base = runtimes[0].run(base_ir, sample, capture=replay)
-        got = runtimes[1].run(analy_ir, {**sample, **{v: base[v] for v in replay}})
-        outs = [{k: base[k] for k in base_ir.outputs}, {rename.get(k, k): got[k] for k in analy_ir.outputs}]
-        if post_process:
-            outs = [post_process(o) for o in outs]
-        missing = sorted(set(outs[0]) ^ set(outs[1]))
-        if missing:
-            raise InputError(f"the two models' outputs differ ({missing[:3]}); compare models with the same outputs "
-                             "or map them with post_process")
-        _score(i, outs, values, left_out, ill, base_ir)
+    for i, score in enumerate(scores):
+        _record(i, score, values, left_out, ill)
     if len(left_out) == len(samples):
         raise InputError(f"every sample's baseline outputs hold NaN or Inf ({left_out[0]} on sample 0): no bad case "
                          "to find; check the data for NaN or infinite values")
@@ -93,21 +96,19 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     return report
 
 
-def _score(i: int, outs: list[dict], values: dict, left_out: dict[int, str], ill: dict[str, dict[int, str]],
-           base_ir: QIR) -> None:
-    """Sample ``i``'s metrics per output into ``values`` (NaN when its baseline outputs hold NaN
-    or Inf: then it goes into ``left_out``), and its outputs whose baseline is ill-conditioned
-    (:func:`qir.metrics.ill_conditioned`) into ``ill``."""
-    note = qmetrics.nonfinite_note(outs[0])
+def _record(i: int, score: Score, values: dict, left_out: dict[int, str], ill: dict[str, dict[int, str]]) -> None:
+    """Sample ``i``'s :data:`.lib.bad_case_search.Score` into ``values`` (its metrics per output,
+    NaN when it is left out), ``left_out`` and ``ill``, with the warnings that name it."""
+    note, metrics, ill_here = score
     if note is not None:
         left_out[i] = note
         logger.warning("sample %d is left out of the bad-case search: the baseline's outputs hold NaN or Inf (%s)",
                        i, note)
-    for name in outs[0]:
+    for name, per in metrics.items():
         slot = values.setdefault(name, {m: [] for m in BAD_CASE_METRICS})
-        for seed_name, qname in BAD_CASE_METRICS.items():
-            slot[seed_name].append(math.nan if i in left_out else qmetrics.METRICS[qname](outs[0][name], outs[1][name]))
-        why = None if i in left_out else qmetrics.ill_conditioned(outs[0][name], qmetrics.output_bound(base_ir, name))
+        for seed_name in BAD_CASE_METRICS:
+            slot[seed_name].append(per[seed_name])
+        why = ill_here.get(name)
         if why:
             ill.setdefault(name, {})[i] = why
             logger.warning("sample %d is not a candidate for the Cosine and SQNR bad case of %r: its baseline output is "

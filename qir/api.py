@@ -11,8 +11,9 @@ from qir.files import atomic_write, check_outputs
 from qir.graph import QIR
 from qir.io.onnx_export import export_onnx
 from qir.io.onnx_import import import_onnx
+from qir.io.sources import loaded_from, remember
 
-__all__ = ["load", "run", "save", "from_torch", "as_ir"]
+__all__ = ["load", "run", "save", "from_torch", "as_ir", "loaded_from"]
 
 
 def load(model: str | Path | onnx.ModelProto, *,
@@ -24,7 +25,10 @@ def load(model: str | Path | onnx.ModelProto, *,
         input_shapes: ``{input: shape}`` to make dynamic inputs static (recommended for NPUs:
             shape-computation chains then fold away).
     """
-    return import_onnx(model, input_shapes=input_shapes)
+    ir = import_onnx(model, input_shapes=input_shapes)
+    if isinstance(model, (str, Path)):
+        remember(ir, model, input_shapes)  # (a cluster's workers can read the same file: qir.io.sources)
+    return ir
 
 
 def as_ir(model: QIR | str | Path | onnx.ModelProto, *, calibrated: bool = False) -> QIR:

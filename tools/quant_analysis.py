@@ -9,7 +9,10 @@ it layer by layer, compare every layer with an advisor, rank ops by sensitivity.
     qa.compare_per_layer()                                   # compare_per_layer_out.*, advisor
     qa.sensitivity()                                         # sensitive_ops.txt/.json
 
-``qir compare BASELINE ANALYSIS DATA -o OUT`` runs all four (:func:`compare`). The models are
+``qir compare BASELINE ANALYSIS DATA -o OUT`` runs all four (:func:`compare`). Inside
+``use_cluster(...)`` (:mod:`qir.runtimes.engine.cluster`; ``--cluster`` on the command line) the
+bad-case search deals its samples, and the sensitivity and the advisor's measurements their
+variants, to the cluster's workers; under torchrun every rank runs the workflow and rank 0 writes. The models are
 anything :func:`qir.api.as_ir` takes, or PyTorch modules (a float model and its ``torch.ao``
 fake-quant version, exported with the first sample once the data is known); ``analysis=None``
 (on the command line: the same file twice) compares the baseline run in float with itself fake-quantized. Sensitivity toggles the
@@ -33,6 +36,7 @@ all first): none may exist unless ``overwrite=True``; a file the same object wro
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -45,6 +49,7 @@ from qir.passes import bad_case, layer_compare, op_sensitivity
 from qir.passes.consistency import ConsistencyPass
 from qir.passes.lib.layer_run import LayerRun, compared_ops, run_layers
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
+from qir.runtimes.engine.cluster import current_cluster, executor_for
 from qir.tools.advice import measure_findings
 from qir.tools.reports import bad_case as bad_case_report
 from qir.tools.reports import consistency as consistency_report
@@ -78,7 +83,7 @@ class QuantAnalysis:
         if not self._torch:
             self._import(None)
         self.post_process, self.replay_discrete = post_process, replay_discrete
-        self.out_dir = Path(out_dir)
+        self.out_dir = Path(_rank_folder(out_dir))
         self.outputs = Outputs(self.out_dir, overwrite=overwrite)
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
         self.chosen: int | None = None
@@ -221,6 +226,15 @@ class QuantAnalysis:
         sensitivity_report.write_report(report, self.outputs)
         self.report["sensitivity"] = {out: rows[:10] for out, rows in report["outputs"].items()}
         return report
+
+
+def _rank_folder(out_dir: str | Path) -> str | Path:
+    """``out_dir``, or under torchrun (:func:`qir.runtimes.engine.cluster.use_cluster` ``("torch")``)
+    on a rank other than 0 a temporary folder: every rank runs the analysis, rank 0 writes it."""
+    cluster = current_cluster()
+    if cluster is None or cluster.kind != "torch" or executor_for(cluster).driver:
+        return out_dir
+    return tempfile.mkdtemp(prefix="qir-rank-")
 
 
 def _level_runtime(runtime: str | None, level: str) -> str:

@@ -9,7 +9,9 @@
 - :mod:`.rows`: variants as rows of batched switch-part calls (onnxruntime);
 - :mod:`.steps`: variants' cones re-executed step by step;
 - :mod:`.whole`: variants run whole, at the integer level;
-- :mod:`.results`: :class:`EngineResult` and the resumable results file.
+- :mod:`.results`: :class:`EngineResult` and the resumable results file;
+- :mod:`.cluster`, :mod:`.executor`, :mod:`.shards`, :mod:`.distributed`: the variants in
+  cost-balanced shards on a Ray cluster (:mod:`.ray_cluster`) or torchrun's ranks (:mod:`.torch_cluster`).
 """
 from __future__ import annotations
 

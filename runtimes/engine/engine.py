@@ -38,6 +38,11 @@ those entries out (:class:`.results.EngineResult`).
 
 Results equal a plain evaluation (clone the IR, set the modes, run the whole model:
 :func:`.variants.evaluate_plainly`) on the same runtime; the tests check it on real models.
+
+With ``cluster`` (:mod:`.cluster`: a Ray cluster, or the ranks of a ``torchrun`` job) the variants
+are cut into cost-balanced shards, one per worker, each evaluated on every sample by the worker's
+own engine (own reference cache); rows stream back to this process, which writes
+``engine_results.jsonl`` (:mod:`.distributed`). The results are the same as here.
 """
 from __future__ import annotations
 
@@ -61,7 +66,9 @@ from qir.json_dump import finite
 from qir.records import CalibRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.engine.cache import MemoryTrim, ValueCache
+from qir.runtimes.engine.cluster import Cluster, current_cluster, parse_cluster
 from qir.runtimes.engine.cost import step_flops
+from qir.runtimes.engine.distributed import evaluate_distributed
 from qir.runtimes.engine.options import batch_size, check_options, engine_runtime, optimization_level
 from qir.runtimes.engine.plan import Plan, build_plan, split_segments, weight_calibrations
 from qir.runtimes.engine.reference import ReferenceCache
@@ -115,6 +122,9 @@ class Engine:
         spill_dir: where cached values go past ``memory_budget`` (default: the system temp folder).
         progress: report progress (:mod:`qir.runtimes.progress`: log lines, or a tqdm bar with ETA
             on a terminal under ``qir.tools``); a string names the task (default ``variants``).
+        cluster: where the variants run (:mod:`.cluster`): ``local``, ``auto`` / ``ray://HOST:PORT``
+            / ``ray`` (Ray), ``torch`` (the ranks of a torchrun job); default: the one set by
+            :func:`.cluster.use_cluster`, else local.
     """
 
     def __init__(self, ir: QIR, data: Any, *, runtime: str | None = None, reference: str = "float",
@@ -123,9 +133,17 @@ class Engine:
                  segments: int | None = None, batch: int | None = None, data_num: int | None = None,
                  threads: int | None = None,
                  optimization: str = "auto", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
-                 progress: bool | str = True, level: str = "fakequant", march: str | None = None) -> None:
+                 progress: bool | str = True, level: str = "fakequant", march: str | None = None,
+                 cluster: str | Cluster | None = None) -> None:
         runtime = engine_runtime(runtime, level, march)
         check_options(runtime, reference, baseline, memory_budget)
+        self.cluster = current_cluster() if cluster is None else parse_cluster(cluster)
+        # what a worker needs to build the same engine (:mod:`.distributed`)
+        self.options = {"runtime": runtime, "reference": reference, "baseline": baseline, "compare": compare,
+                        "metrics": metrics, "memory_budget": memory_budget, "segments": segments, "batch": batch,
+                        "data_num": data_num, "optimization": optimization, "rounding": rounding, "level": level,
+                        "march": march}
+        self.data = data
         self.ir, self.runtime, self.reference, self.baseline = ir, runtime, reference, baseline
         self.level, self.march = level, march
         self.compare = tuple(dict.fromkeys(compare or ir.outputs))
@@ -135,7 +153,7 @@ class Engine:
         self.samples = model_samples(ir, data, data_num)
         optimization = optimization_level(ir, optimization)
         self.rounding, self.threads, self.optimization = rounding, threads, optimization
-        self.workers = max(1, int(threads or os.cpu_count() or 1))
+        self.workers = max(1, int(threads or (os.cpu_count() or 1) // _ranks_here(self.cluster)))
         self.progress = progress
         self.plan: Plan = build_plan(ir, self.compare)
         self.records = configured(ir, reference, {})
@@ -174,46 +192,75 @@ class Engine:
         """Metrics of every variant on every sample (see :class:`EngineResult`)."""
         variants = list(variants)
         check_variants(self.ir, variants)
+        if self.cluster is not None:
+            return evaluate_distributed(self, variants, out_dir, resume=resume, force=force)
         start = time.perf_counter()
         # (only a results file needs the digest; every sample fits the inputs before that file is written)
-        data = data_digest(_fitting(self.ir, self.samples)) if out_dir is not None else None
-        options = [list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding]
-        if self.whole is not None:  # (fake-quant analyses keep the fingerprint of their files)
-            options += [self.level, self.whole.march]
-        analysis = fingerprint(self.ir, variants, len(self.samples), options, data)
+        data = self.data_digest() if out_dir is not None else None
+        analysis = self.fingerprint(variants, data)
         rows, results = open_results(out_dir, analysis, variants, len(self.samples), resume=resume, force=force,
                                      data=data)
         done = {(r["variant"], r["sample"]) for r in rows}
-        bar = task(self.progress if isinstance(self.progress, str) else "variants", len(variants) * len(self.samples),
-                   unit="runs", initial=len(done), enabled=bool(self.progress))
-        pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+        bar = self._bar(len(variants), len(done))
 
         def emit(job_rows: list[dict], skipped: int = 0) -> None:
             rows.extend(job_rows)
             results.append(job_rows)
             bar.update(len(job_rows) + skipped)
 
+        try:
+            self.evaluate_missing(variants, done, emit)
+            self.check_left_out(self._left_out)
+        finally:
+            bar.close()
+        return self.result(rows, variants, self._final_stats(start), self._left_out)
+
+    def evaluate_missing(self, variants: list[Variant], done: set[tuple[str, int]], emit: Callable[..., None]) -> None:
+        """Rows of every (variant, sample) not ``done``, passed to ``emit(rows, skipped)`` as they are
+        produced (:meth:`_evaluate_missing`, ``threads`` calls at a time); the samples left out are
+        in ``_left_out`` after. A worker of a cluster runs its shard with this."""
+        pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
         self._left_out, self._ill = {}, {}
         try:
             self._evaluate_missing(variants, done, pool, emit)
-            if len(self._left_out) == len(self.samples):
-                raise InputError(f"every sample's {self._baseline_name()} hold NaN or Inf "
-                                 f"({self._left_out[0]} on sample 0): nothing to compare; check the data "
-                                 f"({getattr(self.samples, 'source', 'the samples')}) for NaN or infinite values")
         finally:
             if pool:
                 pool.shutdown(cancel_futures=True)
-            bar.close()
             self.cache.clear()
             self._baselines.clear()
-        result = EngineResult(ordered_rows(rows, variants), self.metrics, self.compare, self._final_stats(start),
-                              left_out=dict(self._left_out))
+
+    def data_digest(self) -> str:
+        """The samples' :func:`.results.data_digest` (each sample checked against the inputs first)."""
+        return data_digest(_fitting(self.ir, self.samples))
+
+    def fingerprint(self, variants: Sequence[Variant], data: str | None) -> str:
+        """The analysis of ``variants`` on these samples (digest ``data``), as the results file names it."""
+        options = [list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding]
+        if self.whole is not None:  # (fake-quant analyses keep the fingerprint of their files)
+            options += [self.level, self.whole.march]
+        return fingerprint(self.ir, variants, len(self.samples), options, data)
+
+    def check_left_out(self, left_out: Mapping[int, str]) -> None:
+        """An InputError when every sample is ``left_out`` (its baseline holds NaN or Inf)."""
+        if len(left_out) == len(self.samples):
+            raise InputError(f"every sample's {self._baseline_name()} hold NaN or Inf "
+                             f"({left_out[0]} on sample 0): nothing to compare; check the data "
+                             f"({getattr(self.samples, 'source', 'the samples')}) for NaN or infinite values")
+
+    def result(self, rows: list[dict], variants: list[Variant], stats: dict[str, Any],
+               left_out: Mapping[int, str]) -> EngineResult:
+        """The :class:`EngineResult` of ``rows`` (warning when every row is ill-conditioned)."""
+        result = EngineResult(ordered_rows(rows, variants), self.metrics, self.compare, stats, left_out=dict(left_out))
         if self._bounds is not None and rows and all(len(r.get("ill_conditioned") or ()) == len(self.compare)
                                                      for r in rows):
             logger.warning("every sample's %s are near zero or constant: the %s numbers are kept (there are no "
                            "others) but measure noise; rank with mse or l1, or use data on which the model responds",
                            self._baseline_name(), "/".join(m for m in self.metrics if m in qmetrics.RELATIVE))
         return result
+
+    def _bar(self, variant_count: int, done: int):
+        return task(self.progress if isinstance(self.progress, str) else "variants", variant_count * len(self.samples),
+                    unit="runs", initial=done, enabled=bool(self.progress))
 
     def run_variant(self, variant: Variant) -> dict[str, np.ndarray]:
         """The compared values of ``variant`` on the current sample (after ``_reference``)."""
@@ -423,6 +470,13 @@ class Engine:
                     segments=len(self.plan.segments), batch=self.batch, peak_cache_bytes=self.cache.peak,
                     spilled_bytes=self.cache.spilled,
                     peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+
+def _ranks_here(cluster: Cluster | None) -> int:
+    """How many ranks of a torchrun job share this machine's cores (1 elsewhere)."""
+    if cluster is None or cluster.kind != "torch":
+        return 1
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def _fitting(ir: QIR, samples: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Mapping[str, np.ndarray]]:

@@ -16,9 +16,12 @@ option has help text.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
+import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -55,6 +58,7 @@ FLAG_MEANINGS: dict[str, tuple[tuple[str, ...], str]] = {
     "-a": (("--axis",), "the channel axis"),
     "-p": (("--prefixes",), "only ops whose names start with these"),
     "-t": (("--types",), "only ops of these types"),
+    "-c": (("--cluster",), "where the engine's work runs: a Ray cluster (auto, ray://HOST:PORT) or torchrun's ranks (torch)"),
     "-h": (("--help",), "show the command's help"),
 }
 # the hmct debugger's own command names: their flags are hmct's (see the module docstring)
@@ -315,3 +319,40 @@ def level_text(level: str, march: str | None) -> str:
     if level == "integer":
         return f" at the integer level of {march}"
     return "" if level == "fakequant" else f" at the {level} level"
+
+
+# ------------------------------------------------------------------------------ cluster
+__all__ += ["add_cluster", "on_cluster"]
+
+CLUSTER_HELP = ("where the analysis' variants and bad-case samples run: auto (the Ray cluster this machine belongs to), "
+                "ray://HOST:PORT (a Ray cluster's client address), ray (a new Ray on this machine) or torch (the ranks "
+                "of the torchrun job this runs in: torchrun --nproc_per_node=N -m qir ...); default: here. Workers read "
+                "the model and data from the same paths (a shared filesystem); needs pip install 'qir[ray]' for Ray")
+
+
+def add_cluster(p: argparse.ArgumentParser, hmct: bool = False) -> None:
+    """``-c/--cluster`` (``--cluster`` alone under an hmct command name), read with :func:`on_cluster`."""
+    p.add_argument(*(("--cluster",) if hmct else ("-c", "--cluster")), metavar="WHERE", help=CLUSTER_HELP)
+
+
+@contextlib.contextmanager
+def on_cluster(args: argparse.Namespace, output: str) -> Iterator[None]:
+    """Run the command's analyses on ``args.cluster`` (:func:`qir.runtimes.engine.cluster.use_cluster`:
+    a bad address is one error before any work). Under torchrun every rank runs the command; rank 0
+    writes and prints, the others compute their shards with their output folder (the attribute
+    ``output`` of ``args``) in a temporary folder, printing nothing and logging only errors."""
+    from qir.runtimes.engine.cluster import executor_for, use_cluster
+
+    with use_cluster(getattr(args, "cluster", None)) as cluster:
+        if cluster is None or executor_for(cluster).driver:
+            yield
+            return
+        qir_logger = logging.getLogger("qir")
+        level = qir_logger.level
+        qir_logger.setLevel(logging.ERROR)
+        try:
+            with tempfile.TemporaryDirectory(prefix="qir-rank-") as tmp, contextlib.redirect_stdout(io.StringIO()):
+                setattr(args, output, tmp)
+                yield
+        finally:
+            qir_logger.setLevel(level)

@@ -7,10 +7,12 @@ from pathlib import Path
 from qir.tools.cli.options import (
     SAMPLES_HELP,
     add_analysis_command,
+    add_cluster,
     add_force,
     add_level,
     add_runtime,
     level_text,
+    on_cluster,
     outputs,
     parse_list,
     positive_int,
@@ -54,6 +56,11 @@ def cmd_bad_case(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    with on_cluster(args, "output"):
+        return _compare(args)
+
+
+def _compare(args: argparse.Namespace) -> int:
     from qir.tools.advice import fix_line
     from qir.tools.quant_analysis import compare
 
@@ -155,6 +162,7 @@ def _add_compare(sub) -> None:
     add_runtime(p)
     add_level(p, ("fakequant", "integer"))
     add_force(p)
+    add_cluster(p)
     p.set_defaults(func=cmd_compare)
 
 

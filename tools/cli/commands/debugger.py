@@ -10,12 +10,14 @@ from qir.tools.cli.options import (
     CALIBRATED_MODEL_HELP,
     CALIBRATION_DATA_HELP,
     add_analysis_command,
+    add_cluster,
     add_data_num,
     add_force,
     add_level,
     add_runtime,
     finite_float,
     level_text,
+    on_cluster,
     parse_bool,
     parse_list,
     resolve_level,
@@ -26,6 +28,11 @@ ORDER = 40
 
 
 def cmd_sensitivity(args: argparse.Namespace) -> int:
+    with on_cluster(args, "save_dir"):
+        return _sensitivity(args)
+
+
+def _sensitivity(args: argparse.Namespace) -> int:
     from qir.tools.hmct import get_sensitivity_of_nodes
 
     runtime, level, march = resolve_level(args)
@@ -139,6 +146,7 @@ def _add_sensitivity(sub, hmct: bool) -> None:
     p.add_argument("--from", choices=["float", "quantized"], default="float",
                    help="float: only this node quantized (hmct); quantized: only this node back to float")
     add_level(p, ("fakequant", "integer"))
+    add_cluster(p, hmct)
     p.set_defaults(func=cmd_sensitivity)
 
 

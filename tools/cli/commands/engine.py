@@ -9,11 +9,13 @@ from qir.errors import InputError, OutputError
 from qir.tools.cli.options import (
     CALIBRATED_MODEL_HELP,
     SAMPLES_HELP,
+    add_cluster,
     add_force,
     add_level,
     add_runtime,
     level_text,
     nonnegative_int,
+    on_cluster,
     outputs,
     positive_float,
     positive_int,
@@ -30,6 +32,11 @@ def _variant_rows(metrics: list[str], ranked: list) -> list[list]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    with on_cluster(args, "output"):
+        return _evaluate(args)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
     import qir
     from qir.runtimes.engine import Engine, load_variants, one_at_a_time
     from qir.runtimes.engine.results import RESULTS_FILE
@@ -103,4 +110,5 @@ def add_commands(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in the same folder")
     add_force(p, help="overwrite the results of an earlier run")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_cluster(p)
     p.set_defaults(func=cmd_evaluate)

@@ -1,0 +1,136 @@
+"""The bad-case search's work per sample, here or on a cluster (:mod:`qir.passes.bad_case` uses it).
+
+:class:`SampleSearch` runs both models of a comparison on one sample and scores it: every
+bad-case metric per output, or why the sample is left out (its baseline outputs hold NaN or
+Inf), and the outputs whose baseline is ill-conditioned there. Samples do not depend on each
+other, so on a cluster (:mod:`qir.runtimes.engine.cluster`) they are dealt in equal counts, one
+shard per worker (:func:`qir.runtimes.engine.shards.even_split`, strided: neighbouring samples
+are often alike); each worker's search scores its samples and the scores stream back. A Ray
+worker gets the models (file paths, or the IRs pickled once), the data (its path, or the
+arrays once) and the options; it checks that each of its samples has the driver's digest. A
+torchrun rank uses its own search.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from qir import metrics as qmetrics
+from qir.data import model_samples
+from qir.errors import InputError
+from qir.graph import QIR
+from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
+from qir.runtimes.engine.cluster import Cluster, executor_for
+from qir.runtimes.engine.distributed import data_payload, load_model, model_payload
+from qir.runtimes.engine.executor import raise_remote, relog
+from qir.runtimes.engine.results import data_digest
+from qir.runtimes.engine.shards import even_split
+
+__all__ = ["SampleSearch", "Score", "sample_score", "scores_on_cluster", "bad_case_shard"]
+
+# (why the sample is left out or None, {output: {metric: value}}, {output: why Cosine/SQNR are noise})
+Score = tuple["str | None", dict[str, dict[str, float]], dict[str, str]]
+
+
+def sample_score(outs: Sequence[Mapping[str, np.ndarray]], base_ir: QIR) -> Score:
+    """One sample's score from ``outs`` (the baseline's outputs, the analysis model's): NaN
+    metrics and the reason when the baseline holds NaN or Inf, else every metric per output and
+    the outputs whose baseline is ill-conditioned (:func:`qir.metrics.ill_conditioned`)."""
+    note = qmetrics.nonfinite_note(outs[0])
+    metrics = {name: {seed: (math.nan if note else qmetrics.METRICS[q](outs[0][name], outs[1][name]))
+                      for seed, q in BAD_CASE_METRICS.items()} for name in outs[0]}
+    ill = {} if note else {name: why for name in outs[0]
+                           if (why := qmetrics.ill_conditioned(outs[0][name], qmetrics.output_bound(base_ir, name)))}
+    return note, metrics, ill
+
+
+class SampleSearch:
+    """Both models of a bad-case search, ready to run on samples (:func:`.model_pair.model_pair`;
+    ``replay_discrete``: the analysis model takes the baseline's discrete indices)."""
+
+    def __init__(self, baseline: Any, analysis: Any, *, runtime: str = "ort", replay_discrete: bool = True,
+                 level: str = "fakequant", march: str | None = None,
+                 post_process: Callable[[dict], dict] | None = None) -> None:
+        self.given = (baseline, analysis)
+        self.options = {"runtime": runtime, "replay_discrete": replay_discrete, "level": level, "march": march,
+                        "post_process": post_process}
+        (self.base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis, level)
+        self.analy_ir, self.replay = replay_setup(self.base_ir, analy_ir) if replay_discrete else (analy_ir, [])
+        self.runtimes = level_runtime(runtime, base_level, march), level_runtime(runtime, analy_level, march)
+        aliases = self.analy_ir.meta.get("value_aliases", {})  # an output fold-bn renamed: its name in the baseline
+        self.rename = {o: aliases[o] for o in self.analy_ir.outputs if aliases.get(o) in self.base_ir.outputs}
+        self.post_process = post_process
+        self.pair = (self.base_ir, None if analysis is None else analy_ir)  # the IRs, before the replay
+
+    def score(self, sample: Mapping[str, np.ndarray]) -> Score:
+        """Both models on ``sample``, scored (:func:`sample_score`)."""
+        base = self.runtimes[0].run(self.base_ir, sample, capture=self.replay)
+        got = self.runtimes[1].run(self.analy_ir, {**sample, **{v: base[v] for v in self.replay}})
+        outs = [{k: base[k] for k in self.base_ir.outputs}, {self.rename.get(k, k): got[k] for k in self.analy_ir.outputs}]
+        if self.post_process:
+            outs = [self.post_process(o) for o in outs]
+        missing = sorted(set(outs[0]) ^ set(outs[1]))
+        if missing:
+            raise InputError(f"the two models' outputs differ ({missing[:3]}); compare models with the same outputs "
+                             "or map them with post_process")
+        return sample_score(outs, self.base_ir)
+
+    def spec(self, data: Any, samples) -> dict[str, Any]:
+        """What a Ray worker builds the same search from (see the module docstring)."""
+        base, analysis = self.pair
+        return {"baseline": model_payload(base), "analysis": None if analysis is None else model_payload(analysis),
+                "data": data_payload(data, samples), "count": len(samples), "options": self.options}
+
+
+def _from_spec(spec: dict[str, Any]) -> tuple[SampleSearch, Any]:
+    base = load_model(spec["baseline"])
+    analysis = None if spec["analysis"] is None else load_model(spec["analysis"])
+    search = SampleSearch(base, analysis, **spec["options"])
+    data = spec["data"]["path"] if "path" in spec["data"] else spec["data"]["samples"]
+    return search, model_samples(search.base_ir, data, spec["count"])
+
+
+def bad_case_shard(common: dict[str, Any], shard: dict[str, Any]) -> Iterator[tuple]:
+    """A worker's shard (a shard function of :mod:`qir.runtimes.engine.cluster`): ``("scores",
+    [(sample, score)])`` per sample of ``shard["samples"]``, each checked against the driver's digest."""
+    search, samples = (common["search"], common["samples"]) if "search" in common else _from_spec(common["spec"])
+    for i, digest in zip(shard["samples"], shard["digests"]):
+        sample = samples[i]
+        if data_digest([sample]) != digest:
+            raise InputError(f"sample {i} of the data differs from the driver's (check that every machine reads the "
+                             "same files)")
+        yield ("scores", [(i, search.score(sample))])
+
+
+def scores_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples) -> Iterator[tuple[int, Score]]:
+    """Every sample's score, the samples dealt to the workers of ``cluster`` in equal counts, as
+    they come. A worker's error is raised (under torchrun on every rank, once they are all done);
+    every rank gets every score."""
+    executor = executor_for(cluster)
+    executor.open()
+    digests = [data_digest([sample]) for sample in samples]
+    shards = [s for s in even_split(len(samples), min(executor.workers(), len(samples)), strided=True) if s]
+    tasks = [{"samples": s, "digests": [digests[i] for i in s]} for s in shards]
+    common = ({"search": search, "samples": samples} if executor.shared_state
+              else {"spec": search.spec(data, samples)})
+    scores: dict[int, Score] = {}
+    seen: set = set()
+    error = None
+    for k, message in executor.run(bad_case_shard, common, tasks):
+        if message[0] == "scores":
+            for i, score in message[1]:
+                scores[i] = score
+                yield i, score
+        elif message[0] == "log":
+            relog(message, seen)
+        elif message[0] == "error" and error is None:
+            error = (message, executor.where(k))
+            if not executor.shared_state:
+                raise_remote(*error)
+    shared = executor.share({"scores": scores, "error": error})
+    if shared["error"]:
+        raise_remote(*shared["error"])
+    if not executor.driver:
+        yield from shared["scores"].items()

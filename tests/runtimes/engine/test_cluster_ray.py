@@ -1,0 +1,105 @@
+"""The engine and the bad-case search on a local Ray cluster (``ray.init(num_cpus=2)``): the same
+results as the local executor, a worker killed mid-run (its shard re-run by Ray, no row missing
+or twice), ``--cluster`` on the command line; a real model (slow). Skipped without Ray."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+import qir
+from qir.passes.bad_case import find_bad_cases
+from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, one_at_a_time
+from qir.runtimes.engine.executor import EXIT_ONCE
+from qir.tools.cli import main
+
+from ...conftest import DIGITS_DATA, calibrated_real
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def marker(tmp_path_factory):
+    """A local Ray cluster of two CPUs whose workers carry the test fault's marker path
+    (:func:`qir.runtimes.engine.executor.exit_once`: the first worker to send rows while the
+    file is missing creates it and dies)."""
+    path = tmp_path_factory.mktemp("ray") / "a_worker_died"
+    path.touch()  # no fault unless a test removes it
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+             runtime_env={"env_vars": {EXIT_ONCE: str(path)}})
+    yield path
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def calibrated_file(tmp_path_factory, digits_calibrated):
+    path = tmp_path_factory.mktemp("ray_model") / "calibrated.onnx"
+    qir.save(digits_calibrated, path)
+    return path
+
+
+def _variants(ir):
+    acts = [c.name for c in ir.calibrations("activation")]
+    return one_at_a_time(ir, "int8", "all") + [Variant("pair", {acts[1]: "int8", acts[-2]: "int16"})]
+
+
+def _saved(path):
+    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+
+def test_ray_gives_the_local_results(marker, calibrated_file, digits_calibrated, tmp_path):
+    options = dict(metrics=["cosine-similarity", "mse"], data_num=4, progress=False)
+    for ir in (qir.load(calibrated_file), digits_calibrated):  # sent as its file, and pickled
+        variants = _variants(ir)
+        local = Engine(ir, DIGITS_DATA, **options).evaluate(variants)
+        remote = Engine(ir, DIGITS_DATA, **options, cluster="ray").evaluate(variants, tmp_path / ir.name, force=True)
+        assert remote.rows == local.rows
+        assert remote.stats["shards"] == 2
+        assert len(_saved(tmp_path / ir.name / RESULTS_FILE)) == len(local.rows)
+
+
+def test_a_killed_worker_has_its_shard_rerun_without_a_row_missing_or_twice(marker, calibrated_file, tmp_path):
+    ir = qir.load(calibrated_file)
+    variants = _variants(ir)
+    options = dict(metrics=["mse"], data_num=4, progress=False, reference="quantized")
+    local = Engine(ir, DIGITS_DATA, **options).evaluate(variants)
+    marker.unlink()
+    remote = Engine(ir, DIGITS_DATA, **options, cluster="ray").evaluate(variants, tmp_path)
+    assert marker.exists()  # a worker did die after sending rows
+    assert remote.rows == local.rows
+    rows = _saved(tmp_path / RESULTS_FILE)
+    assert len(rows) == len({(r["variant"], r["sample"]) for r in rows}) == len(variants) * 4
+
+
+def test_bad_case_search_on_ray(marker, calibrated_file):
+    local = find_bad_cases(calibrated_file, None, DIGITS_DATA, num_steps=9)
+    remote = find_bad_cases(calibrated_file, None, DIGITS_DATA, num_steps=9, cluster="ray")
+    assert remote["values"] == local["values"] and remote["bad_case"] == local["bad_case"]
+
+
+def test_cli_sensitivity_and_evaluate_with_cluster_ray(marker, calibrated_file, tmp_path, capsys):
+    data = str(DIGITS_DATA)
+    for where in ("here", "ray"):
+        cluster = ["--cluster", "ray"] if where == "ray" else []
+        assert main(["sensitivity", str(calibrated_file), data, "-d", "3", "-o", str(tmp_path / f"ns_{where}")]
+                    + cluster) == 0
+        assert main(["evaluate", str(calibrated_file), data, "--data-num", "3", "--each", "all", "--quiet",
+                     "-o", str(tmp_path / f"ev_{where}")] + cluster) == 0
+    capsys.readouterr()
+    for name in ("ns_{}/node_sensitivity.csv", "ev_{}/variants.csv"):
+        assert (tmp_path / name.format("ray")).read_text() == (tmp_path / name.format("here")).read_text()
+
+
+@pytest.mark.slow
+def test_ray_gives_the_local_results_on_a_real_model(marker, tmp_path):
+    ir, samples = calibrated_real("ppocr_cls", [1, 3, 48, 192])
+    acts = [c.name for c in ir.calibrations("activation")]
+    weights = [c.name for c in ir.calibrations("weight")]
+    variants = [Variant(a, {a: "float"}) for a in acts[::3]] + [Variant(w, {w: "float"}) for w in weights[::6]]
+    options = dict(reference="quantized", metrics=["cosine-similarity", "mse"], progress=False)
+    local = Engine(ir, samples, **options).evaluate(variants)
+    remote = Engine(ir, samples, **options, cluster="ray").evaluate(variants, tmp_path)
+    assert remote.rows == local.rows
