@@ -27,9 +27,10 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    few at a time; where int16 everywhere misses, it takes the next levels (dual int16, fp16, float).
 6. **Backward pruning** (:func:`.lib.tune_search.prune`): each raised unit back down while the
    target holds.
-7. **Attribution**: each change of the result undone alone, the loss is its measured gain; each
-   change's reason is ``clipping`` (a fixed threshold), ``rounding`` (raised in sensitivity order)
-   or ``interaction`` (added by the greedy refinement: its single sensitivity did not rank it).
+7. **Attribution**: each change of the result undone alone (on the sensitivity samples), the
+   loss is its measured gain; each change's reason is ``clipping`` (a fixed threshold),
+   ``rounding`` (raised by the ratio search, in sensitivity order) or ``interaction`` (added by
+   the greedy refinement: its single sensitivity did not rank it).
 8. **Verification** (:mod:`.lib.tune_verify`): the result emitted, re-imported and run in
    onnxruntime on the evaluation data; it must meet the target and agree with the search.
 
@@ -251,16 +252,22 @@ class TunePass(Pass):
         n = self.sensitivity_samples
         picked = sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
         found["sensitivity_samples"] = picked
-        sub = ev if len(picked) == len(values) else Evaluator(
-            ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
-            prefix=f"samples {picked}: ", progress=self.progress, **ev.engine_options)
-        try:
-            scores = sub.score([reference] + lowered, "sensitivity")
-        finally:
-            if sub is not ev:
-                sub.close()
-        ev.calls += sub.calls if sub is not ev else 0
+        scores = self._on_bad_cases(ev, space, found, [reference] + lowered, "sensitivity")
         return {i: ev.target.gain(scores[0].mean, s.mean) for i, s in zip(units, scores[1:])}
+
+    def _on_bad_cases(self, ev: Evaluator, space: Space, found: dict[str, Any], configs: list[Config],
+                      stage: str) -> list:
+        """Scores of ``configs`` on the sensitivity samples (all of them before those are chosen)."""
+        picked = found.get("sensitivity_samples")
+        if picked is None or len(picked) == len(ev.samples):
+            return ev.score(configs, stage)
+        sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
+                        prefix=f"samples {picked}: ", progress=self.progress, **ev.engine_options)
+        try:
+            return sub.score(configs, stage)
+        finally:
+            sub.close()
+            ev.calls += sub.calls
 
     def _attribute(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> dict[str, Any]:
         """The measured gain of each change of the result: the loss when it alone is undone. Fixed
@@ -279,12 +286,13 @@ class TunePass(Pass):
         return found
 
     def _gains(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> None:
+        """Each change's gain, on the sensitivity samples (the bad cases) when they were chosen."""
         final, start = found["final"], found["plain_start"]
         raised = space.raised(final, start)
         undo = [space.move(final, {i: start.levels[i]}) for i in raised]
         unthreshold = [final.with_thresholds({name: None}) for name, _ in final.thresholds]
-        scores = ev.score([final] + undo + unthreshold, "attribution")
-        found["score"] = scores[0]
+        found["score"] = ev.score([final], "attribution")[0]
+        scores = self._on_bad_cases(ev, space, found, [final] + undo + unthreshold, "attribution")
         found["gains"] = {("unit", i): ev.target.gain(scores[0].mean, s.mean) for i, s in zip(raised, scores[1:])}
         found["gains"].update({("threshold", name): ev.target.gain(scores[0].mean, s.mean)
                                for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})

@@ -63,7 +63,9 @@ def format_report(report: dict[str, Any]) -> str:
                      f"evaluation samples {ratio['sensitivity_samples']}); then greedy refinement and pruning")
     lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
     lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
-    lines += ["", "== changes (gain: the metric lost when this change alone is undone)",
+    on = ratio["sensitivity_samples"]
+    lines += ["", "== changes (gain: the metric lost when this change alone is undone" +
+              (f", on evaluation samples {on})" if on is not None else ")"),
               f"  {'node':<48}{'change':<34}{'reason':<13}{'gain':>12}"]
     lines += [f"  {c['node']:<48}{c['change']:<34}{c['reason']:<13}{c['gain']:>12.4g}" for c in r["changes"]]
     ver = r.get("verification")
