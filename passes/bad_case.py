@@ -35,7 +35,7 @@ from qir.graph import QIR
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.bad_case_search import SampleSearch, Score, scores_on_cluster
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
-from qir.runtimes.engine.cluster import Cluster, current_cluster, parse_cluster
+from qir.runtimes.engine.cluster import Cluster, current_cluster, executor_for, parse_cluster
 from qir.runtimes.progress import task, track
 
 __all__ = ["BadCasePass", "find_bad_cases"]
@@ -67,7 +67,7 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     if cluster is None:
         scores = [search.score(sample) for sample in track(samples, "bad-case search", unit="samples")]
     else:
-        with task("bad-case search", len(samples), unit="samples") as bar:
+        with task("bad-case search", len(samples), unit="samples", enabled=executor_for(cluster).driver) as bar:
             got = {}
             for i, score in scores_on_cluster(cluster, search, data, samples):
                 got[i] = score

@@ -5,8 +5,8 @@ The driver (this process; rank 0 of a torchrun job):
 1. opens ``engine_results.jsonl`` as a local run does (``resume`` keeps the rows it holds, from
    any executor: the file does not say where rows were computed) and finds the (variant,
    sample) pairs missing;
-2. predicts each pending variant's cost (:mod:`.shards`: its cone's FLOPs, or the step times the
-   engine measured, times its missing samples) and assigns the variants to one shard per worker,
+2. predicts each pending variant's cost (:mod:`.shards`: its cone's predicted work, or the step
+   times the engine measured, times its missing samples) and assigns the variants to one shard per worker,
    longest first to the least-loaded (LPT);
 3. runs the shards: each worker's own engine (its own reference cache) evaluates its variants on
    every sample with missing rows, and its rows stream back as they are produced; the driver
@@ -47,10 +47,9 @@ from qir.graph import QIR
 from qir.io.onnx_import import import_onnx
 from qir.io.sources import loaded_from
 from qir.runtimes.engine.cluster import executor_for
-from qir.runtimes.engine.cost import step_flops
 from qir.runtimes.engine.executor import raise_remote, relog
 from qir.runtimes.engine.results import EngineResult, ResultsFile, open_results
-from qir.runtimes.engine.shards import lpt, step_costs, variant_costs
+from qir.runtimes.engine.shards import lpt, step_costs, step_work, variant_costs
 from qir.runtimes.engine.variants import Variant
 from qir.runtimes.progress import Progress
 
@@ -186,7 +185,7 @@ def assign_shards(engine, variants: list[Variant], pending: dict[int, int], work
     ``workers`` non-empty shards, by LPT on the predicted cost (:mod:`.shards`) times the missing samples."""
     order = sorted(pending)
     measured = getattr(engine.ref_cache, "step_cost", None)
-    costs = step_costs(step_flops(engine.ir, engine.plan), measured)
+    costs = step_costs(step_work(engine.ir, engine.plan), measured)
     changed = [list(engine.variant_records.changes(variants[i])) for i in order]
     cost = variant_costs(engine.plan, costs, changed, whole=engine.whole is not None)
     cost = cost * np.array([pending[i] for i in order], np.float64)

@@ -3,9 +3,15 @@
 Rules:
 
 1. **Step cost.** A step costs the seconds the engine measured for it in a reference pass, when
-   it has measured every step (:attr:`.reference.ReferenceCache.step_cost`); otherwise its FLOPs
-   (:func:`.cost.step_flops`) plus a tenth of the mean over steps, since a step without FLOPs
-   still costs a call (the weighting :meth:`.engine.Engine._cut_segments` uses for segments).
+   it has measured every step (:attr:`.reference.ReferenceCache.step_cost`); otherwise its
+   predicted work (:func:`step_work`), in GEMM FLOPs: the FLOPs of its Conv, ConvTranspose,
+   MatMul and Gemm ops (:func:`.cost.op_flops`); 16 per element its other ops write (they are
+   memory-bound: reading and writing an element takes about as long as 16 FLOPs of a
+   convolution); 2 per element of a calibration step (fake quantization); and 2·10⁶ for the call
+   (about 20 µs at the ~100 GFLOP/s one core does in a convolution). The weights are what a
+   least-squares fit of the step times of YOLOv8n, PP-OCRv4 det and the PP-OCR classifier gives
+   on one onnxruntime core (8-38, 0.2-3.6 and 1-3·10⁶), rounded; FLOPs alone miss a small
+   model's call overhead and a large one's memory-bound ops.
 2. **Variant cost.** A variant re-executes its cone (:meth:`.plan.Plan.cone`): its predicted
    cost is the sum of the step costs over the cone. A variant run whole (the integer level)
    costs every step. Cones differ by orders of magnitude: a change at the first layer re-runs
@@ -27,20 +33,42 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from qir.graph import QIR
+from qir.records import OpRecord
+from qir.runtimes.engine.cost import elements, op_flops
 from qir.runtimes.engine.plan import Plan
 
-__all__ = ["step_costs", "variant_costs", "lpt", "even_split", "loads", "makespan"]
+__all__ = ["step_work", "step_costs", "variant_costs", "lpt", "even_split", "loads", "makespan", "GEMM_OPS",
+           "ELEMENT_WORK", "QUANTIZE_WORK", "CALL_WORK"]
 
 
-def step_costs(flops: np.ndarray, measured: np.ndarray | None = None) -> np.ndarray:
-    """The cost of each step (rule 1): ``measured`` seconds when given for every step, else
-    ``flops`` plus a tenth of their mean (1 FLOP when the model has none)."""
-    if measured is not None and len(measured) == len(flops) and np.all(np.isfinite(measured)):
+GEMM_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+ELEMENT_WORK = 16  # an element another op writes, in GEMM FLOPs (memory-bound work)
+QUANTIZE_WORK = 2  # an element a calibration step fake-quantizes, in GEMM FLOPs
+CALL_WORK = 2e6  # the call of a step itself, in GEMM FLOPs (~20 us at ~100 GFLOP/s)
+
+
+def step_work(ir: QIR, plan: Plan) -> np.ndarray:
+    """Each step's predicted work in GEMM FLOPs (rule 1): its GEMMs' FLOPs, :data:`ELEMENT_WORK`
+    per element its other ops write, :data:`QUANTIZE_WORK` per element a calibration step
+    fake-quantizes, and :data:`CALL_WORK` for the call."""
+    work = np.full(len(plan.steps), CALL_WORK, np.float64)
+    for i, step in enumerate(plan.steps):
+        if step.calib is not None:
+            work[i] += QUANTIZE_WORK * elements(ir, step.calib.input)
+            continue
+        for rec in step.records:
+            if isinstance(rec, OpRecord):
+                work[i] += op_flops(ir, rec) * (1 if rec.op_type in GEMM_OPS else ELEMENT_WORK)
+    return work
+
+
+def step_costs(work: np.ndarray, measured: np.ndarray | None = None) -> np.ndarray:
+    """The cost of each step (rule 1): ``measured`` seconds when given for every step, else its
+    predicted ``work`` (:func:`step_work`)."""
+    if measured is not None and len(measured) == len(work) and np.all(np.isfinite(measured)):
         return np.asarray(measured, np.float64)
-    flops = np.asarray(flops, np.float64)
-    if not flops.size:
-        return flops
-    return flops + max(float(flops.mean()), 1.0) / 10
+    return np.asarray(work, np.float64)
 
 
 def variant_costs(plan: Plan, costs: np.ndarray, changed: Sequence[Iterable[str]], *, whole: bool = False) -> np.ndarray:

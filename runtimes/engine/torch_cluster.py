@@ -6,8 +6,9 @@ QuantAnalysis' multi-machine example does). The engine's work is collective:
 
 - **Joining.** ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` come from the
   environment torchrun sets; the process group is gloo on CPU and nccl where CUDA is present
-  (one GPU per local rank). A process group the program initialised itself is used as it is.
-  qir's own messages go through a gloo group (objects, on the CPU, whatever the backend).
+  (one GPU per local rank; qir's engine itself computes on the CPU). A process group the
+  program initialised itself is used as it is. qir's own messages go through a gloo group
+  (objects, on the CPU, whatever the backend).
 - **Shards.** Rank 0 is the driver: it decides the shards (one per rank) and broadcasts them;
   every rank evaluates its own with its own engine (the variants' rows need nothing from the
   other ranks) and sends its messages to rank 0 as they are made: a header (the message's
@@ -76,8 +77,8 @@ class TorchExecutor(Executor):
             import torch
 
             backend = "nccl" if torch.cuda.is_available() else "gloo"
-            if backend == "nccl":
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            if backend == "nccl":  # one GPU per local rank (shared round-robin when there are fewer GPUs)
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
             dist.init_process_group(backend, timeout=TIMEOUT)
             made = True
         self.group()

@@ -1,5 +1,6 @@
-"""Cost-balanced shards: LPT against brute force and Graham's 4/3 bound, the even split, and the
-predicted cost of a variant against the cone fractions of :mod:`qir.runtimes.engine.cost`."""
+"""Cost-balanced shards: LPT against brute force and Graham's 4/3 bound, the even split, a step's
+predicted work counted by hand, and a variant's cost against the cone fractions of
+:mod:`qir.runtimes.engine.cost`."""
 from __future__ import annotations
 
 import itertools
@@ -9,9 +10,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import qir
+from qir.passes import PassManager
 from qir.runtimes.engine.cost import cone_fraction, step_flops
 from qir.runtimes.engine.plan import build_plan
-from qir.runtimes.engine.shards import even_split, loads, lpt, makespan, step_costs, variant_costs
+from qir.runtimes.engine.shards import (
+    CALL_WORK,
+    ELEMENT_WORK,
+    QUANTIZE_WORK,
+    even_split,
+    loads,
+    lpt,
+    makespan,
+    step_costs,
+    step_work,
+    variant_costs,
+)
+
+from ...conftest import model_from_text
 
 costs_lists = st.lists(st.integers(min_value=0, max_value=1000), min_size=0, max_size=7)
 
@@ -78,11 +94,32 @@ def test_lpt_beats_the_even_split_when_costs_fall_along_the_graph():
     assert balanced <= max(max(costs), ideal) * 4 / 3
 
 
+CONV_RELU = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,4,8,8] x) => (float[1,4,8,8] y) {
+    a = Conv <pads=[1,1,1,1]> (x, w)
+    y = Relu (a)
+}
+"""
+
+
+def test_step_work_counts_gemm_flops_elements_quantized_values_and_calls():
+    ir = qir.import_onnx(model_from_text(CONV_RELU, {"w": (4, 4, 3, 3)}))
+    PassManager("insert-calibration{march=nash-e}").run(ir)
+    plan = build_plan(ir)
+    # steps: x_calib, Conv, a_calib, Relu; every value is 1x4x8x8 = 256 elements
+    assert [s.name for s in plan.steps] == ["x_calib", "Conv_0", "a_calib", "Relu_0"]
+    conv = 2 * 256 * 4 * 3 * 3  # multiply and add per output element and input tap
+    expected = [QUANTIZE_WORK * 256, conv, QUANTIZE_WORK * 256, ELEMENT_WORK * 256]
+    assert step_work(ir, plan).tolist() == [CALL_WORK + e for e in expected]
+
+
 def test_step_costs_prefer_measured_times():
-    flops = np.array([0.0, 10.0, 30.0])
-    assert step_costs(flops).tolist() == pytest.approx([4 / 3, 10 + 4 / 3, 30 + 4 / 3])
-    assert step_costs(flops, np.array([0.5, 0.1, 0.2])).tolist() == [0.5, 0.1, 0.2]
-    assert step_costs(flops, np.array([0.5, 0.1])).tolist() == pytest.approx(step_costs(flops).tolist())  # not every step
+    work = np.array([0.0, 10.0, 30.0])
+    assert step_costs(work).tolist() == [0.0, 10.0, 30.0]
+    assert step_costs(work, np.array([0.5, 0.1, 0.2])).tolist() == [0.5, 0.1, 0.2]
+    assert step_costs(work, np.array([0.5, 0.1])).tolist() == [0.0, 10.0, 30.0]  # not every step measured
+    assert step_costs(work, np.array([0.5, np.nan, 0.2])).tolist() == [0.0, 10.0, 30.0]
 
 
 def test_variant_cost_is_its_cone_share_of_the_flops(digits_calibrated):
