@@ -11,9 +11,9 @@ from qir.files import atomic_write, check_outputs
 from qir.graph import QIR
 from qir.io.onnx_export import export_onnx
 from qir.io.onnx_import import import_onnx
-from qir.io.sources import loaded_from, remember
+from qir.io.sources import remember
 
-__all__ = ["load", "run", "save", "from_torch", "as_ir", "loaded_from"]
+__all__ = ["load", "run", "save", "from_torch", "as_ir"]
 
 
 def load(model: str | Path | onnx.ModelProto, *,

@@ -24,7 +24,7 @@ from qir.graph import QIR
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
 from qir.runtimes.engine.cluster import Cluster, executor_for
 from qir.runtimes.engine.distributed import data_payload, load_model, model_payload
-from qir.runtimes.engine.executor import raise_remote, relog
+from qir.runtimes.engine.executor import follow
 from qir.runtimes.engine.results import data_digest
 from qir.runtimes.engine.shards import even_split
 
@@ -106,8 +106,8 @@ def bad_case_shard(common: dict[str, Any], shard: dict[str, Any]) -> Iterator[tu
 
 def scores_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples) -> Iterator[tuple[int, Score]]:
     """Every sample's score, the samples dealt to the workers of ``cluster`` in equal counts, as
-    they come. A worker's error is raised (under torchrun on every rank, once they are all done);
-    every rank gets every score."""
+    they come (:func:`qir.runtimes.engine.executor.follow`: a worker's error is raised); every rank
+    of a torchrun job gets every score."""
     executor = executor_for(cluster)
     executor.open()
     digests = [data_digest([sample]) for sample in samples]
@@ -116,21 +116,10 @@ def scores_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples
     common = ({"search": search, "samples": samples} if executor.shared_state
               else {"spec": search.spec(data, samples)})
     scores: dict[int, Score] = {}
-    seen: set = set()
-    error = None
-    for k, message in executor.run(bad_case_shard, common, tasks):
-        if message[0] == "scores":
-            for i, score in message[1]:
-                scores[i] = score
-                yield i, score
-        elif message[0] == "log":
-            relog(message, seen)
-        elif message[0] == "error" and error is None:
-            error = (message, executor.where(k))
-            if not executor.shared_state:
-                raise_remote(*error)
-    shared = executor.share({"scores": scores, "error": error})
-    if shared["error"]:
-        raise_remote(*shared["error"])
+    for _, message in follow(executor, bad_case_shard, common, tasks):
+        for i, score in message[1]:
+            scores[i] = score
+            yield i, score
+    shared = executor.share(scores)
     if not executor.driver:
-        yield from shared["scores"].items()
+        yield from shared.items()

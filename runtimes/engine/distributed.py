@@ -15,7 +15,7 @@ The driver (this process; rank 0 of a torchrun job):
 
 What is sent to a Ray worker (:class:`EngineSpec`, put in the object store once per analysis):
 the model file's path, its SHA-1 and the shapes it was loaded with when the IR is unchanged since
-:func:`qir.api.load` read it (:func:`qir.api.loaded_from`), else the IR itself, pickled once; the
+:func:`qir.api.load` read it (:func:`qir.io.sources.loaded_from`), else the IR itself, pickled once; the
 data's path when the samples came from a file or folder (with ``data_num``), else the samples'
 arrays, once; the engine's options and the variants. A worker on another machine reads the same
 paths, so they must be on a shared filesystem; it checks that the model file has the same SHA-1
@@ -47,7 +47,7 @@ from qir.graph import QIR
 from qir.io.onnx_import import import_onnx
 from qir.io.sources import loaded_from
 from qir.runtimes.engine.cluster import executor_for
-from qir.runtimes.engine.executor import raise_remote, relog
+from qir.runtimes.engine.executor import follow
 from qir.runtimes.engine.results import EngineResult, ResultsFile, open_results
 from qir.runtimes.engine.shards import lpt, step_costs, step_work, variant_costs
 from qir.runtimes.engine.variants import Variant
@@ -215,8 +215,6 @@ def evaluate_distributed(engine, variants: list[Variant], out_dir: str | Path | 
     bar = engine._bar(len(variants), len(done)) if executor.driver else Progress()
     gathered = _gather(executor, common, tasks, rows, results, done, bar)
     shared = executor.share(gathered)
-    if shared.get("error"):
-        raise_remote(shared["error"], shared["where"])
     engine.check_left_out(shared["left_out"])
     stats = _merged_stats(engine, shared["stats"], start, len(tasks))
     return engine.result(shared["rows"], variants, stats, shared["left_out"])
@@ -224,16 +222,13 @@ def evaluate_distributed(engine, variants: list[Variant], out_dir: str | Path | 
 
 def _gather(executor, common: dict, tasks: list[dict], rows: list[dict], results: ResultsFile, done: set,
             bar: Progress) -> dict[str, Any]:
-    """Run the shards and take in their messages: each new row into ``rows`` and the results file
-    (a row already there is dropped), the samples left out, the workers' statistics, their
-    warnings (logged once). A worker's error is raised (a torchrun rank's once every rank is done,
-    so that all of them stop with it). Returns what every rank gets."""
+    """Run the shards (:func:`.executor.follow`) and take in their messages: each new row into
+    ``rows`` and the results file (a row already there is dropped), the samples left out, the
+    workers' statistics. Returns them."""
     left_out: dict[int, str] = {}
     stats: list[dict] = []
-    seen: set = set()
-    error = where = None
     try:
-        for k, message in executor.run(engine_shard, common, tasks):
+        for _, message in follow(executor, engine_shard, common, tasks):
             kind = message[0]
             if kind == "rows":
                 new = [r for r in message[1] if (r["variant"], r["sample"]) not in done]
@@ -245,18 +240,10 @@ def _gather(executor, common: dict, tasks: list[dict], rows: list[dict], results
                 left_out.update({int(s): why for s, why in message[1].items()})
             elif kind == "stats":
                 stats.append(message[1])
-            elif kind == "log":
-                relog(message, seen)
-            elif kind == "error" and error is None:
-                error, where = message, executor.where(k)
-                if not executor.shared_state:
-                    raise_remote(error, where)
     except ExecutionError as exc:  # a worker lost for good: what is done is in the results file
         raise ExecutionError(f"{exc}; {_resume_hint(results, len(rows))}") from None
     finally:
         bar.close()
-    if error is not None:
-        return {"error": error, "where": where}
     return {"rows": rows, "left_out": left_out, "stats": stats}
 
 

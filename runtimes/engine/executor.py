@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 from qir import errors
 from qir.errors import QirError
 
-__all__ = ["Executor", "run_shard", "relog", "raise_remote", "exit_once", "EXIT_ONCE"]
+__all__ = ["Executor", "run_shard", "follow", "relog", "raise_remote", "exit_once", "EXIT_ONCE"]
 
 
 class Executor:
@@ -128,6 +128,28 @@ def exit_once() -> None:
 def _drain(capture: _Capture) -> list[tuple]:
     out, capture.messages = capture.messages, []
     return out
+
+
+def follow(executor: Executor, fn: Callable[[Any, Any], Iterator[tuple]], common: Any,
+           shards: Sequence[Any]) -> Iterator[tuple[int, tuple]]:
+    """``(shard, message)`` of the shards' messages other than ``log`` (logged once, :func:`relog`)
+    and ``error``: the first worker error is raised, at once, or when the workers are ranks of one
+    program (``shared_state``) once every rank is done, on every rank, so that all stop with it."""
+    seen: set = set()
+    error = None
+    for k, message in executor.run(fn, common, shards):
+        if message[0] == "log":
+            relog(message, seen)
+        elif message[0] == "error":
+            error = error or (message, executor.where(k))
+            if not executor.shared_state:
+                raise_remote(*error)
+        else:
+            yield k, message
+    if executor.shared_state:
+        error = executor.share(error)
+    if error:
+        raise_remote(*error)
 
 
 def relog(message: tuple, seen: set) -> None:
