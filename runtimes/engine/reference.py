@@ -26,7 +26,7 @@ from qir.records import CalibRecord
 from qir.runtimes.base import check_feeds
 from qir.runtimes.engine.cache import ValueCache
 from qir.runtimes.engine.plan import Plan
-from qir.runtimes.engine.runners import Read
+from qir.runtimes.engine.runners import Read, change_key
 from qir.runtimes.numerics import apply_calibration
 
 __all__ = ["ReferenceCache", "values_to_recompute"]
@@ -128,7 +128,7 @@ class ReferenceCache:
         if calib is not None:
             rec = changes.get(calib.name) or self.records[calib.name]
             return {calib.output: apply_calibration(rec, read(calib.input), self.rounding)}
-        key = tuple((w, changes[w].mode.value) for w in step.weight_calibs if w in changes)
+        key = tuple((w, change_key(changes[w])) for w in step.weight_calibs if w in changes)
         return self.runner.run_step(i, read, constants, key)
 
     def _load_steps(self, pool=None) -> None:

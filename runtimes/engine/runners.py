@@ -33,7 +33,7 @@ from qir.runtimes.ort.backend import new_session
 from qir.runtimes.ort.lowering import lower_fake_quant, lower_layout_stable
 from qir.runtimes.ort.switches import make_batch_capable, rows_value_info, switch_nodes
 
-__all__ = ["NumpySteps", "OrtSteps", "Part", "Read", "part_key"]
+__all__ = ["NumpySteps", "OrtSteps", "Part", "Read", "part_key", "change_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +83,18 @@ class NumpySteps:
         return {o: env[o] for o in self.plan.steps[i].outputs}
 
 
+def change_key(rec: CalibRecord) -> tuple:
+    """What a calibration record computes: its mode, threshold, scale, zero point and axis (a fixed
+    threshold makes the same mode compute something else)."""
+    def raw(v):
+        return None if v is None else np.asarray(v, np.float64).tobytes()
+
+    return rec.mode.value, raw(rec.threshold), raw(rec.scale), raw(rec.zero_point), rec.axis
+
+
 def part_key(k: int, switches: Mapping[str, CalibRecord] | None) -> tuple:
-    """What tells two parts apart: the segment and the mode each switch turns on."""
-    return k, tuple(sorted((n, r.mode.value) for n, r in (switches or {}).items()))
+    """What tells two parts apart: the segment and what each switch turns on (:func:`change_key`)."""
+    return k, tuple(sorted((n, change_key(r)) for n, r in (switches or {}).items()))
 
 
 @dataclass(frozen=True)

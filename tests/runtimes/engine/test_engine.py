@@ -231,3 +231,23 @@ def test_bad_input_is_one_clear_error(calibrated, samples):
         Engine(ir, samples, reference="int8")
     with pytest.raises(InputError, match="input"):
         Engine(ir, [{"x": samples[0]["input"]}], progress=False).evaluate([Variant("v", {})])
+
+
+@pytest.mark.parametrize("node, changes", [("relu1_out_calib", ["int16@9.5", "int16", "int16@0.5"]),
+                                           ("conv2.weight_calib", ["int8@0.1", "int8@0.4", "int8"])])
+def test_one_engine_never_reuses_a_session_built_for_another_threshold(calibrated, samples, node, changes):
+    """Calls of one engine that change one node to the same mode with other thresholds each get
+    what a plain run gives (a cached segment or step session once kept the first threshold)."""
+    from qir.metrics import cosine_similarity
+
+    ir = calibrated
+    out = ir.outputs[0]
+    engine = Engine(ir, samples, runtime="ort", reference="quantized", baseline="reference", progress=False,
+                    segments=3)
+    options = {"threads": 1, "optimization": engine.optimization}
+    base = [evaluate_plainly(ir, s, {}, reference="quantized", runtime="ort", **options)[out] for s in samples]
+    for change in changes:
+        got = engine.evaluate([Variant("v", {node: change})]).per_variant()["v"]["cosine-similarity"]
+        plain = [evaluate_plainly(ir, s, {node: change}, reference="quantized", runtime="ort", **options)[out]
+                 for s in samples]
+        assert got == pytest.approx(np.mean([cosine_similarity(b, p) for b, p in zip(base, plain)]), abs=1e-6), change
