@@ -65,6 +65,17 @@ def digits_calibrated():
     return calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA)
 
 
+@pytest.fixture(scope="module")
+def digits_calibrated_file(tmp_path_factory, digits_calibrated) -> str:
+    """``digits_calibrated`` saved as an ONNX file (its path; one file per test module, so that a
+    module's commands cannot change another's), for tests of the command line."""
+    import qir
+
+    path = tmp_path_factory.mktemp("model") / "cal.onnx"
+    qir.save(digits_calibrated, path)
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def digits_samples():
     """Three evaluation images of the digits model, as samples."""

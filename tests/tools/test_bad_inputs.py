@@ -12,8 +12,6 @@ import shutil
 
 import pytest
 
-import qir
-
 from .bad_inputs import (
     COMMANDS,
     FLOAT_MODEL,
@@ -30,10 +28,8 @@ from .bad_inputs import (
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory, digits_calibrated) -> str:
-    path = tmp_path_factory.mktemp("model") / "cal.onnx"
-    qir.save(digits_calibrated, path)
-    return str(path)
+def calibrated(digits_calibrated_file) -> str:
+    return digits_calibrated_file
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,12 @@ import stat
 import numpy as np
 import pytest
 
-import qir
-
 from .bad_inputs import DATA, MODEL, PRECIOUS, files, one_clear_error, run_cli, skip_if_writable
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory, digits_calibrated) -> str:
-    path = tmp_path_factory.mktemp("model") / "cal.onnx"
-    qir.save(digits_calibrated, path)
-    return str(path)
+def calibrated(digits_calibrated_file) -> str:
+    return digits_calibrated_file
 
 
 @pytest.fixture(scope="module")

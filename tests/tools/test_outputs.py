@@ -25,10 +25,8 @@ PRECIOUS = b"the user's own file, not written by qir"
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory, digits_calibrated) -> str:
-    path = tmp_path_factory.mktemp("model") / "cal.onnx"
-    qir.save(digits_calibrated, path)
-    return str(path)
+def calibrated(digits_calibrated_file) -> str:
+    return digits_calibrated_file
 
 
 @pytest.fixture(scope="module")
