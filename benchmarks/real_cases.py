@@ -12,6 +12,27 @@ CASES = {  # name -> (preprocessing function in realmodels, static input shape)
 }
 
 
+#: The one real image each model is timed on: a text page for the text models.
+SAMPLE_IMAGE = {"yolov8n_320": "motorcycle_right.png", "ppocrv4_det": "page.png", "ppocr_cls": "page.png"}
+
+
+def calibrated_case(name: str, calib: int = 4):
+    """Model ``name`` loaded at its static shape, through the nash-e pipeline (fold-bn, fuse,
+    insert-calibration) and max-calibrated on the first ``calib`` calibration photos. Returns
+    ``(ir, sample, calibration samples)``, the sample from :data:`SAMPLE_IMAGE`."""
+    import qir
+    from qir.passes import PassManager, get_pass
+
+    rm = realmodels()
+    input_name = rm.MODELS[name][1]
+    images = samples(rm, name, rm.CALIB[:calib])
+    sample = samples(rm, name, [SAMPLE_IMAGE[name]])[0]
+    ir = qir.load(rm.model(name), input_shapes={input_name: CASES[name][1]})
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=images, method="max", progress=False)(ir)
+    return ir, sample, images
+
+
 def realmodels():
     """The ``realmodels`` helper module of ``../shared/models``."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))

@@ -32,15 +32,10 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import sys
 import time
 from pathlib import Path
 
-CASES = {  # model: (preprocessing, input shape, the sample: a text page for the text models)
-    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320], "motorcycle_right.png"),
-    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640], "page.png"),
-    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192], "page.png"),
-}
+from real_cases import CASES, calibrated_case
 
 
 def _reset_peak_rss() -> None:
@@ -87,26 +82,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    import qir
-    from qir.passes import PassManager, get_pass
     from qir.runtimes.engine import Engine, Variant, configured_clone, evaluate_plainly
     from qir.runtimes.engine.cost import cone_fraction, step_flops
     from qir.runtimes.engine.plan import build_plan
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
-    import realmodels as rm
 
     head = (f"{'model':<12}{'job':<13}{'N':>4}{'naive s':>9}{'qir s':>8}{'speedup':>8}{'F ms':>7}"
             f"{'N*F s':>7}{'floor s':>8}{'qir/NF':>7}{'qir/floor':>10}{'RSS MB':>8}")
     print(head)
     for name in args.models:
-        prep, shape, image = CASES[name]
-        input_name = rm.MODELS[name][1]
-        images = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB[:4])]
-        sample = {input_name: getattr(rm, prep)(rm.images([image])[0])}
-        ir = qir.load(rm.model(name), input_shapes={input_name: shape})
-        PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-        get_pass("calibrate", data=images, method="max", progress=False)(ir)
+        ir, sample, images = calibrated_case(name)
         del images
         nodes = [c.name for c in ir.calibrations("activation")]
         n = len(nodes)

@@ -38,36 +38,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from real_cases import CASES, calibrated_case
 
 ROUNDS = 5  # timed runs of each variant (the fastest counts)
-CASES = {  # model: (preprocessing, input shape, the sample: a text page for the text models)
-    "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320], "motorcycle_right.png"),
-    "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640], "page.png"),
-    "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192], "page.png"),
-}
-
-
-def _model(name: str):
-    """The calibrated IR of ``name`` and its real sample."""
-    import qir
-    from qir.passes import PassManager, get_pass
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "models"))
-    import realmodels as rm
-
-    prep, shape, image = CASES[name]
-    input_name = rm.MODELS[name][1]
-    images = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB[:4])]
-    sample = {input_name: getattr(rm, prep)(rm.images([image])[0])}
-    ir = qir.load(rm.model(name), input_shapes={input_name: shape})
-    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
-    get_pass("calibrate", data=images, method="max", progress=False)(ir)
-    return ir, sample, images
 
 
 def _variants(ir):
@@ -130,7 +106,7 @@ def ray_speedup(samples: int) -> None:
 
     from qir.runtimes.engine import Engine
 
-    ir, sample, images = _model("ppocrv4_det")
+    ir, sample, images = calibrated_case("ppocrv4_det")
     data = ([sample] + images)[:samples]
     variants = _variants(ir)
     t0 = time.perf_counter()
@@ -158,7 +134,7 @@ def main() -> None:
     cols = "".join(f"{k + ' ms':>10}{'vs ideal':>9}" for k in COLUMNS)
     print(f"{'model':<12}{'vars':>5}{'N':>5}{'ideal ms':>10}{cols}")
     for name in args.models:
-        ir, sample, _ = _model(name)
+        ir, sample, _ = calibrated_case(name)
         table(name, *costs(ir, sample), args.workers)
     if not args.no_ray:
         ray_speedup(args.ray_samples)

@@ -57,6 +57,26 @@ def calibrate_for_nash_e(ir, data, method: str = "max"):
     return ir
 
 
+def near_zero_sigmoid_case(rng, count: int):
+    """A detector-like head, ``Sigmoid(Conv(x))`` on 8 channels, calibrated for nash-e on
+    ``count`` samples, of which sample 1 drives the Conv to about -12: its output is ~6e-6
+    everywhere (nothing to detect), the others respond. Returns ``(ir, samples)``."""
+    import onnx
+
+    import qir
+
+    model = model_from_text("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 8, 6, 6] x) => (float[1, 1, 6, 6] y) {
+            h = Conv(x, w)
+            y = Sigmoid(h)
+        }""", {"w": (1, 8, 1, 1)})
+    w = onnx.numpy_helper.to_array(model.graph.initializer[0]).reshape(8)
+    x = rng.standard_normal((count, 1, 8, 6, 6)).astype(np.float32)
+    x[1] = 0.1 * x[1] - (12 / np.abs(w).sum() * np.sign(w))[None, :, None, None]
+    samples = [{"x": s} for s in x]
+    return calibrate_for_nash_e(qir.load(model), samples), samples
+
+
 @pytest.fixture(scope="session")
 def digits_calibrated():
     """The bundled digits model calibrated for nash-e with max (shared: clone it to change it)."""

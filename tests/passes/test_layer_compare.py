@@ -233,20 +233,9 @@ def test_near_zero_baseline_layers_are_flagged_and_not_ranked_by_relative_error(
     """Issue 17 item 2 in the layer table: a Sigmoid map that is ~0 everywhere on a sample (a
     detector with nothing to detect) is flagged, named in a warning and one advisor line, and
     not ranked by its relative own error; on a sample where it responds nothing is flagged."""
-    import onnx
+    from ..conftest import near_zero_sigmoid_case
 
-    from ..conftest import calibrate_for_nash_e, model_from_text
-
-    model = model_from_text("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[1, 8, 6, 6] x) => (float[1, 1, 6, 6] y) {
-            h = Conv(x, w)
-            y = Sigmoid(h)
-        }""", {"w": (1, 8, 1, 1)})
-    w = onnx.numpy_helper.to_array(model.graph.initializer[0]).reshape(8)
-    x = rng.standard_normal((2, 1, 8, 6, 6)).astype(np.float32)
-    x[1] = 0.1 * x[1] - (12 / np.abs(w).sum() * np.sign(w))[None, :, None, None]  # h ~ -12: y ~ 6e-6 everywhere
-    samples = [{"x": s} for s in x]
-    ir = calibrate_for_nash_e(qir.load(model), samples)
+    ir, samples = near_zero_sigmoid_case(rng, 2)
     responds = lc.compare_per_layer(lr.run_layers(ir, None, samples[0], runtime="numpy"))
     assert [r["ill_conditioned"] for r in responds] == [None] * len(responds)
     run = lr.run_layers(ir, None, samples[1], runtime="numpy")

@@ -7,6 +7,7 @@ import json
 import logging
 import pickle
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,23 +20,12 @@ from qir.runtimes.engine.cluster import Cluster, current_cluster, parse_cluster,
 from qir.runtimes.engine.distributed import load_model, model_payload
 
 from ...conftest import DIGITS_DATA, calibrate_for_nash_e
+from .cluster_cases import cluster_variants, saved_rows
 
 
 @pytest.fixture(scope="module")
-def calibrated_file(tmp_path_factory, digits_calibrated):
-    path = tmp_path_factory.mktemp("cluster") / "calibrated.onnx"
-    qir.save(digits_calibrated, path)
-    return path
-
-
-def _variants(ir):
-    acts = [c.name for c in ir.calibrations("activation")]
-    return one_at_a_time(ir, "int8", "all") + [Variant("pair", {acts[1]: "int8", acts[-2]: "int16"})]
-
-
-def _saved(path):
-    lines = path.read_text().splitlines()
-    return [json.loads(line) for line in lines[1:]]
+def calibrated_file(digits_calibrated_file):
+    return Path(digits_calibrated_file)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -69,7 +59,7 @@ def test_shards_give_the_local_results(digits_calibrated, reference, mode):
 
 def test_resume_continues_any_executors_file_without_duplicates(digits_calibrated, tmp_path):
     ir = digits_calibrated
-    variants = _variants(ir)
+    variants = cluster_variants(ir)
     options = dict(metrics=["mse"], data_num=4, progress=False)
     local = Engine(ir, DIGITS_DATA, **options).evaluate(variants, tmp_path / "local")
     # an interrupted sharded run: its header and some rows, the last line half written
@@ -82,7 +72,7 @@ def test_resume_continues_any_executors_file_without_duplicates(digits_calibrate
     again = Engine(ir, DIGITS_DATA, **options, cluster=Cluster("serial", shards=2)).evaluate(
         variants, tmp_path / "mixed", resume=True)
     assert resumed.rows == again.rows == local.rows
-    rows = _saved(path)
+    rows = saved_rows(path)
     assert len(rows) == len({(r["variant"], r["sample"]) for r in rows}) == len(variants) * 4
     # and a local file resumed on shards after losing rows
     path = tmp_path / "local" / RESULTS_FILE
@@ -90,7 +80,7 @@ def test_resume_continues_any_executors_file_without_duplicates(digits_calibrate
     sharded = Engine(ir, DIGITS_DATA, **options, cluster=Cluster("serial", shards=3)).evaluate(
         variants, tmp_path / "local", resume=True)
     assert sharded.rows == local.rows
-    assert sorted(map(json.dumps, _saved(path))) == sorted(map(json.dumps, _saved(tmp_path / "mixed" / RESULTS_FILE)))
+    assert sorted(map(json.dumps, saved_rows(path))) == sorted(map(json.dumps, saved_rows(tmp_path / "mixed" / RESULTS_FILE)))
 
 
 def test_the_model_is_sent_as_its_path_while_it_is_what_the_file_holds(calibrated_file, tmp_path):

@@ -3,18 +3,19 @@ results as the local executor, a worker killed mid-run (its shard re-run by Ray,
 or twice), ``--cluster`` on the command line; a real model (slow). Skipped without Ray."""
 from __future__ import annotations
 
-import json
 import logging
+from pathlib import Path
 
 import pytest
 
 import qir
 from qir.passes.bad_case import find_bad_cases
-from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, one_at_a_time
+from qir.runtimes.engine import RESULTS_FILE, Engine, Variant
 from qir.runtimes.engine.executor import EXIT_ONCE
 from qir.tools.cli import main
 
 from ...conftest import DIGITS_DATA, calibrated_real
+from .cluster_cases import cluster_variants, saved_rows
 
 ray = pytest.importorskip("ray")
 
@@ -35,42 +36,31 @@ def marker(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def calibrated_file(tmp_path_factory, digits_calibrated):
-    path = tmp_path_factory.mktemp("ray_model") / "calibrated.onnx"
-    qir.save(digits_calibrated, path)
-    return path
-
-
-def _variants(ir):
-    acts = [c.name for c in ir.calibrations("activation")]
-    return one_at_a_time(ir, "int8", "all") + [Variant("pair", {acts[1]: "int8", acts[-2]: "int16"})]
-
-
-def _saved(path):
-    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+def calibrated_file(digits_calibrated_file):
+    return Path(digits_calibrated_file)
 
 
 def test_ray_gives_the_local_results(marker, calibrated_file, digits_calibrated, tmp_path):
     options = dict(metrics=["cosine-similarity", "mse"], data_num=4, progress=False)
     for ir in (qir.load(calibrated_file), digits_calibrated):  # sent as its file, and pickled
-        variants = _variants(ir)
+        variants = cluster_variants(ir)
         local = Engine(ir, DIGITS_DATA, **options).evaluate(variants)
         remote = Engine(ir, DIGITS_DATA, **options, cluster="ray").evaluate(variants, tmp_path / ir.name, force=True)
         assert remote.rows == local.rows
         assert remote.stats["shards"] == 2
-        assert len(_saved(tmp_path / ir.name / RESULTS_FILE)) == len(local.rows)
+        assert len(saved_rows(tmp_path / ir.name / RESULTS_FILE)) == len(local.rows)
 
 
 def test_a_killed_worker_has_its_shard_rerun_without_a_row_missing_or_twice(marker, calibrated_file, tmp_path):
     ir = qir.load(calibrated_file)
-    variants = _variants(ir)
+    variants = cluster_variants(ir)
     options = dict(metrics=["mse"], data_num=4, progress=False, reference="quantized")
     local = Engine(ir, DIGITS_DATA, **options).evaluate(variants)
     marker.unlink()
     remote = Engine(ir, DIGITS_DATA, **options, cluster="ray").evaluate(variants, tmp_path)
     assert marker.exists()  # a worker did die after sending rows
     assert remote.rows == local.rows
-    rows = _saved(tmp_path / RESULTS_FILE)
+    rows = saved_rows(tmp_path / RESULTS_FILE)
     assert len(rows) == len({(r["variant"], r["sample"]) for r in rows}) == len(variants) * 4
 
 

@@ -3,7 +3,6 @@ and ``qir compare --cluster torch`` write what the local executor writes, printe
 the job with one clear error and a results file that ``--resume`` completes; a real model (slow)."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -18,6 +17,7 @@ from qir.runtimes.engine.executor import EXIT_ONCE
 from qir.tools.cli import main
 
 from ...conftest import DIGITS_DATA, calibrated_real
+from .cluster_cases import saved_rows
 
 pytest.importorskip("torch.distributed")
 
@@ -32,14 +32,8 @@ def torchrun(args: list[str], env: dict | None = None, ranks: int = 2) -> subpro
 
 
 @pytest.fixture(scope="module")
-def calibrated_file(tmp_path_factory, digits_calibrated):
-    path = tmp_path_factory.mktemp("torchrun") / "calibrated.onnx"
-    qir.save(digits_calibrated, path)
-    return str(path)
-
-
-def _saved(path):
-    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+def calibrated_file(digits_calibrated_file):
+    return digits_calibrated_file
 
 
 def _untimed(text: str) -> str:
@@ -61,7 +55,7 @@ def test_torchrun_writes_what_the_local_executor_writes(calibrated_file, tmp_pat
         assert done.returncode == 0, done.stderr[-3000:]
         # rank 0 prints, the other rank does not (times and memory aside)
         assert _untimed(done.stdout.replace(f"{name}_torch", f"{name}_here")) == _untimed(here)
-    assert _keyed(_saved(tmp_path / "ev_torch" / RESULTS_FILE)) == _keyed(_saved(tmp_path / "ev_here" / RESULTS_FILE))
+    assert _keyed(saved_rows(tmp_path / "ev_torch" / RESULTS_FILE)) == _keyed(saved_rows(tmp_path / "ev_here" / RESULTS_FILE))
     for name in ("ev_{}/variants.csv", "ns_{}/node_sensitivity.csv", "qa_{}/badcase.json", "qa_{}/sensitive_ops.json"):
         assert (tmp_path / name.format("torch")).read_text() == (tmp_path / name.format("here")).read_text()
 
@@ -76,12 +70,12 @@ def test_a_dead_rank_ends_the_job_with_a_clear_error_and_resume_completes_it(cal
     errors = [line for line in done.stderr.splitlines() if line.startswith("qir: error:")]
     assert len(errors) == 1, done.stderr[-3000:]
     assert "torchrun" in errors[0] and "--resume" in errors[0] and RESULTS_FILE in errors[0]
-    kept = _saved(tmp_path / "torch" / RESULTS_FILE)
-    expected = _saved(tmp_path / "here" / RESULTS_FILE)
+    kept = saved_rows(tmp_path / "torch" / RESULTS_FILE)
+    expected = saved_rows(tmp_path / "here" / RESULTS_FILE)
     assert 0 < len(kept) < len(expected)
     done = torchrun([*args, "-o", str(tmp_path / "torch"), "--resume"])
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = _saved(tmp_path / "torch" / RESULTS_FILE)
+    rows = saved_rows(tmp_path / "torch" / RESULTS_FILE)
     assert _keyed(rows) == _keyed(expected)  # none missing, none twice
     assert (tmp_path / "torch" / "variants.csv").read_text() == (tmp_path / "here" / "variants.csv").read_text()
 
@@ -98,4 +92,4 @@ def test_torchrun_gives_the_local_results_on_a_real_model(tmp_path, capsys):
     capsys.readouterr()
     done = torchrun([*args, "-o", str(tmp_path / "torch")])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _keyed(_saved(tmp_path / "torch" / RESULTS_FILE)) == _keyed(_saved(tmp_path / "here" / RESULTS_FILE))
+    assert _keyed(saved_rows(tmp_path / "torch" / RESULTS_FILE)) == _keyed(saved_rows(tmp_path / "here" / RESULTS_FILE))

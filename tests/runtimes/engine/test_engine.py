@@ -161,22 +161,9 @@ def test_a_sample_with_a_nan_reference_is_left_out(calibrated, samples, runtime,
 def test_near_zero_references_are_flagged_and_left_out_of_cosine_means(rng, caplog):
     """A detector-like head (a Sigmoid map): on a sample where nothing fires the float output is
     ~0 everywhere and cosine is noise there; mse still counts it."""
-    import onnx
+    from ...conftest import near_zero_sigmoid_case
 
-    import qir
-
-    from ...conftest import calibrate_for_nash_e, model_from_text
-
-    model = model_from_text("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[1, 8, 6, 6] x) => (float[1, 1, 6, 6] y) {
-            h = Conv(x, w)
-            y = Sigmoid(h)
-        }""", {"w": (1, 8, 1, 1)})
-    w = onnx.numpy_helper.to_array(model.graph.initializer[0]).reshape(8)
-    x = rng.standard_normal((3, 1, 8, 6, 6)).astype(np.float32)
-    x[1] = 0.1 * x[1] - (12 / np.abs(w).sum() * np.sign(w))[None, :, None, None]  # h ~ -12: y ~ 6e-6 everywhere
-    samples = [{"x": s} for s in x]
-    ir = calibrate_for_nash_e(qir.load(model), samples)
+    ir, samples = near_zero_sigmoid_case(rng, 3)
     variants = [Variant(c.name, {c.name: c.mode.value}) for c in ir.calibrations()]
     with caplog.at_level("WARNING"):
         result = Engine(ir, samples, runtime="numpy", metrics=["cosine-similarity", "mse"],
