@@ -69,23 +69,20 @@ def _cause(ops: list[OpRecord], profile, overflows) -> str:
     return "requant rounding"
 
 
-def _segment(ir: QIR, cal: CalibRecord, boundaries: dict[str, CalibRecord]) -> tuple[list[OpRecord], list[CalibRecord]]:
+def _segment(ir: QIR, cal: CalibRecord, boundaries: dict[str, CalibRecord]) -> list[OpRecord]:
     """The ops between ``cal`` and the quantized values upstream of it (the fused integer
-    segment that produced it), and those upstream activation calibration nodes."""
-    ops, inputs, todo, seen = [], [], [cal.input], set()
+    segment that produced it)."""
+    ops, todo, seen = [], [cal.input], set()
     while todo:
         v = todo.pop()
-        if not v or v in seen:
+        if not v or v in seen or v in boundaries:
             continue
         seen.add(v)
-        if v in boundaries:
-            inputs.append(boundaries[v])
-            continue
         p = ir.producer(v)
         if isinstance(p, OpRecord):
             ops.append(p)
             todo.extend(p.inputs)
-    return ops, inputs
+    return ops
 
 
 @register_pass
@@ -145,7 +142,7 @@ class ConsistencyPass(AnalysisPass):
         rows = []
         for c in cals:
             stats, mine = per_node[c.name], own[c.name]
-            ops, _ = _segment(ir, c, boundaries)
+            ops = _segment(ir, c, boundaries)
             starts = bool(mine["differ"])
             dot, na, nb = stats["dots"]
             producer = ir.producer(c.input)

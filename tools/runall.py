@@ -172,16 +172,14 @@ def check_choices(ir, data, dis_nodes_list=None, cw_nodes_list=None, axis=None, 
 
     if dis_nodes_list:
         DistributionPass(data, dis_nodes_list).check(ir)
-    candidates = cw_nodes_list or [c.name for c in ir.calibrations()]
-    if cw_nodes_list or axis is not None:
-        if axis is not None and not cw_nodes_list:  # the default nodes come from step 1: some must take it
-            ranks = [len(ir.value(c.input).shape or ()) for c in ir.calibrations()]
-            if ranks and not any(-r <= axis < r for r in ranks):
-                from qir.errors import InputError
-                raise InputError(f"axis {axis} is out of range for every calibration node's input "
-                                 f"(ranks {sorted(set(ranks))})")
-        else:
-            ChannelwisePass(data, candidates, axis=axis).check(ir)
+    if cw_nodes_list:
+        ChannelwisePass(data, cw_nodes_list, axis=axis).check(ir)
+    elif axis is not None:  # the default nodes come from step 1: some must take the axis
+        ranks = [len(ir.value(c.input).shape or ()) for c in ir.calibrations()]
+        if ranks and not any(-r <= axis < r for r in ranks):
+            from qir.errors import InputError
+            raise InputError(f"axis {axis} is out of range for every calibration node's input "
+                             f"(ranks {sorted(set(ranks))})")
     if quantize_node is not None or non_quantize_node is not None:
         AccErrorPass(data, quantize_node, non_quantize_node=non_quantize_node).check(ir)
     if sensitive_nodes:

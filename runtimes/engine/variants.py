@@ -127,6 +127,12 @@ def _target(rec: CalibRecord, change: str) -> tuple[CalibMode, float | None]:
     return mode, threshold
 
 
+def _fixed(threshold: float | None) -> dict:
+    """The calibration state a change's threshold sets: per tensor, marked fixed (what
+    ``qir set-mode --threshold`` leaves); nothing without a threshold."""
+    return {} if threshold is None else {"threshold": np.float32(threshold), "axis": None, "fixed": True}
+
+
 def is_no_change(rec: CalibRecord, change: str) -> bool:
     """``change`` leaves ``rec`` as it is (the same mode, no new threshold)."""
     mode, threshold = _target(rec, change)
@@ -139,8 +145,9 @@ def effective(rec: CalibRecord, change: CalibMode | str) -> CalibRecord:
     out = copy_record(rec)
     mode, threshold = _target(rec, CalibMode(change).value if isinstance(change, CalibMode) else change)
     set_mode(out, mode)
-    if threshold is not None:
-        out.threshold, out.axis, out.fixed = np.float32(threshold), None, True
+    for field, value in _fixed(threshold).items():
+        setattr(out, field, value)
+    if threshold is not None:  # the scale derives from the threshold (as set_calibration does)
         out.scale = out.zero_point = None
     return out
 
@@ -166,8 +173,7 @@ def configured_clone(ir: QIR, reference: str, changes: Mapping[str, str]) -> QIR
         change = _change_in(c, reference, changes)
         if change is not None:
             mode, threshold = _target(c, change)
-            fixed = {} if threshold is None else {"threshold": np.float32(threshold), "axis": None, "fixed": True}
-            clone.set_calibration(c.name, mode=mode, **fixed)
+            clone.set_calibration(c.name, mode=mode, **_fixed(threshold))
     return clone
 
 
