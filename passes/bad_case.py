@@ -33,7 +33,7 @@ from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.passes.base import AnalysisPass, PassResult, register_pass
-from qir.passes.lib.bad_case_search import SampleSearch, Score, scores_on_cluster
+from qir.passes.lib.bad_case_search import RankShares, SampleSearch, Score, search_on_cluster
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
 from qir.runtimes.engine.cluster import Cluster, current_cluster, executor_for, parse_cluster
 from qir.runtimes.progress import task, track
@@ -56,7 +56,11 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     the baseline's run (:mod:`.discrete`). ``level="integer"`` (numpy runtime, ``march``): the
     analysis model computes what that NPU does (:func:`.model_pair.model_pair`). ``cluster``: the
     samples are dealt to its workers (:mod:`.lib.bad_case_search`; default: the one set by
-    :func:`qir.runtimes.engine.cluster.use_cluster`, else here); the report is the same."""
+    :func:`qir.runtimes.engine.cluster.use_cluster`, else here); the report is the same. Ranks of
+    a torchrun job (or of a program's own process group) that each hold their own share of the
+    data (a ``DataLoader`` over a ``DistributedSampler``) search all the shares as one
+    (:class:`.lib.bad_case_search.RankShares`: ``num_steps`` samples per rank, in the sampler's
+    order); the report's ``data`` then holds the bad cases only."""
     if metric not in BAD_CASE_METRICS:
         raise InputError(f"unknown bad-case metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
     search = SampleSearch(baseline, analysis, runtime=runtime, replay_discrete=replay_discrete, level=level,
@@ -68,11 +72,7 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
         scores = [search.score(sample) for sample in track(samples, "bad-case search", unit="samples")]
     else:
         with task("bad-case search", len(samples), unit="samples", enabled=executor_for(cluster).driver) as bar:
-            got = {}
-            for i, score in scores_on_cluster(cluster, search, data, samples):
-                got[i] = score
-                bar.update()
-        scores = [got[i] for i in range(len(samples))]
+            scores, samples = search_on_cluster(cluster, search, data, samples, bar.update)
     values: dict[str, dict[str, list[float]]] = {}
     left_out: dict[int, str] = {}
     ill: dict[str, dict[int, str]] = {}  # output -> sample -> why Cosine/SQNR are noise there
@@ -87,6 +87,8 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     for m in BAD_CASE_METRICS:
         name, index = max(((n, worst[n][m]) for n in worst), key=lambda kv: _badness(m, values[kv[0]][m][kv[1]]))
         overall[m] = {"output": name, "index": index}
+    if isinstance(samples, RankShares):  # every rank gets the bad cases from the ranks that hold them
+        samples.fetch({e["index"] for e in overall.values()} | {i for per in worst.values() for i in per.values()})
     report = {"metric": metric, "samples": len(samples), "values": values, "bad_case": worst,
               "worst_output": overall, "chosen": overall[metric]["index"], "data": samples}
     if left_out:

@@ -8,12 +8,16 @@ Accepted sources:
 * an ``.npz`` whose keys are ``<input_name>/<i>`` (one sample per key) or ``<input_name>``
   (a stack: leading axis = samples, or one sample when the rank equals the input's rank);
 * for a single-input model, an ``.npy`` holding one sample or a stack of samples;
-* in Python, any iterable of ``{input_name: array}`` dicts.
+* in Python, any iterable of ``{input_name: array}`` dicts, or of arrays (a single-input model)
+  or tuples/lists of arrays bound to the inputs in order: a ``torch.utils.data.DataLoader`` of
+  tensors works as it is (tensors are read as numpy arrays). An iterable is read only up to the
+  samples asked for (:func:`model_samples`' ``limit``).
 
 Samples are loaded lazily, one at a time, so a large calibration folder never sits in memory.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from pathlib import Path
@@ -120,7 +124,7 @@ def model_samples(ir, source: Any, limit: int | None = None) -> Samples:
     """:func:`load_samples` for the inputs of ``ir`` (ranks from their shapes), at most ``limit``
     samples; no sample at all is an InputError."""
     ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
-    samples = load_samples(source, ir.inputs, ranks)
+    samples = load_samples(source, ir.inputs, ranks, limit)
     if limit:
         samples = samples[:limit]
     if not len(samples):
@@ -129,8 +133,9 @@ def model_samples(ir, source: Any, limit: int | None = None) -> Samples:
 
 
 def load_samples(source: Any, input_names: Sequence[str],
-                 input_ranks: Mapping[str, int | None] | None = None) -> Samples:
-    """Samples for a model with ``input_names`` from ``source`` (see the module docstring).
+                 input_ranks: Mapping[str, int | None] | None = None, limit: int | None = None) -> Samples:
+    """Samples for a model with ``input_names`` from ``source`` (see the module docstring); of
+    an iterable given in Python, the first ``limit`` items (all when None).
 
     Raises:
         InputError: the source is missing, unreadable, or does not match the inputs.
@@ -155,15 +160,35 @@ def load_samples(source: Any, input_names: Sequence[str],
     if isinstance(source, Mapping):
         source = [source]
     try:
-        items = list(source)
+        items = list(itertools.islice(source, limit) if limit else source)
     except TypeError:
         raise InputError(f"data must be a path or an iterable of {{input name: array}} dicts, "
                          f"got {type(source).__name__}") from None
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise InputError(f"sample {i} is a {type(item).__name__}, expected a dict of "
-                             "{input name: array}")
-    return Samples([dict(item) for item in items], _PYTHON)
+    return Samples([_bound(item, i, names) for i, item in enumerate(items)], _PYTHON)
+
+
+def _array(value: Any) -> Any:
+    """A tensor (anything with ``detach``: torch, on any device) as a numpy array; other values as they are."""
+    return value.detach().cpu().numpy() if hasattr(value, "detach") and hasattr(value, "cpu") else value
+
+
+def _bound(item: Any, i: int, names: list[str]) -> dict:
+    """Sample ``i`` as ``{input name: array}``: a dict as it is, an array the only input's, a
+    tuple or list of arrays the inputs' in order (one per input); one clear error otherwise."""
+    if isinstance(item, Mapping):
+        return {k: _array(v) for k, v in item.items()}
+    if hasattr(item, "shape") and hasattr(item, "dtype"):
+        if len(names) == 1:
+            return {names[0]: _array(item)}
+        raise InputError(f"sample {i} is one array but the model has {len(names)} inputs {names}; give a tuple of "
+                         "arrays in that order, or a dict {input name: array}")
+    if isinstance(item, (tuple, list)) and all(hasattr(v, "shape") for v in item):
+        if len(item) == len(names):
+            return {name: _array(v) for name, v in zip(names, item)}
+        raise InputError(f"sample {i} holds {len(item)} arrays but the model has {len(names)} inputs {names}; "
+                         "give one array per input (leave labels out), or a dict {input name: array}")
+    raise InputError(f"sample {i} is a {type(item).__name__}, expected a dict of {{input name: array}}, an array "
+                     "(one input) or a tuple of arrays (one per input)")
 
 
 def _from_folder(path: Path, names: list[str]) -> Samples:

@@ -12,7 +12,12 @@ it layer by layer, compare every layer with an advisor, rank ops by sensitivity.
 ``qir compare BASELINE ANALYSIS DATA -o OUT`` runs all four (:func:`compare`). Inside
 ``use_cluster(...)`` (:mod:`qir.runtimes.engine.cluster`; ``--cluster`` on the command line) the
 bad-case search deals its samples, and the sensitivity and the advisor's measurements their
-variants, to the cluster's workers; under torchrun every rank runs the workflow and rank 0 writes. The models are
+variants, to the cluster's workers; under torchrun every rank runs the workflow and rank 0 writes. A program
+that made its own torch process group (``mp.spawn`` and ``dist.init_process_group``, QuantAnalysis'
+multi-machine example) runs it on its ranks the same way (``cluster="local"``: one process alone),
+and each rank may read its own share of the data (a ``DataLoader`` over a ``DistributedSampler``:
+the bad case is the worst over all the shares). Horizon's keyword names are accepted:
+``analysis_model_type``, ``device_ids`` (unused: qir computes on the CPU), ``data_generator``. The models are
 anything :func:`qir.api.as_ir` takes, or PyTorch modules (a float model and its ``torch.ao``
 fake-quant version, exported with the first sample once the data is known); ``analysis=None``
 (on the command line: the same file twice) compares the baseline run in float with itself fake-quantized. Sensitivity toggles the
@@ -35,10 +40,13 @@ all first): none may exist unless ``overwrite=True``; a file the same object wro
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -49,7 +57,7 @@ from qir.passes import bad_case, layer_compare, op_sensitivity
 from qir.passes.consistency import ConsistencyPass
 from qir.passes.lib.layer_run import LayerRun, compared_ops, run_layers
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
-from qir.runtimes.engine.cluster import current_cluster, executor_for
+from qir.runtimes.engine.cluster import Cluster, executor_for, program_cluster, use_cluster
 from qir.tools.advice import measure_findings
 from qir.tools.reports import bad_case as bad_case_report
 from qir.tools.reports import consistency as consistency_report
@@ -76,14 +84,24 @@ class QuantAnalysis:
     def __init__(self, baseline_model: Any, analysis_model: Any = None, *,
                  post_process: Callable[[dict], dict] | None = None, out_dir: str | Path = "./qir_quant_analysis",
                  runtime: str | None = None, replay_discrete: bool = True, overwrite: bool = False,
-                 level: str = "fakequant", march: str | None = None) -> None:
+                 level: str | None = None, march: str | None = None, analysis_model_type: str | None = None,
+                 device_ids: Any = None, cluster: str | Cluster | None = None) -> None:
+        """``analysis_model_type`` (horizon's name): ``fake_quant`` is ``level="fakequant"`` (the
+        default), ``quantized`` ``level="integer"``. ``device_ids`` (horizon's: the rank's GPU) is
+        accepted and unused: qir computes on the CPU. ``cluster``: where the steps run
+        (:func:`qir.runtimes.engine.cluster.program_cluster`: by default the cluster of
+        ``use_cluster``, else the program's own torch process group, whose ranks then all run
+        this workflow; ``"local"``: this process alone)."""
+        level = _model_type_level(analysis_model_type, level)
         self.runtime, self.level, self.march = _level_runtime(runtime, level), level, march
+        self.device_ids = device_ids
+        self.cluster = program_cluster(cluster)
         self._torch = [m for m in (baseline_model, analysis_model) if _is_torch(m)]
         self._given = (baseline_model, analysis_model)
         if not self._torch:
             self._import(None)
         self.post_process, self.replay_discrete = post_process, replay_discrete
-        self.out_dir = Path(_rank_folder(out_dir))
+        self.out_dir = Path(self._rank_folder(out_dir))
         self.outputs = Outputs(self.out_dir, overwrite=overwrite)
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
         self.chosen: int | None = None
@@ -109,6 +127,10 @@ class QuantAnalysis:
         self.baseline, self.analysis = (one(m) for m in self._given)
         self._torch = []
 
+    def _shared(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank of a torch cluster; else ``value``."""
+        return executor_for(self.cluster).share(value) if self.cluster and self.cluster.kind == "torch" else value
+
     def _torch_samples(self, data: Any):
         """Samples for a PyTorch baseline, read by ``forward()``'s parameter names."""
         import inspect
@@ -119,16 +141,34 @@ class QuantAnalysis:
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
         return load_samples(data, params)
 
+    def _rank_folder(self, out_dir: str | Path) -> str | Path:
+        """``out_dir``, or on a rank other than 0 of a torch cluster a temporary folder, removed
+        with this object: every rank runs the analysis, rank 0 writes it."""
+        if self.cluster is None or self.cluster.kind != "torch" or executor_for(self.cluster).driver:
+            return out_dir
+        folder = tempfile.mkdtemp(prefix="qir-rank-")
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        return folder
+
     # ----------------------------------------------------------------- bad case
-    def auto_find_bad_case(self, data: Any, num_steps: int | None = None, metric: str = "L1") -> dict:
-        """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``."""
+    def auto_find_bad_case(self, data: Any = None, num_steps: int | None = None, metric: str = "L1", *,
+                           data_generator: Any = None) -> dict:
+        """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``.
+        ``data_generator`` (horizon's name) is ``data``: anything :func:`qir.data.load_samples`
+        reads, e.g. a ``DataLoader``, of which the first ``num_steps`` items are read, once. Under
+        a torch cluster whose ranks each hold their own share (a ``DistributedSampler``), the
+        shares are searched as one (:func:`qir.passes.bad_case.find_bad_cases`)."""
+        data = _one_data(data, data_generator)
         metric = metric_name(metric)
         self.outputs.plan(*bad_case_report.FILES).check()
-        if self._torch:
-            self._import(self._torch_samples(data)[0])
-        report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
-                                         post_process=self.post_process, runtime=self.runtime,
-                                         replay_discrete=self.replay_discrete, level=self.level, march=self.march)
+        if not isinstance(data, (str, Path, Mapping, Sequence, np.ndarray)):  # a loader or a generator: read once
+            data = list(itertools.islice(data, num_steps) if num_steps else data)
+        with use_cluster(self.cluster):
+            if self._torch:  # every rank exports with the same sample, so holds the same IR
+                self._import(self._shared(self._torch_samples(data)[0]))
+            report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
+                                             post_process=self.post_process, runtime=self.runtime,
+                                             replay_discrete=self.replay_discrete, level=self.level, march=self.march)
         bad_case_report.write_report(report, self.outputs)
         indices = {entry["index"] for entry in report["worst_output"].values()}
         indices |= {i for per in report["bad_case"].values() for i in per.values()}
@@ -186,7 +226,8 @@ class QuantAnalysis:
             self.run()
         rows = layer_compare.compare_per_layer(self.layer_run, prefixes, types)
         findings = layer_compare.advise(self.layer_run, rows)
-        measure_findings(self.layer_run, findings, model_path=self._analysis_path(), runtime=self.runtime)
+        with use_cluster(self.cluster):
+            measure_findings(self.layer_run, findings, model_path=self._analysis_path(), runtime=self.runtime)
         layer_report.write_report(rows, findings, self.outputs)
         self.report["advisor"] = findings
         return rows
@@ -220,21 +261,36 @@ class QuantAnalysis:
         ``reverse`` (horizon spells it ``reserve``, also accepted) lists the least sensitive first."""
         reverse = reverse if reserve is None else reserve
         self.outputs.plan(*sensitivity_report.FILES).check()
-        report = op_sensitivity.op_sensitivity(self.analysis_ir, self._case(None), metric=metric_name(metric),
-                                               reverse=reverse, runtime=self.runtime, threads=threads,
-                                               replay_discrete=self.replay_discrete)
+        with use_cluster(self.cluster):
+            report = op_sensitivity.op_sensitivity(self.analysis_ir, self._case(None), metric=metric_name(metric),
+                                                   reverse=reverse, runtime=self.runtime, threads=threads,
+                                                   replay_discrete=self.replay_discrete)
         sensitivity_report.write_report(report, self.outputs)
         self.report["sensitivity"] = {out: rows[:10] for out, rows in report["outputs"].items()}
         return report
 
 
-def _rank_folder(out_dir: str | Path) -> str | Path:
-    """``out_dir``, or under torchrun (:func:`qir.runtimes.engine.cluster.use_cluster` ``("torch")``)
-    on a rank other than 0 a temporary folder: every rank runs the analysis, rank 0 writes it."""
-    cluster = current_cluster()
-    if cluster is None or cluster.kind != "torch" or executor_for(cluster).driver:
-        return out_dir
-    return tempfile.mkdtemp(prefix="qir-rank-")
+def _one_data(data: Any, data_generator: Any) -> Any:
+    """The data given as ``data`` or (horizon's name) ``data_generator``: one of them."""
+    if (data is None) == (data_generator is None):
+        raise InputError("give the samples once: auto_find_bad_case(data) or auto_find_bad_case(data_generator=...)")
+    return data if data is not None else data_generator
+
+
+_MODEL_TYPES = {"fake_quant": "fakequant", "quantized": "integer"}  # horizon's analysis_model_type -> level
+
+
+def _model_type_level(model_type: str | None, level: str | None) -> str:
+    """The level from ``level`` or horizon's ``analysis_model_type`` (both: they must agree)."""
+    if model_type is None:
+        return level or "fakequant"
+    if model_type not in _MODEL_TYPES:
+        raise InputError(f"unknown analysis_model_type {model_type!r}; choose fake_quant or quantized (the integer "
+                         "level, with a march)")
+    if level is not None and level != _MODEL_TYPES[model_type]:
+        raise InputError(f"analysis_model_type={model_type!r} is level {_MODEL_TYPES[model_type]!r}, not {level!r}; "
+                         "give one of them")
+    return _MODEL_TYPES[model_type]
 
 
 def _level_runtime(runtime: str | None, level: str) -> str:

@@ -9,6 +9,13 @@ are often alike); each worker's search scores its samples and the scores stream 
 worker gets the models (file paths, or the IRs pickled once), the data (its path, or the
 arrays once) and the options; it checks that each of its samples has the driver's digest. A
 torchrun rank uses its own search.
+
+The ranks of a torchrun job (or of a program that made its own process group, as QuantAnalysis'
+multi-machine example does) may instead each hold their own share of the samples: a
+``DataLoader`` over a ``DistributedSampler``. The ranks compare their samples' digests first;
+when they differ, each rank scores its own share and the scores of all are gathered on every
+rank, in the order of :class:`RankShares`, so that every rank finds the same bad case, which
+its owner then sends to every rank (:meth:`RankShares.fetch`).
 """
 from __future__ import annotations
 
@@ -19,16 +26,17 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.data import model_samples
-from qir.errors import InputError
+from qir.errors import InputError, QirError
 from qir.graph import QIR
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
 from qir.runtimes.engine.cluster import Cluster, executor_for
 from qir.runtimes.engine.distributed import data_payload, load_model, model_payload
-from qir.runtimes.engine.executor import follow
+from qir.runtimes.engine.executor import Executor, follow, raise_remote
 from qir.runtimes.engine.results import data_digest
 from qir.runtimes.engine.shards import even_split
 
-__all__ = ["SampleSearch", "Score", "sample_score", "scores_on_cluster", "bad_case_shard"]
+__all__ = ["SampleSearch", "Score", "sample_score", "scores_on_cluster", "bad_case_shard", "search_on_cluster",
+           "RankShares"]
 
 # (why the sample is left out or None, {output: {metric: value}}, {output: why Cosine/SQNR are noise})
 Score = tuple["str | None", dict[str, dict[str, float]], dict[str, str]]
@@ -104,13 +112,14 @@ def bad_case_shard(common: dict[str, Any], shard: dict[str, Any]) -> Iterator[tu
         yield ("scores", [(i, search.score(sample))])
 
 
-def scores_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples) -> Iterator[tuple[int, Score]]:
+def scores_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples,
+                      digests: Sequence[str] | None = None) -> Iterator[tuple[int, Score]]:
     """Every sample's score, the samples dealt to the workers of ``cluster`` in equal counts, as
     they come (:func:`qir.runtimes.engine.executor.follow`: a worker's error is raised); every rank
-    of a torchrun job gets every score."""
+    of a torchrun job gets every score. ``digests``: the samples' (computed here when None)."""
     executor = executor_for(cluster)
     executor.open()
-    digests = [data_digest([sample]) for sample in samples]
+    digests = [data_digest([sample]) for sample in samples] if digests is None else digests
     shards = [s for s in even_split(len(samples), min(executor.workers(), len(samples)), strided=True) if s]
     tasks = [{"samples": s, "digests": [digests[i] for i in s]} for s in shards]
     common = ({"search": search, "samples": samples} if executor.shared_state
@@ -123,3 +132,67 @@ def scores_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples
     shared = executor.share(scores)
     if not executor.driver:
         yield from shared.items()
+
+
+class RankShares(Sequence[dict]):
+    """The samples of a search whose ranks each hold their own share, as one sequence: rank ``r``'s
+    ``i``-th sample is at ``(i, r)`` in the order of ``(i, r)`` — while every rank still has
+    samples, sample ``i * ranks + r``, which for a ``DistributedSampler`` without shuffling is the
+    dataset's own order. This rank reads its own samples; another rank's only once
+    :meth:`fetch` (every rank calling it with the same indices) has brought it here."""
+
+    def __init__(self, executor: Executor, own: Sequence[dict], counts: Sequence[int]) -> None:
+        self.executor, self.own, self.rank = executor, own, executor.rank
+        self.order = [(r, i) for i in range(max(counts)) for r, n in enumerate(counts) if i < n]
+        self.fetched: dict[int, dict] = {}
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        r, i = self.order[k]
+        if r == self.rank:
+            return self.own[i]
+        if k in self.fetched:
+            return self.fetched[k]
+        raise InputError(f"sample {k} is sample {i} of rank {r}'s share; this rank holds its own share and the bad "
+                         "cases only")
+
+    def fetch(self, indices) -> None:
+        """Bring the samples ``indices`` from their ranks to every rank (collective: every rank calls it)."""
+        mine = {k: self.own[self.order[k][1]] for k in sorted(set(indices)) if self.order[k][0] == self.rank}
+        for part in self.executor.gather(mine):
+            self.fetched.update(part)
+
+
+def search_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples,
+                      tick: Callable[[], None]) -> tuple[list[Score], Sequence[dict]]:
+    """Every sample's score on ``cluster`` (``tick()`` after each one this process gets), and the
+    samples they score: those given, dealt to the workers (:func:`scores_on_cluster`), when every
+    rank holds the same ones (a Ray cluster's driver always does); when the ranks' samples differ,
+    each rank's own share scored there, and the scores of all, gathered on every rank, with the
+    samples as :class:`RankShares`. An error on any rank is raised on every rank."""
+    executor = executor_for(cluster)
+    executor.open()
+    digests = [data_digest([sample]) for sample in samples]
+    everyone = executor.gather(digests)
+    if all(d == digests for d in everyone):
+        got: dict[int, Score] = {}
+        for i, score in scores_on_cluster(cluster, search, data, samples, digests):
+            got[i] = score
+            tick()
+        return [got[i] for i in range(len(samples))], samples
+    shares = RankShares(executor, samples, [len(d) for d in everyone])
+    own: list[Score] | None = []
+    failure = None
+    try:
+        for sample in samples:
+            own.append(search.score(sample))
+            tick()
+    except QirError as exc:  # the other ranks stop with it rather than wait for this one
+        own, failure = None, ("error", type(exc).__name__, str(exc))
+    gathered = executor.gather((own, failure))
+    for r, (_, error) in enumerate(gathered):
+        if error:
+            raise_remote(error, executor.where(r))
+    return [gathered[r][0][i] for r, i in shares.order], shares

@@ -18,7 +18,9 @@ become messages too, which the driver logs once, not once per worker); the execu
 :meth:`~.executor.Executor.run` streams every shard's messages to the driver as they come.
 
 ``Engine(cluster=...)`` and ``find_bad_cases(cluster=...)`` take one; without it they use the
-one set by :func:`use_cluster` (the command line's ``--cluster``), else local.
+one set by :func:`use_cluster` (the command line's ``--cluster``), else local. A workflow that
+every rank of a program runs (QuantAnalysis) also finds a process group the program made itself
+(:func:`program_cluster`).
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ from qir import errors
 from qir.errors import InputError
 from qir.runtimes.engine.executor import Executor
 
-__all__ = ["Cluster", "parse_cluster", "use_cluster", "current_cluster", "executor_for", "CLUSTER_CHOICES"]
+__all__ = ["Cluster", "parse_cluster", "use_cluster", "current_cluster", "program_cluster", "executor_for",
+           "CLUSTER_CHOICES"]
 
 CLUSTER_CHOICES = "local, auto (the Ray cluster this machine belongs to), ray://HOST:PORT, ray or torch (inside torchrun)"
 _RAY_CLIENT = re.compile(r"^ray://(?P<host>[^:/\s]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
@@ -81,6 +84,21 @@ _CURRENT: contextvars.ContextVar[Cluster | None] = contextvars.ContextVar("qir_c
 def current_cluster() -> Cluster | None:
     """The cluster set by :func:`use_cluster` (None: local)."""
     return _CURRENT.get()
+
+
+def program_cluster(spec: "str | Cluster | None" = None) -> Cluster | None:
+    """Where a workflow that every rank of a program runs (QuantAnalysis) works: ``spec`` when
+    given (``local``: this process alone); else the cluster set by :func:`use_cluster`; else, in a
+    program that initialised a ``torch.distributed`` process group of more than one rank itself
+    (``torch.multiprocessing.spawn`` and ``dist.init_process_group``, no torchrun), its ranks
+    (``torch``); else local."""
+    if spec is not None:
+        return parse_cluster(spec)
+    if current_cluster() is not None:
+        return current_cluster()
+    from qir.runtimes.engine.torch_cluster import in_process_group
+
+    return Cluster("torch") if in_process_group() else None
 
 
 @contextmanager

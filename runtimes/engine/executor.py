@@ -32,6 +32,7 @@ class Executor:
     kind = "serial"
     driver = True
     shared_state = False
+    rank = 0  # this process's place among the workers of the program (a torchrun rank's)
 
     def __init__(self, shards: int = 1) -> None:
         self.shards = max(1, int(shards))
@@ -57,6 +58,11 @@ class Executor:
     def share(self, value: Any) -> Any:
         """The driver's ``value``, on every worker of the program (torch ranks); else itself."""
         return value
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every worker's ``value`` in worker order, on every worker of the program (torch ranks,
+        each with its own ``value``); else ``[value]``."""
+        return [value]
 
     def where(self, k: int) -> str:
         """How messages name worker ``k``."""

@@ -7,8 +7,10 @@ QuantAnalysis' multi-machine example does). The engine's work is collective:
 - **Joining.** ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` come from the
   environment torchrun sets; the process group is gloo on CPU and nccl where CUDA is present
   (one GPU per local rank; qir's engine itself computes on the CPU). A process group the
-  program initialised itself is used as it is. qir's own messages go through a gloo group
-  (objects, on the CPU, whatever the backend).
+  program initialised itself is used as it is (``torch.multiprocessing.spawn`` and
+  ``dist.init_process_group``, as QuantAnalysis' multi-machine example does: QuantAnalysis
+  finds it, :func:`in_process_group`). qir's own messages go through a gloo group (objects, on
+  the CPU, whatever the backend).
 - **Shards.** Rank 0 is the driver: it decides the shards (one per rank) and broadcasts them;
   every rank evaluates its own with its own engine (the variants' rows need nothing from the
   other ranks) and sends its messages to rank 0 as they are made: a header (the message's
@@ -27,6 +29,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Sequence
@@ -34,7 +37,7 @@ from typing import Any, Callable, Iterator, Sequence
 from qir.errors import ExecutionError, InputError
 from qir.runtimes.engine.executor import Executor, run_shard
 
-__all__ = ["TorchExecutor", "TIMEOUT"]
+__all__ = ["TorchExecutor", "TIMEOUT", "in_process_group"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +55,13 @@ def _dist():
     if not dist.is_available():
         raise InputError("this torch build has no torch.distributed; install a build with it to run under torchrun")
     return dist
+
+
+def in_process_group() -> bool:
+    """Whether this program has initialised a default process group of more than one rank (torch
+    is not imported here: a program without it has none)."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
 class _Stopped(Exception):
@@ -141,6 +151,12 @@ class TorchExecutor(Executor):
         box = [value if self.rank == 0 else None]
         _dist().broadcast_object_list(box, src=0, group=self.group())
         return box[0]
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, by rank, on every rank."""
+        out: list[Any] = [None] * self.workers()
+        _dist().all_gather_object(out, value, group=self.group())
+        return out
 
     # ------------------------------------------------------------------ shards
     def run(self, fn: Callable[[Any, Any], Iterator[tuple]], common: Any,

@@ -68,10 +68,32 @@ def test_python_iterables_and_save_outputs(tmp_path):
     samples = load_samples(({"x": np.full(2, i)} for i in range(3)), ["x"])
     assert len(samples) == 3
     with pytest.raises(InputError, match="expected a dict"):
-        load_samples([np.zeros(2)], ["x"])
+        load_samples(["text"], ["x"])
     path = save_outputs(tmp_path / "o.npz", [{"y": np.ones(2)}, {"y": np.zeros(2)}])
     with np.load(path) as npz:
         assert sorted(npz.keys()) == ["y/0", "y/1"]
+
+
+def test_arrays_tensors_and_tuples_bind_to_the_inputs_and_an_iterable_is_read_up_to_the_limit():
+    """A DataLoader's items (a tensor, or a tuple of tensors) are samples; a generator is read
+    no further than ``limit`` items."""
+    torch = pytest.importorskip("torch")
+    one = load_samples([torch.full((1, 2), 3.0), np.ones(2)], ["x"])
+    assert isinstance(one[0]["x"], np.ndarray) and one[0]["x"].tolist() == [[3.0, 3.0]] and one[1]["x"].tolist() == [1, 1]
+    two = load_samples([(torch.zeros(1), np.ones(1))], ["a", "b"])
+    assert {k: v.tolist() for k, v in two[0].items()} == {"a": [0.0], "b": [1.0]}
+    with pytest.raises(InputError, match="one array but the model has 2 inputs"):
+        load_samples([np.zeros(1)], ["a", "b"])
+    with pytest.raises(InputError, match="holds 3 arrays but the model has 2 inputs"):
+        load_samples([(np.zeros(1), np.zeros(1), np.zeros(1))], ["a", "b"])
+    read = []
+
+    def generator():
+        for i in range(10):
+            read.append(i)
+            yield {"x": np.full(2, i)}
+
+    assert len(load_samples(generator(), ["x"], limit=4)) == 4 and read == [0, 1, 2, 3]
 
 
 def test_multi_input_folders_pair_samples_by_index_not_position(tmp_path):
