@@ -4,8 +4,10 @@ or twice), ``--cluster`` on the command line; a real model (slow). Skipped witho
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import qir
@@ -81,6 +83,36 @@ def test_cli_sensitivity_and_evaluate_with_cluster_ray(marker, calibrated_file, 
     capsys.readouterr()
     for name in ("ns_{}/node_sensitivity.csv", "ev_{}/variants.csv"):
         assert (tmp_path / name.format("ray")).read_text() == (tmp_path / name.format("here")).read_text()
+
+
+def _written(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (its own path in them as ``OUT``); index.html without its time cell."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes().replace(str(folder).encode(), b"OUT")
+        if path.name == "index.html":
+            data = re.sub(rb"<th>time</th><td><code>[^<]*</code>", b"", data)
+        out[str(path.relative_to(folder))] = data
+    return out
+
+
+def test_cli_bad_case_and_runall_with_cluster_ray(marker, calibrated_file, tmp_path, capsys):
+    data = str(DIGITS_DATA)
+    printed = {}
+    for where in ("here", "ray"):
+        cluster = ["--cluster", "ray"] if where == "ray" else []
+        assert main(["bad-case", str(calibrated_file), data, "-n", "9", "-o", str(tmp_path / "bc" / where)]
+                    + cluster) == 0
+        assert main(["runall", str(calibrated_file), data, "-dn", "3", "-s", str(tmp_path / "ra" / where)]
+                    + cluster) == 0
+        printed[where] = capsys.readouterr().out.replace(where, "WHERE")
+    assert printed["ray"] == printed["here"]
+    for command in ("bc", "ra"):
+        here, ray = _written(tmp_path / command / "here"), _written(tmp_path / command / "ray")
+        assert ray.keys() == here.keys() and len(here) > 2
+        assert [name for name in here if ray[name] != here[name] and not name.endswith(".npz")] == []
+    with np.load(tmp_path / "bc" / "here" / "badcase.npz") as a, np.load(tmp_path / "bc" / "ray" / "badcase.npz") as b:
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
 
 
 @pytest.mark.slow

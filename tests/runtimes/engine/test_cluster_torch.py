@@ -1,6 +1,7 @@
-"""The engine under ``torchrun --nproc_per_node=2`` (gloo on CPU): ``qir evaluate``, ``qir sensitivity``
-and ``qir compare --cluster torch`` write what the local executor writes, printed once; a rank that dies ends
-the job with one clear error and a results file that ``--resume`` completes; a real model (slow)."""
+"""The engine under ``torchrun --nproc_per_node=2`` (gloo on CPU): ``qir evaluate``, ``qir sensitivity``,
+``qir compare`` and ``qir bad-case --cluster torch`` write what the local executor writes, printed once; a
+rank that dies ends the job with one clear error and a results file that ``--resume`` completes; a real
+model (slow)."""
 from __future__ import annotations
 
 import os
@@ -48,7 +49,8 @@ def test_torchrun_writes_what_the_local_executor_writes(calibrated_file, tmp_pat
     evaluate = ["evaluate", calibrated_file, DATA, "--data-num", "4", "--each", "all", "--quiet", "-o"]
     sensitivity = ["sensitivity", calibrated_file, DATA, "-d", "4", "-m", "cosine-similarity,mse", "-o"]
     compare = ["compare", calibrated_file, calibrated_file, DATA, "-n", "6", "-o"]
-    for name, args in (("ev", evaluate), ("ns", sensitivity), ("qa", compare)):
+    bad_case = ["bad-case", calibrated_file, DATA, "-n", "9", "-o"]
+    for name, args in (("ev", evaluate), ("ns", sensitivity), ("qa", compare), ("bc", bad_case)):
         assert main([*args, str(tmp_path / f"{name}_here")]) == 0
         here = capsys.readouterr().out
         done = torchrun([*args, str(tmp_path / f"{name}_torch")])
@@ -56,7 +58,8 @@ def test_torchrun_writes_what_the_local_executor_writes(calibrated_file, tmp_pat
         # rank 0 prints, the other rank does not (times and memory aside)
         assert _untimed(done.stdout.replace(f"{name}_torch", f"{name}_here")) == _untimed(here)
     assert _keyed(saved_rows(tmp_path / "ev_torch" / RESULTS_FILE)) == _keyed(saved_rows(tmp_path / "ev_here" / RESULTS_FILE))
-    for name in ("ev_{}/variants.csv", "ns_{}/node_sensitivity.csv", "qa_{}/badcase.json", "qa_{}/sensitive_ops.json"):
+    for name in ("ev_{}/variants.csv", "ns_{}/node_sensitivity.csv", "qa_{}/badcase.json", "qa_{}/sensitive_ops.json",
+                 "bc_{}/badcase.json", "bc_{}/badcase.txt"):
         assert (tmp_path / name.format("torch")).read_text() == (tmp_path / name.format("here")).read_text()
 
 

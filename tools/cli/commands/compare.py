@@ -42,6 +42,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_bad_case(args: argparse.Namespace) -> int:
+    with on_cluster(args, "output"):
+        return _bad_case(args)
+
+
+def _bad_case(args: argparse.Namespace) -> int:
     from qir.passes.bad_case import find_bad_cases
     from qir.tools.reports.bad_case import FILES, write_report
 
@@ -138,6 +143,7 @@ def _add_bad_case(sub) -> None:
     p.add_argument("-o", "--output", default="./qir_quant_analysis", help="folder for badcase.txt/.json/.npz")
     add_runtime(p)
     add_force(p)
+    add_cluster(p)
     p.set_defaults(func=cmd_bad_case)
 
 

@@ -103,6 +103,11 @@ def cmd_sensitivity_analysis(args: argparse.Namespace) -> int:
 
 
 def cmd_runall(args: argparse.Namespace) -> int:
+    with on_cluster(args, "save_dir"):
+        return _runall(args)
+
+
+def _runall(args: argparse.Namespace) -> int:
     from qir.tools.runall import runall
 
     runall(args.model, args.data, save_dir=args.save_dir, ns_metrics=parse_list(args.ns_metrics),
@@ -219,6 +224,7 @@ def _add_runall(sub) -> None:
     p.add_argument("-sn", "--sensitive-nodes", help="sensitivity analysis: these nodes, in this order")
     add_runtime(p)
     add_force(p)
+    add_cluster(p, hmct=True)
     p.set_defaults(func=cmd_runall)
 
 
