@@ -11,13 +11,12 @@ this process; :mod:`.ray_cluster` and :mod:`.torch_cluster` run them on workers
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Callable, Iterator, Sequence
 
 from qir import errors
 from qir.errors import QirError
 
-__all__ = ["Executor", "run_shard", "follow", "relog", "raise_remote", "exit_once", "EXIT_ONCE"]
+__all__ = ["Executor", "run_shard", "follow", "relog", "raise_remote"]
 
 
 class Executor:
@@ -52,7 +51,7 @@ class Executor:
             shards: Sequence[Any]) -> Iterator[tuple[int, tuple]]:
         """``(shard index, message)`` of every shard's ``fn(common, shard)``, as they come."""
         for k, shard in enumerate(shards):
-            for message in run_shard(fn, common, shard, worker=False):
+            for message in run_shard(fn, common, shard):
                 yield k, message
 
     def share(self, value: Any) -> Any:
@@ -89,12 +88,11 @@ class _Capture(logging.Handler):
             _to_root(record)
 
 
-def run_shard(fn: Callable[[Any, Any], Iterator[tuple]], common: Any, shard: Any, *, worker: bool) -> Iterator[tuple]:
+def run_shard(fn: Callable[[Any, Any], Iterator[tuple]], common: Any, shard: Any) -> Iterator[tuple]:
     """``fn(common, shard)``'s messages, with the warnings qir logs meanwhile as ``log`` messages
     placed before the message that follows them (not printed here: :func:`relog` logs them once
     on the driver). An error of qir's (:class:`~qir.errors.QirError`) becomes an ``error``
-    message ending the shard, which :func:`raise_remote` raises again on the driver. ``worker``:
-    this process is a worker, not the driver (see :func:`exit_once`)."""
+    message ending the shard, which :func:`raise_remote` raises again on the driver."""
     root = logging.getLogger("qir")
     capture, propagate = _Capture(), root.propagate
     root.addHandler(capture)
@@ -103,8 +101,6 @@ def run_shard(fn: Callable[[Any, Any], Iterator[tuple]], common: Any, shard: Any
         for message in fn(common, shard):
             yield from _drain(capture)
             yield message
-            if worker and message[0] == "rows" and message[1]:
-                exit_once()
         yield from _drain(capture)
     except QirError as exc:
         yield from _drain(capture)
@@ -112,23 +108,6 @@ def run_shard(fn: Callable[[Any, Any], Iterator[tuple]], common: Any, shard: Any
     finally:
         root.removeHandler(capture)
         root.propagate = propagate
-
-
-EXIT_ONCE = "QIR_TEST_WORKER_EXIT_ONCE"
-
-
-def exit_once() -> None:
-    """The fault the tests inject: with the environment variable :data:`EXIT_ONCE` naming a file
-    that does not exist yet, the first worker process to send rows creates it and dies at once
-    (``os._exit``), as a killed worker would; every later one carries on."""
-    marker = os.environ.get(EXIT_ONCE)
-    if not marker:
-        return
-    try:
-        open(marker, "x").close()
-    except FileExistsError:
-        return
-    os._exit(3)
 
 
 def _drain(capture: _Capture) -> list[tuple]:

@@ -45,7 +45,7 @@ def ray_module():
 
 def _shard_task(fn: Callable, common: Any, shard: Any) -> Iterator[tuple]:
     """The body of a shard's Ray task (a generator: messages stream back as they are made)."""
-    yield from run_shard(fn, common, shard, worker=True)
+    yield from run_shard(fn, common, shard)
 
 
 class RayExecutor(Executor):
@@ -153,7 +153,7 @@ class RayExecutor(Executor):
 
 def _shard_messages(fn: Callable, common: Any, shard: Any) -> list[tuple]:
     """The body of a shard's Ray task through the Ray client: every message, at the end."""
-    return list(run_shard(fn, common, shard, worker=True))
+    return list(run_shard(fn, common, shard))
 
 
 def _through_client(ray) -> bool:

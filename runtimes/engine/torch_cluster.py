@@ -180,7 +180,7 @@ class TorchExecutor(Executor):
         """A rank other than 0: run its shard, sending each message to rank 0, then ``done``."""
         try:
             if shard is not None:
-                for message in run_shard(fn, common, shard, worker=True):
+                for message in run_shard(fn, common, shard):
                     self._send(message)
         except Exception as exc:  # a bug on this rank: rank 0 (and so every rank) stops with it
             self._send(("error", "ExecutionError", f"{type(exc).__name__}: {exc}"))
@@ -190,7 +190,7 @@ class TorchExecutor(Executor):
     def _run_own(fn, common, shard, messages: queue.Queue) -> None:
         try:
             if shard is not None:
-                for message in run_shard(fn, common, shard, worker=False):
+                for message in run_shard(fn, common, shard):
                     messages.put((0, message))
             messages.put((0, ("done",)))
         except BaseException as exc:  # noqa: BLE001 (raised again in the main thread)

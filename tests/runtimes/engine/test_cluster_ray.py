@@ -4,7 +4,9 @@ or twice), ``--cluster`` on the command line; a real model (slow). Skipped witho
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,28 +14,22 @@ import pytest
 
 import qir
 from qir.passes.bad_case import find_bad_cases
-from qir.runtimes.engine import RESULTS_FILE, Engine, Variant
-from qir.runtimes.engine.executor import EXIT_ONCE
+from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, distributed
 from qir.tools.cli import main
 
 from ...conftest import DIGITS_DATA, calibrated_real
-from .cluster_cases import cluster_variants, saved_rows
+from .cluster_cases import cluster_variants, dying, saved_rows
 
 ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def marker(tmp_path_factory):
-    """A local Ray cluster of two CPUs whose workers carry the test fault's marker path
-    (:func:`qir.runtimes.engine.executor.exit_once`: the first worker to send rows while the
-    file is missing creates it and dies)."""
-    path = tmp_path_factory.mktemp("ray") / "a_worker_died"
-    path.touch()  # no fault unless a test removes it
+def local_ray():
+    """A local Ray cluster of two CPUs."""
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
-             runtime_env={"env_vars": {EXIT_ONCE: str(path)}})
-    yield path
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    yield
     ray.shutdown()
 
 
@@ -42,7 +38,7 @@ def calibrated_file(digits_calibrated_file):
     return Path(digits_calibrated_file)
 
 
-def test_ray_gives_the_local_results(marker, calibrated_file, digits_calibrated, tmp_path):
+def test_ray_gives_the_local_results(local_ray, calibrated_file, digits_calibrated, tmp_path):
     options = dict(metrics=["cosine-similarity", "mse"], data_num=4, progress=False)
     for ir in (qir.load(calibrated_file), digits_calibrated):  # sent as its file, and pickled
         variants = cluster_variants(ir)
@@ -53,12 +49,17 @@ def test_ray_gives_the_local_results(marker, calibrated_file, digits_calibrated,
         assert len(saved_rows(tmp_path / ir.name / RESULTS_FILE)) == len(local.rows)
 
 
-def test_a_killed_worker_has_its_shard_rerun_without_a_row_missing_or_twice(marker, calibrated_file, tmp_path):
+def test_a_killed_worker_has_its_shard_rerun_without_a_row_missing_or_twice(local_ray, calibrated_file, tmp_path,
+                                                                             monkeypatch):
     ir = qir.load(calibrated_file)
     variants = cluster_variants(ir)
     options = dict(metrics=["mse"], data_num=4, progress=False, reference="quantized")
     local = Engine(ir, DIGITS_DATA, **options).evaluate(variants)
-    marker.unlink()
+    marker = tmp_path / "a_worker_died"
+    # the first Ray worker (a process other than this one) to send rows dies; the fault travels by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[dying.__module__])
+    monkeypatch.setattr(distributed, "engine_shard",
+                        dying(distributed.engine_shard, marker, lambda driver=os.getpid(): os.getpid() != driver))
     remote = Engine(ir, DIGITS_DATA, **options, cluster="ray").evaluate(variants, tmp_path)
     assert marker.exists()  # a worker did die after sending rows
     assert remote.rows == local.rows
@@ -66,13 +67,13 @@ def test_a_killed_worker_has_its_shard_rerun_without_a_row_missing_or_twice(mark
     assert len(rows) == len({(r["variant"], r["sample"]) for r in rows}) == len(variants) * 4
 
 
-def test_bad_case_search_on_ray(marker, calibrated_file):
+def test_bad_case_search_on_ray(local_ray, calibrated_file):
     local = find_bad_cases(calibrated_file, None, DIGITS_DATA, num_steps=9)
     remote = find_bad_cases(calibrated_file, None, DIGITS_DATA, num_steps=9, cluster="ray")
     assert remote["values"] == local["values"] and remote["bad_case"] == local["bad_case"]
 
 
-def test_cli_sensitivity_and_evaluate_with_cluster_ray(marker, calibrated_file, tmp_path, capsys):
+def test_cli_sensitivity_and_evaluate_with_cluster_ray(local_ray, calibrated_file, tmp_path, capsys):
     data = str(DIGITS_DATA)
     for where in ("here", "ray"):
         cluster = ["--cluster", "ray"] if where == "ray" else []
@@ -96,7 +97,7 @@ def _written(folder: Path) -> dict[str, bytes]:
     return out
 
 
-def test_cli_bad_case_and_runall_with_cluster_ray(marker, calibrated_file, tmp_path, capsys):
+def test_cli_bad_case_and_runall_with_cluster_ray(local_ray, calibrated_file, tmp_path, capsys):
     data = str(DIGITS_DATA)
     printed = {}
     for where in ("here", "ray"):
@@ -116,7 +117,7 @@ def test_cli_bad_case_and_runall_with_cluster_ray(marker, calibrated_file, tmp_p
 
 
 @pytest.mark.slow
-def test_ray_gives_the_local_results_on_a_real_model(marker, tmp_path):
+def test_ray_gives_the_local_results_on_a_real_model(local_ray, tmp_path):
     ir, samples = calibrated_real("ppocr_cls", [1, 3, 48, 192])
     acts = [c.name for c in ir.calibrations("activation")]
     weights = [c.name for c in ir.calibrations("weight")]

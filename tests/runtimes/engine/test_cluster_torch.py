@@ -8,13 +8,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import qir
 from qir.runtimes.engine import RESULTS_FILE
-from qir.runtimes.engine.executor import EXIT_ONCE
 from qir.tools.cli import main
 
 from ...conftest import DIGITS_DATA, calibrated_real
@@ -25,10 +25,15 @@ pytest.importorskip("torch.distributed")
 DATA = str(DIGITS_DATA)
 
 
-def torchrun(args: list[str], env: dict | None = None, ranks: int = 2) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node=RANKS -m qir ARGS --cluster torch`` (a free port of its own)."""
+DYING_RANK = Path(__file__).with_name("dying_rank.py")  # qir with a rank that dies (cluster_cases.dying)
+
+
+def torchrun(args: list[str], env: dict | None = None, ranks: int = 2,
+             program: list[str] = ("-m", "qir")) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=RANKS PROGRAM ARGS --cluster torch`` (a free port of
+    its own; PROGRAM ``-m qir``, or a script)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-               "-m", "qir", *args, "--cluster", "torch"]
+               *program, *args, "--cluster", "torch"]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
@@ -68,7 +73,8 @@ def test_a_dead_rank_ends_the_job_with_a_clear_error_and_resume_completes_it(cal
     assert main([*args, "-o", str(tmp_path / "here")]) == 0
     capsys.readouterr()
     marker = tmp_path / "a_rank_died"
-    done = torchrun([*args, "-o", str(tmp_path / "torch")], env={EXIT_ONCE: str(marker)})
+    done = torchrun([*args, "-o", str(tmp_path / "torch")], env={"QIR_TEST_DYING_MARKER": str(marker)},
+                    program=[str(DYING_RANK)])
     assert done.returncode != 0 and marker.exists()
     errors = [line for line in done.stderr.splitlines() if line.startswith("qir: error:")]
     assert len(errors) == 1, done.stderr[-3000:]
