@@ -187,9 +187,12 @@ class TunePass(Pass):
                     seen.append(lv)
         return tuple(seen + (["float"] if self.allow_float else []))
 
-    def _ratio(self, ev: Evaluator, space: Space, start: Config, order: list[int]):
+    def _ratio(self, ev: Evaluator, space: Space, start: Config, order: list[int], descend: bool = True):
         """The guide's ratio search, level by level: int16 on the most sensitive units first; when
         int16 everywhere misses, from there the next level (dual int16, fp16, float), and so on.
+        When a later level meets the target, the units it raised are kept there and the search
+        starts again from ``start`` with them (``descend``): they may make most of the cheaper
+        levels unneeded, and a search from below costs fewer calls than pruning from above.
         Returns (the configuration that met, or None; the largest failing one; its level)."""
         base, level = start, None
         for level in self._level_sequence():
@@ -198,6 +201,13 @@ class TunePass(Pass):
             step = {i: space.units[i].levels.index(level) for i in units}
             met, below, _ = ratio_search(ev, base, units, step, points=self.points)
             if met is not None:
+                if descend and base != start:
+                    needed = {i: k for i, k in enumerate(met.levels) if k > base.levels[i]}
+                    again, under, _ = self._ratio(ev, space, space.move(start, needed), order, descend=False)
+                    if again is not None and space.cost(again) <= space.cost(met):
+                        logger.info("tune: ratio search again with %d unit(s) at the higher level: %d raised instead "
+                                    "of %d", len(needed), len(space.raised(again)), len(space.raised(met)))
+                        return again, under, level
                 return met, below, level
             base = below
         return None, base, level
@@ -252,19 +262,20 @@ class TunePass(Pass):
         n = self.sensitivity_samples
         picked = sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
         found["sensitivity_samples"] = picked
-        scores = self._on_bad_cases(ev, space, found, [reference] + lowered, "sensitivity")
+        scores = self._on_bad_cases(ev, space, found, [reference] + lowered, "sensitivity", around=reference)
         return {i: ev.target.gain(scores[0].mean, s.mean) for i, s in zip(units, scores[1:])}
 
     def _on_bad_cases(self, ev: Evaluator, space: Space, found: dict[str, Any], configs: list[Config],
-                      stage: str) -> list:
-        """Scores of ``configs`` on the sensitivity samples (all of them before those are chosen)."""
+                      stage: str, around: Config | None = None) -> list:
+        """Scores of ``configs`` (near ``around``) on the sensitivity samples (all of them before
+        those are chosen)."""
         picked = found.get("sensitivity_samples")
         if picked is None or len(picked) == len(ev.samples):
-            return ev.score(configs, stage)
+            return ev.score(configs, stage, around)
         sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
                         prefix=f"samples {picked}: ", progress=self.progress, **ev.engine_options)
         try:
-            return sub.score(configs, stage)
+            return sub.score(configs, stage, around)
         finally:
             sub.close()
             ev.calls += sub.calls
@@ -278,7 +289,7 @@ class TunePass(Pass):
         if useless:
             final = found["final"]
             trimmed = final.with_thresholds(useless)
-            score = ev.score([trimmed], "attribution")[0]
+            score = ev.score([trimmed], "attribution", final)[0]
             keep = ev.target.met(score.mean) if found["reached"] else ev.target.gain(score.mean, ev.memo[final].mean) >= 0
             if keep:
                 found["final"] = trimmed
@@ -292,7 +303,7 @@ class TunePass(Pass):
         undo = [space.move(final, {i: start.levels[i]}) for i in raised]
         unthreshold = [final.with_thresholds({name: None}) for name, _ in final.thresholds]
         found["score"] = ev.score([final], "attribution")[0]
-        scores = self._on_bad_cases(ev, space, found, [final] + undo + unthreshold, "attribution")
+        scores = self._on_bad_cases(ev, space, found, [final] + undo + unthreshold, "attribution", around=final)
         found["gains"] = {("unit", i): ev.target.gain(scores[0].mean, s.mean) for i, s in zip(raised, scores[1:])}
         found["gains"].update({("threshold", name): ev.target.gain(scores[0].mean, s.mean)
                                for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})

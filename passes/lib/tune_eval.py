@@ -32,6 +32,8 @@ __all__ = ["Score", "Evaluator", "config_key"]
 
 logger = logging.getLogger(__name__)
 
+KEEP = 2  # engines kept for other reference configurations (each holds its sessions)
+
 
 @dataclass(frozen=True)
 class Score:
@@ -67,16 +69,20 @@ class Evaluator:
         if isinstance(target.metric, str):
             self.engine = Engine(base, samples, reference="quantized", metrics=[target.metric], progress=progress,
                                  **engine_options)
-        self._float_outputs: list[dict] | None = None
+        self._engines: dict[Config, Engine] = {}  # around -> the engine whose reference it is
 
     def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
+        for engine in [self.engine, *self._engines.values()]:
+            if engine is not None:
+                engine.close()
+        self._engines.clear()
 
     # ------------------------------------------------------------------ scoring
-    def score(self, configs: Sequence[Config], stage: str | Sequence[str]) -> list[Score]:
+    def score(self, configs: Sequence[Config], stage: str | Sequence[str], around: Config | None = None) -> list[Score]:
         """Scores of ``configs`` (in order), computing those not scored before in one call;
-        ``stage`` names the search step that tried them (one name, or one per configuration)."""
+        ``stage`` names the search step that tried them (one name, or one per configuration).
+        ``around``: a configuration they are all near (the engine's reference is then that one,
+        so each re-executes only where it differs from it; default: the start)."""
         stages = [stage] * len(configs) if isinstance(stage, str) else list(stage)
         todo = dict(zip(configs, stages))
         for c in configs:
@@ -89,7 +95,7 @@ class Evaluator:
                 self._record(c, Score(saved["mean"], tuple(saved["samples"])), todo[c])
         if fresh:
             self.calls += 1
-            scored = self._engine_scores(fresh, todo[fresh[0]]) if self.engine else self._plain_scores(fresh)
+            scored = self._engine_scores(fresh, todo[fresh[0]], around) if self.engine else self._plain_scores(fresh)
             for c, s in zip(fresh, scored):
                 self.store[self.prefix + config_key(c)] = {"mean": s.mean, "samples": list(s.samples)}
                 self._record(c, s, todo[c])
@@ -106,10 +112,27 @@ class Evaluator:
                              "levels": self.space.describe(config), "thresholds": len(config.thresholds),
                              "config": config})
 
-    def _engine_scores(self, configs: list[Config], stage: str) -> list[Score]:
-        variants = [Variant(f"config {k}", self.space.changes(c)) for k, c in enumerate(configs)]
-        self.engine.progress = f"tune: {stage}" if self.progress else False
-        result = self.engine.evaluate(variants)
+    def _engine_around(self, around: Config | None) -> tuple[Engine, dict[str, str]]:
+        """The engine whose reference is ``around`` (built once, the last :data:`KEEP` kept) and
+        that configuration's changes."""
+        if around is None or not (changes := self.space.changes(around)):
+            return self.engine, {}
+        if around not in self._engines:
+            while len(self._engines) >= KEEP:
+                self._engines.pop(next(iter(self._engines))).close()
+            self._engines[around] = Engine(self.base, self.samples, reference="quantized", metrics=[self.target.metric],
+                                           progress=self.progress, reference_changes=changes, **self.engine_options)
+        return self._engines[around], changes
+
+    def _engine_scores(self, configs: list[Config], stage: str, around: Config | None = None) -> list[Score]:
+        engine, near = self._engine_around(around)
+        start = self.space.start_modes
+        variants = []
+        for k, c in enumerate(configs):
+            changes = self.space.changes(c)
+            variants.append(Variant(f"config {k}", {**{n: start[n] for n in near if n not in changes}, **changes}))
+        engine.progress = f"tune: {stage}" if self.progress else False
+        result = engine.evaluate(variants)
         metric = self.target.metric
         by_variant: dict[str, dict[int, float]] = {}
         for row in result.rows:

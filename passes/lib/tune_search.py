@@ -47,7 +47,7 @@ def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mappin
     lo, hi = 0, None
     ks = sorted(set(spread(0, n, points - 1)) | {n})
     while ks:
-        scores = ev.score([config(k) for k in ks], "ratio search")
+        scores = ev.score([config(k) for k in ks], "ratio search", config(lo))
         met = [k for k, s in zip(ks, scores) if ev.target.met(s.mean)]
         if met:
             hi = min(met)
@@ -83,7 +83,7 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
         ranked = sorted(moves, key=lambda i: -priority.get(i, prior.get(i, 0.0) / added[i]))
         tried = ranked[:batch]
         configs = [space.move(current, {i: current.levels[i] + 1}) for i in tried]
-        scores = ev.score(configs, stage)
+        scores = ev.score(configs, stage, current)
         for i, s in zip(tried, scores):
             priority[i] = target.gain(s.mean, score.mean) / added[i]
         meeting = [(added[i], c) for i, c, s in zip(tried, configs, scores) if target.met(s.mean)]
@@ -105,7 +105,7 @@ def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: 
     singles = [space.move(current, {i: current.levels[i] - 1}) for i in units]
     now = ev.score([current], stage)[0].mean
     return {i: target.gain(now, s.mean) if target.met(s.mean) else math.inf
-            for i, s in zip(units, ev.score(singles, stage))}
+            for i, s in zip(units, ev.score(singles, stage, current))}
 
 
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
@@ -146,7 +146,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         def lowered(n: int) -> Config:
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
 
-        scores = ev.score([lowered(n) for n in sizes], stage)
+        scores = ev.score([lowered(n) for n in sizes], stage, current)
         accepted = max((n for n, s in zip(sizes, scores) if target.met(s.mean)), default=0)
         if not accepted:  # stale losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]

@@ -90,7 +90,7 @@ class Space:
                      for op in ir.ops()]
         self._ops = [entry for entry in self._ops if entry[3]]
         self.policy: dict[tuple[str, str], float] = {}  # (unit, mode) -> the fixed threshold it takes there
-        self._start_modes = self.modes(self.plain_start())
+        self.start_modes = self.modes(self.plain_start())  # the IR's own (a node's change back to it)
 
     # ------------------------------------------------------------------ units
     def _unit(self, cal: CalibRecord) -> Unit | None:
@@ -174,7 +174,7 @@ class Space:
 
     def changes(self, config: Config) -> dict[str, str]:
         """Engine changes (modes, ``mode@threshold``) of ``config`` relative to :meth:`plain_start`."""
-        start, modes = self._start_modes, self.modes(config)
+        start, modes = self.start_modes, self.modes(config)
         out = {n: m for n, m in modes.items() if m != start[n]}
         for name, threshold in config.thresholds:
             if CalibMode(modes[name]) in QRANGE:  # an fp16 or float node has no threshold
@@ -200,7 +200,14 @@ class Space:
 
     def cost(self, config: Config) -> float:
         """The FLOP-weighted cost of ``config`` (see the module docstring)."""
-        modes = self.modes(config)
+        return self._cost(self.modes(config))
+
+    def cost_of_ir(self) -> float:
+        """The FLOP-weighted cost of the IR as it is (its own calibration modes): how a model
+        quantized elsewhere, imported, compares with the configurations of the search."""
+        return self._cost({})
+
+    def _cost(self, modes: Mapping[str, str]) -> float:
         costs = self.profile.tune_costs
         total = 0.0
         for op, flops, gemm, cals in self._ops:

@@ -98,6 +98,11 @@ class Engine:
         level: ``fakequant`` (default) or ``integer``: what the NPU computes, per ``march`` (a
             profile name, default ``generic``; see :mod:`.whole`).
         reference: ``float`` or ``quantized`` (the configuration variants change).
+        reference_changes: changes (as a variant's: node -> ``"int16"``, ``"int8@2.5"``) that make
+            the reference configuration itself: variants near a configuration far from the IR's
+            own re-execute only where they differ from it (``qir tune`` measures many neighbours
+            of one configuration). A variant's change that computes what the reference does is
+            no change; a node the reference changes and a variant does not runs as the reference has it.
         baseline: what results are compared with: ``float`` (default) or ``reference``.
         compare: values to compare (default: the graph outputs); any activation may be named.
         metrics: metric names from :mod:`qir.metrics` (the first one ranks).
@@ -134,7 +139,7 @@ class Engine:
                  threads: int | None = None,
                  optimization: str = "auto", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
                  progress: bool | str = True, level: str = "fakequant", march: str | None = None,
-                 cluster: str | Cluster | None = None) -> None:
+                 cluster: str | Cluster | None = None, reference_changes: Mapping[str, str] | None = None) -> None:
         runtime = engine_runtime(runtime, level, march)
         check_options(runtime, reference, baseline, memory_budget)
         self.cluster = current_cluster() if cluster is None else parse_cluster(cluster)
@@ -142,7 +147,7 @@ class Engine:
         self.options = {"runtime": runtime, "reference": reference, "baseline": baseline, "compare": compare,
                         "metrics": metrics, "memory_budget": memory_budget, "segments": segments, "batch": batch,
                         "data_num": data_num, "optimization": optimization, "rounding": rounding, "level": level,
-                        "march": march}
+                        "march": march, "reference_changes": dict(reference_changes or {})}
         self.data = data
         self.ir, self.runtime, self.reference, self.baseline = ir, runtime, reference, baseline
         self.level, self.march = level, march
@@ -156,7 +161,9 @@ class Engine:
         self.workers = max(1, int(threads or (os.cpu_count() or 1) // _ranks_here(self.cluster)))
         self.progress = progress
         self.plan: Plan = build_plan(ir, self.compare)
-        self.records = configured(ir, reference, {})
+        self.reference_changes = dict(reference_changes or {})
+        check_variants(ir, [Variant("the reference", self.reference_changes)])
+        self.records = configured(ir, reference, self.reference_changes)
         self.constants = {c.output: apply_calibration(self.records[c.name], ir.weight_array(c.input), rounding)
                           for c in weight_calibrations(ir)}
         self.variant_records = VariantRecords(ir, self.records)
@@ -177,7 +184,8 @@ class Engine:
                         if any(m in qmetrics.RELATIVE for m in self.metrics) else None)
         self._lock = threading.Lock()
         self.stats = {"steps_run": 0, "segments_run": 0, "whole_runs": 0, "reference_seconds": 0.0}
-        self.whole = WholeRuns(ir, reference, self.compare, level, march) if level in WHOLE_LEVELS else None
+        self.whole = (WholeRuns(ir, reference, self.compare, level, march, self.reference_changes)
+                      if level in WHOLE_LEVELS else None)
         self._sample: tuple[int, Mapping[str, np.ndarray]] | None = None  # the current sample of a whole-run level
 
     @property
@@ -236,6 +244,8 @@ class Engine:
     def fingerprint(self, variants: Sequence[Variant], data: str | None) -> str:
         """The analysis of ``variants`` on these samples (digest ``data``), as the results file names it."""
         options = [list(self.compare), list(self.metrics), self.reference, self.baseline, self.runtime, self.rounding]
+        if self.reference_changes:  # (analyses without keep the fingerprint of their files)
+            options.append(sorted(self.reference_changes.items()))
         if self.whole is not None:  # (fake-quant analyses keep the fingerprint of their files)
             options += [self.level, self.whole.march]
         return fingerprint(self.ir, variants, len(self.samples), options, data)

@@ -26,7 +26,8 @@ from qir.records import CalibRecord
 from qir.runtimes.base import check_feeds
 from qir.runtimes.engine.cache import ValueCache
 from qir.runtimes.engine.plan import Plan
-from qir.runtimes.engine.runners import Read, change_key
+from qir.runtimes.engine.runners import Read
+from qir.runtimes.engine.variants import change_key
 from qir.runtimes.numerics import apply_calibration
 
 __all__ = ["ReferenceCache", "values_to_recompute"]

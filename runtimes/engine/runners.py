@@ -28,12 +28,13 @@ from qir.graph import QIR
 from qir.io.onnx_export import export_subgraph
 from qir.records import CalibRecord
 from qir.runtimes.engine.plan import Plan
+from qir.runtimes.engine.variants import change_key
 from qir.runtimes.numpy_ref.interpreter import execution_plan
 from qir.runtimes.ort.backend import new_session
 from qir.runtimes.ort.lowering import lower_fake_quant, lower_layout_stable
 from qir.runtimes.ort.switches import make_batch_capable, rows_value_info, switch_nodes
 
-__all__ = ["NumpySteps", "OrtSteps", "Part", "Read", "part_key", "change_key"]
+__all__ = ["NumpySteps", "OrtSteps", "Part", "Read", "part_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,15 +82,6 @@ class NumpySteps:
             else:
                 env[call.outputs[0]] = result
         return {o: env[o] for o in self.plan.steps[i].outputs}
-
-
-def change_key(rec: CalibRecord) -> tuple:
-    """What a calibration record computes: its mode, threshold, scale, zero point and axis (a fixed
-    threshold makes the same mode compute something else)."""
-    def raw(v):
-        return None if v is None else np.asarray(v, np.float64).tobytes()
-
-    return rec.mode.value, raw(rec.threshold), raw(rec.scale), raw(rec.zero_point), rec.axis
 
 
 def part_key(k: int, switches: Mapping[str, CalibRecord] | None) -> tuple:

@@ -30,7 +30,7 @@ from qir.kinds import CalibMode
 from qir.records import CalibRecord, copy_record
 from qir.runtimes.base import get_runtime
 
-__all__ = ["Variant", "VariantRecords", "parse_change", "canonical_change", "one_at_a_time", "load_variants",
+__all__ = ["Variant", "VariantRecords", "change_key", "parse_change", "canonical_change", "one_at_a_time", "load_variants",
            "check_variants", "effective", "configured", "configured_clone", "evaluate_plainly", "run_whole"]
 
 
@@ -152,6 +152,15 @@ def effective(rec: CalibRecord, change: CalibMode | str) -> CalibRecord:
     return out
 
 
+def change_key(rec: CalibRecord) -> tuple:
+    """What a calibration record computes: its mode, threshold, scale, zero point and axis (a fixed
+    threshold makes the same mode compute something else)."""
+    def raw(v):
+        return None if v is None else np.asarray(v, np.float64).tobytes()
+
+    return rec.mode.value, raw(rec.threshold), raw(rec.scale), raw(rec.zero_point), rec.axis
+
+
 def _change_in(rec: CalibRecord, reference: str, changes: Mapping[str, str]) -> str | None:
     """The change ``rec`` runs with under ``reference`` and ``changes`` (None: as it is)."""
     return changes.get(rec.name, CalibMode.FLOAT.value if reference == "float" else None)
@@ -178,10 +187,11 @@ def configured_clone(ir: QIR, reference: str, changes: Mapping[str, str]) -> QIR
 
 
 class VariantRecords:
-    """Variants' changes as calibration records, relative to the reference configuration
-    ``records`` (node -> its record there). One record object per (node, mode), and the
-    reference's own object where the mode is the reference's: identity tells a change from no
-    change, and a variant's change from the switch that turns on the same mode."""
+    """Variants' changes as calibration records: a change applies to the IR's own record (as
+    the reference's changes do), and a record that computes what the reference configuration
+    ``records`` (node -> its record there) computes is the reference's own object. One record
+    object per (node, change): identity tells a change from no change, and a variant's change
+    from the switch that turns on the same mode."""
 
     def __init__(self, ir: QIR, records: Mapping[str, CalibRecord]) -> None:
         self.ir, self.records = ir, records
@@ -192,7 +202,8 @@ class VariantRecords:
         key = (name, change)
         if key not in self._memo:
             ref = self.records[name]
-            self._memo[key] = ref if is_no_change(ref, change) else effective(self.ir.calibration(name), change)
+            rec = effective(self.ir.calibration(name), change)
+            self._memo[key] = ref if change_key(rec) == change_key(ref) else rec
         return self._memo[key]
 
     def changes(self, variant: Variant) -> dict[str, CalibRecord]:

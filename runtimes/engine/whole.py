@@ -46,8 +46,10 @@ class _HoldBack(logging.Filter):
 class WholeRuns:
     """Variants of ``ir`` run whole at ``level`` (``march``: the integer level's profile)."""
 
-    def __init__(self, ir: QIR, reference: str, compare: Sequence[str], level: str, march: str | None) -> None:
+    def __init__(self, ir: QIR, reference: str, compare: Sequence[str], level: str, march: str | None,
+                 reference_changes: Mapping[str, str] | None = None) -> None:
         self.ir, self.reference, self.compare = ir, reference, list(compare)
+        self.reference_changes = dict(reference_changes or {})
         self.level, self.march = level, march or "generic"
         self.profile = self.runtime().profile  # (an unknown march fails here, before any run)
         self._baseline_models: dict[str, QIR] = {}
@@ -61,7 +63,7 @@ class WholeRuns:
 
     def model(self, variant: Variant) -> QIR:
         """The IR as ``variant`` runs it (clone it once per variant; it serves every sample)."""
-        return configured_clone(self.ir, self.reference, variant.changes)
+        return configured_clone(self.ir, self.reference, {**self.reference_changes, **variant.changes})
 
     def run(self, model: QIR, feeds: Mapping[str, np.ndarray], rt=None, variant: str | None = None) -> dict[str, np.ndarray]:
         """The compared values of ``model`` on ``feeds``; an error names the ``variant``, whose

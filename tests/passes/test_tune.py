@@ -103,6 +103,9 @@ def test_cost_is_flops_times_the_profiles_cost_of_each_op():
     assert space.cost(raised) - space.cost(space.start()) == pytest.approx(
         op_flops(ir, conv2) * (costs["int16 x int8"] - costs["int8 x int8"]))
     assert space.changes(raised) == {"relu1_out_calib": "int16"}
+    # a model configured elsewhere costs what its own modes cost (the peers' emitted models, imported)
+    assert Space(space.apply(ir.clone(), raised), profile).cost_of_ir() == pytest.approx(space.cost(raised))
+    assert Space(ir, profile).cost_of_ir() == pytest.approx(space.cost(space.start()))
 
 
 # ------------------------------------------------------------------ the search

@@ -238,3 +238,34 @@ def test_one_engine_never_reuses_a_session_built_for_another_threshold(calibrate
         plain = [evaluate_plainly(ir, s, {node: change}, reference="quantized", runtime="ort", **options)[out]
                  for s in samples]
         assert got == pytest.approx(np.mean([cosine_similarity(b, p) for b, p in zip(base, plain)]), abs=1e-6), change
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "ort"])
+def test_reference_changes_make_the_reference(calibrated, samples, runtime):
+    """With ``reference_changes`` the reference is the IR with those changes: a variant equals the
+    plain run of the reference's changes overlaid with its own (a change applies to the IR's own
+    record: ``"int8"`` on a node the reference gives a threshold is the calibrated node again),
+    and a variant that asks for what the reference already computes changes nothing."""
+    ir = calibrated
+    acts = [c.name for c in ir.calibrations("activation")]
+    weight = ir.calibrations("weight")[1].name
+    around = {acts[0]: "int16", acts[2]: "int8@1.5", weight: "int16"}
+    variants = [Variant("same", dict(around)), Variant("back", {acts[0]: "int8"}), Variant("more", {acts[3]: "int16"}),
+                Variant("calibrated again", {acts[2]: "int8"}),
+                Variant("other threshold", {acts[2]: "int8@0.75", acts[1]: "float"})]
+    engine = Engine(ir, samples[:3], runtime=runtime, reference="quantized", baseline="reference",
+                    compare=[ir.outputs[0]], metrics=["mse"], progress=False, segments=3, reference_changes=around)
+    options = {"threads": 1, "optimization": engine.optimization} if runtime == "ort" else {}
+    out = ir.outputs[0]
+    for s, sample in enumerate(samples[:3]):
+        engine._reference(s, sample)
+        base = evaluate_plainly(ir, sample, around, reference="quantized", compare=[out], runtime=runtime, **options)
+        np.testing.assert_allclose(engine._reference(s, sample)[out], base[out], rtol=1e-6, atol=1e-7)
+        for v in variants:
+            plain = evaluate_plainly(ir, sample, {**around, **v.changes}, reference="quantized", compare=[out],
+                                     runtime=runtime, **options)
+            scale = max(float(np.abs(plain[out]).max()), 1e-12)
+            assert float(np.abs(engine.run_variant(v)[out] - plain[out]).max()) / scale <= 1e-6, v.name
+    assert engine.variant_records.changes(variants[0]) == {}
+    with pytest.raises(InputError, match="unknown mode"):
+        Engine(ir, samples, reference="quantized", reference_changes={acts[0]: "int4"})
