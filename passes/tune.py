@@ -17,14 +17,18 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    precision is raised. If the start then meets the target, nothing is raised. If neither the
    upper bound nor the ceiling meets it, the target is unreachable: the pass stops with the best
    configuration found and says so (``reached`` false).
-3. **Sensitivity**: each unit lowered alone from all-int16 to its start level; the loss ranks
-   the units. It runs on the few evaluation samples all-int16 scores worst (the bad cases; the
-   ranking only orders the search, which measures every step on all samples).
+3. **Sensitivity**: the *reference* is the cheapest bound that meets the target (all-int16; else
+   the upper bound, dual int16 on GEMM inputs where allowed; else the ceiling). Each unit is
+   lowered alone from the reference to its start level; the loss ranks the units. It runs on the
+   few evaluation samples the reference scores worst (the bad cases; the ranking only orders the
+   search, which measures every step on all samples).
 4. **Ratio search** (:func:`.lib.tune_search.ratio_search`): the guide's binary search on the
-   share of units raised to int16, in sensitivity order.
+   share of units raised to their reference level (int16 when all-int16 meets the target), in
+   sensitivity order. Raising the few units that need dual int16 or fp16 straight there costs
+   less than raising nearly all to int16 and adding them after.
 5. **Greedy refinement with lazy re-scoring** (:func:`.lib.tune_search.greedy`): from the largest
-   failing configuration of the ratio search, the moves with the best gain per cost, re-measured a
-   few at a time; where int16 everywhere misses, it takes the next levels (dual int16, fp16, float).
+   failing configuration of the ratio search, the moves (one unit one level up, to at most its
+   reference level) with the best gain per cost, re-measured a few at a time.
 6. **Backward pruning** (:func:`.lib.tune_search.prune`): each raised unit back down while the
    target holds.
 7. **Attribution**: each change of the result undone alone (on the sensitivity samples), the
@@ -32,7 +36,11 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    ``rounding`` (raised by the ratio search, in sensitivity order) or ``interaction`` (added by
    the greedy refinement: its single sensitivity did not rank it).
 8. **Verification** (:mod:`.lib.tune_verify`): the result emitted, re-imported and run in
-   onnxruntime on the evaluation data; it must meet the target and agree with the search.
+   onnxruntime on the evaluation data, and at the march's integer level (``integer``); it must
+   meet the target in both and agree with the search. When only the integer level misses, the
+   search runs again (every score it has is reused) for the target tightened by 1.5 times the
+   gap between the two, at most :data:`INTEGER_RETRIES` times; the report names that
+   ``search_target``.
 
 The pass sets the IR's calibration nodes to the result (a transform) and reports everything:
 the target, the bounds, every configuration tried (stage, FLOP-weighted cost, mean, worst
@@ -42,6 +50,7 @@ verification, and the emitted ``model`` (a ``ModelProto``; :mod:`qir.tools.tune`
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, MutableMapping
 
@@ -55,7 +64,7 @@ from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_report import summarize
 from qir.passes.lib.tune_search import greedy, prune, ratio_search
 from qir.passes.lib.tune_space import Config, Space
-from qir.passes.lib.tune_target import parse_target
+from qir.passes.lib.tune_target import Target, parse_target
 from qir.passes.lib.tune_verify import verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
@@ -64,6 +73,9 @@ from qir.runtimes.progress import task
 __all__ = ["TunePass", "checked_samples"]
 
 logger = logging.getLogger(__name__)
+
+#: Searches again, for a target tightened by the gap, when only the integer level misses it.
+INTEGER_RETRIES = 2
 
 STAGES = ("bounds", "sensitivity", "ratio search", "greedy", "pruning", "attribution", "verification")
 
@@ -103,7 +115,7 @@ class TunePass(Pass):
     def __init__(self, target: Any, eval_data: Any, *, calib_data: Any = None, march: str = "nash-e",
                  allow_float: bool = False, eval_num: int | None = None, runtime: str = "ort",
                  threads: int | None = None, points: int = 7, batch: int = 8, max_rounds: int = 200,
-                 sensitivity_samples: int | None = 2, verify: bool = True, integer: bool = False,
+                 sensitivity_samples: int | None = 2, verify: bool = True, integer: bool = True,
                  store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
@@ -126,20 +138,38 @@ class TunePass(Pass):
         base = space.apply(ir.clone(), space.start())
         ev = Evaluator(base, space, self.target, samples, store=self.store, progress=self.progress,
                        runtime=self.runtime, threads=self.threads)
-        stages = task("tune", len(STAGES), unit="stages", enabled=self.progress)
+        found = checked = None
         try:
-            found = self._search(ev, space, base, stages)
+            for attempt in range(1 + INTEGER_RETRIES):
+                stages = task("tune", len(STAGES), unit="stages", enabled=self.progress)
+                previous, found = (found, checked), self._search(ev, space, base, stages)
+                found["search_target"] = ev.target
+                if attempt and not found["reached"]:  # the tightened target is out of reach: keep what was verified
+                    stages.close()
+                    found, checked = previous
+                    break
+                stages.update(1)
+                tuned = space.apply(ir.clone(), found["final"])
+                checked = verify(tuned, samples, self.target, found["score"].mean, threads=self.threads,
+                                 march=self.profile.name if self.integer else None) if self.verify else None
+                stages.update(1)
+                stages.close()
+                gap = _integer_gap(self.target, checked)
+                if not found["reached"] or gap is None or attempt == INTEGER_RETRIES:
+                    break
+                logger.info("tune: the result meets %s in fake quantization but not at %s's integer level (%.6g lower):"
+                            " searching again for %s", ev.target.text, self.profile.name, gap,
+                            ev.target.tightened(1.5 * gap).text)
+                ev.target = ev.target.tightened(1.5 * gap)
         finally:
             ev.close()
-        final: Config = found["final"]
-        space.apply(ir, final)
+        ev.target = self.target
+        space.apply(ir, found["final"])
         report = summarize(ev, found, self.profile, self.allow_float)
-        stages.update(1)
-        if self.verify:
-            report["verification"] = verify(ir, samples, self.target, found["score"].mean, threads=self.threads,
-                                            march=self.profile.name if self.integer else None)
-        stages.update(1)
-        stages.close()
+        if found["search_target"] != self.target:
+            report["search_target"] = found["search_target"].text
+        if checked is not None:
+            report["verification"] = checked
         report["seconds"] = round(time.perf_counter() - start, 2)
         return PassResult(ir, True, report)
 
@@ -150,15 +180,17 @@ class TunePass(Pass):
         if found["reached"] is not None:  # the start meets the target, or nothing can
             stages.update(4)
             return self._attribute(ev, space, found)
-        loss = self._sensitivity(ev, space, found["int16"], found)
+        reference = found["ceiling_met"]  # the cheapest bound that meets: all-int16, the upper bound or the ceiling
+        loss = self._sensitivity(ev, space, reference, found)
         stages.update(1)
         order = sorted(loss, key=lambda i: -loss[i])
-        met, below, level = self._ratio(ev, space, found["start"], order)
+        met, below, _ = ratio_search(ev, found["start"], order, {i: reference.levels[i] for i in order},
+                                     points=self.points)
         found.update(order=order, loss=loss, ratio_config=met if met is not None else below)
         stages.update(1)
-        limit = level  # a cheaper way past the last failing ratio, with moves up to the level it needed
+        # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference
         refined = greedy(ev, below, loss, batch=self.batch, max_rounds=self.max_rounds,
-                         allowed=lambda i, k: limit is None or space.units[i].levels[k] in self._levels_upto(limit))
+                         allowed=lambda i, k: k <= reference.levels[i])
         found["greedy_config"] = refined
         meeting = [c for c in (met, refined, found["ceiling_met"]) if c is not None and ev.met(c)]
         stages.update(1)
@@ -167,50 +199,10 @@ class TunePass(Pass):
             found["final"] = found["best"]
             stages.update(1)
             return self._attribute(ev, space, found)
-        found["final"] = prune(ev, min(meeting, key=space.cost), found["start"])
+        found["final"] = prune(ev, min(meeting, key=space.cost), found["start"], prior=loss)
         found["reached"] = True
         stages.update(1)
         return self._attribute(ev, space, found)
-
-    def _levels_upto(self, level: str) -> tuple[str, ...]:
-        """The levels of the ratio searches up to ``level``, in the order they are tried."""
-        seq = self._level_sequence()
-        return seq[: seq.index(level) + 1]
-
-    def _level_sequence(self) -> tuple[str, ...]:
-        """int16 first, then the higher levels of the profile's ladders in ladder order (dual int16,
-        fp16), then float when allowed."""
-        seen = ["int16"]
-        for ladder in (self.profile.tune_ladder["gemm"], self.profile.tune_ladder["other"]):
-            for lv in ladder[ladder.index("int16") + 1:] if "int16" in ladder else ():
-                if lv not in seen:
-                    seen.append(lv)
-        return tuple(seen + (["float"] if self.allow_float else []))
-
-    def _ratio(self, ev: Evaluator, space: Space, start: Config, order: list[int], descend: bool = True):
-        """The guide's ratio search, level by level: int16 on the most sensitive units first; when
-        int16 everywhere misses, from there the next level (dual int16, fp16, float), and so on.
-        When a later level meets the target, the units it raised are kept there and the search
-        starts again from ``start`` with them (``descend``): they may make most of the cheaper
-        levels unneeded, and a search from below costs fewer calls than pruning from above.
-        Returns (the configuration that met, or None; the largest failing one; its level)."""
-        base, level = start, None
-        for level in self._level_sequence():
-            units = [i for i in order if level in space.units[i].levels
-                     and space.units[i].levels.index(level) > base.levels[i]]
-            step = {i: space.units[i].levels.index(level) for i in units}
-            met, below, _ = ratio_search(ev, base, units, step, points=self.points)
-            if met is not None:
-                if descend and base != start:
-                    needed = {i: k for i, k in enumerate(met.levels) if k > base.levels[i]}
-                    again, under, _ = self._ratio(ev, space, space.move(start, needed), order, descend=False)
-                    if again is not None and space.cost(again) <= space.cost(met):
-                        logger.info("tune: ratio search again with %d unit(s) at the higher level: %d raised instead "
-                                    "of %d", len(needed), len(space.raised(again)), len(space.raised(met)))
-                        return again, under, level
-                return met, below, level
-            base = below
-        return None, base, level
 
     def _bounds(self, ev: Evaluator, space: Space, base: QIR) -> dict[str, Any]:
         """Steps 1 and 2 of the module docstring: the clipping fixes, measured, and the bounds."""
@@ -307,3 +299,15 @@ class TunePass(Pass):
         found["gains"] = {("unit", i): ev.target.gain(scores[0].mean, s.mean) for i, s in zip(raised, scores[1:])}
         found["gains"].update({("threshold", name): ev.target.gain(scores[0].mean, s.mean)
                                for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})
+
+
+def _integer_gap(target: Target, checked: dict[str, Any] | None) -> float | None:
+    """How much worse the integer level scores than fake quantization, when verification failed
+    only there (None otherwise: it passed, or failed for another reason)."""
+    integer = (checked or {}).get("integer")
+    if not integer or integer["meets"] or checked["roundtrip"] or not target.met(checked["mean"]):
+        return None
+    if abs(checked["mean"] - checked["searched"]) > checked["tolerance"]:
+        return None
+    gap = target.gain(checked["mean"], integer["mean"])
+    return gap if gap > 0 and math.isfinite(gap) else None

@@ -11,7 +11,8 @@ batch: the candidates of a round are rows of the same batched calls).
   sensitivities; each round re-measures only the ``batch`` best (stale) moves on the current
   configuration, since sensitivities interact, and accepts the best measured one (or the
   cheapest that meets the target, which ends the search).
-- :func:`prune`: backward pruning. Every raised unit one level lower alone gives its loss; units
+- :func:`prune`: backward pruning. Every raised unit one level lower alone gives its loss (or its
+  sensitivity stands for it until measured); units
   go down in order of cost saved per loss, as many per call as the target's margin allows, and
   it ends when each remaining unit, measured on the final configuration, would miss the target
   one level down. Every configuration it returns was measured to meet the target.
@@ -109,7 +110,7 @@ def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: 
 
 
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
-          recheck: float = 2.0) -> Config:
+          recheck: float = 2.0, prior: Mapping[int, float] | None = None) -> Config:
     """Lower raised units while the target holds (see the module docstring); ``config`` must meet
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
@@ -118,11 +119,16 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     first unit of the order misses, the first ``batch`` are measured again. It ends when every
     remaining unit misses the target one level down, as measured on the final configuration for
     each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
-    about independently, so one well beyond it cannot fit; ``math.inf``: measure them all)."""
+    about independently, so one well beyond it cannot fit; ``math.inf``: measure them all).
+    ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
+    measuring every raised unit first."""
     space, target = ev.space, ev.target
     current = config
-    loss = _single_losses(ev, current, space.raised(current, floor), stage)
-    fresh = set(loss)  # losses measured on `current`
+    raised = space.raised(current, floor)
+    loss = {i: prior[i] for i in raised if prior is not None and i in prior}
+    unknown = [i for i in raised if i not in loss]
+    fresh = set(unknown)  # losses measured on `current`
+    loss.update(_single_losses(ev, current, unknown, stage) if unknown else {})
     while True:
         margin = target.margin(ev.score([current], stage)[0].mean)
         order = [i for i in space.raised(current, floor) if loss.get(i, math.inf) <= margin]

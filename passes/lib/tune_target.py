@@ -75,6 +75,10 @@ class Target:
         pick = min if self.higher_is_better else max
         return pick(finite, key=lambda iv: iv[1])
 
+    def tightened(self, by: float) -> Target:
+        """The same target ``by`` (>= 0) further on the good side."""
+        return Target(self.metric, self.op, self.threshold + by if self.higher_is_better else self.threshold - by)
+
     def tolerance(self, value: float) -> float:
         """How far two measurements of one configuration may differ and still agree (verification):
         1% of the distance to a perfect match (cosine 1, an error 0), else (SQNR, a task metric)

@@ -224,3 +224,21 @@ def test_float_is_the_last_resort_only_when_allowed():
         for w in space.units[space.index[c["node"]]].weights:
             assert result.ir.calibration(w).mode.value == "float"
     assert _plain(result.ir) >= 0.999999
+
+
+def test_a_result_that_misses_the_target_at_the_integer_level_is_not_verified():
+    """The emitted model must meet the target as the NPU computes it too: with the target between
+    its integer-level and its fake-quant score, verification fails (and passes below both)."""
+    from qir.passes.lib.tune_target import Target
+    from qir.passes.lib.tune_verify import verify
+
+    ir = _calibrated("kl")  # kl clips: integer and fake-quant scores differ enough to put a target between
+    searched = _plain(ir)
+    loose = verify(ir, EVAL, Target("cosine-similarity", ">=", 0.5), searched, march="nash-e", threads=1)
+    fq, integer = loose["mean"], loose["integer"]["mean"]
+    assert loose["agrees"] and loose["integer"]["meets"] and fq == pytest.approx(searched, abs=1e-6)
+    assert abs(fq - integer) > 1e-5  # (so that a target fits between them)
+    between = Target("cosine-similarity", ">=", (fq + integer) / 2)
+    strict = verify(ir, EVAL, between, searched, march="nash-e", threads=1)
+    assert strict["agrees"] is (integer > fq) and strict["integer"]["meets"] is (integer > fq)
+    assert verify(ir, EVAL, between, searched, threads=1)["agrees"] is (fq > integer)  # without the integer level

@@ -28,11 +28,19 @@ def outcome(report: dict[str, Any]) -> str:
     if not report["reached"]:
         return (f"NOT REACHED: {head}; the best configuration found. The upper bound (every unit at its last "
                 f"integer level) scores {report['upper_bound']['mean']:.6g}, the ceiling {report['ceiling']['mean']:.6g}")
+    integer = ver.get("integer")
     if ver and not ver["agrees"]:
         why = "; ".join(ver["roundtrip"][:3]) or (f"the emitted model scores {ver['mean']:.6g} in onnxruntime, the "
                                                   f"search measured {ver['searched']:.6g}")
+        if not ver["roundtrip"] and integer and not integer["meets"] and ver["mean"] == ver["mean"]:
+            why = (f"it scores {ver['mean']:.6g} in onnxruntime but {integer['mean']:.6g} at {integer['march']}'s "
+                   "integer level, what the NPU computes: tune to a target with a margin")
         return f"VERIFICATION FAILED: {head}; {why}"
     checked = f"; verified in onnxruntime: {ver['mean']:.6g}, margin {ver['margin']:.3g}" if ver else ""
+    if integer:
+        checked += f", and at {integer['march']}'s integer level: {integer['mean']:.6g}"
+    if report.get("search_target"):
+        checked += f" (searched for {report['search_target']}, so that it holds at the integer level)"
     return f"reached: {head}{checked}"
 
 
@@ -78,7 +86,8 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append("  re-import: " + "; ".join(ver["roundtrip"]))
         if ver.get("integer"):
             i = ver["integer"]
-            lines.append(f"  integer level ({i['march']}, assumed arithmetic): mean {i['mean']:.6g}, worst {i['worst']:.6g}")
+            lines.append(f"  integer level ({i['march']}, assumed arithmetic): mean {i['mean']:.6g}, worst {i['worst']:.6g}, "
+                         f"margin {i['margin']:.4g}: " + ("meets the target" if i["meets"] else "MISSES the target"))
     if r.get("commands"):
         lines += ["", "== reproduce from the calibrated model"] + [f"  {c}" for c in r["commands"]]
     lines += ["", f"{r['configurations']} configurations in {r['engine_calls']} engine call(s), {r.get('seconds', 0)} s"]
