@@ -1,0 +1,426 @@
+"""``qir tune`` against its peers, AIMET-ONNX automatic mixed precision and NNCF accuracy control,
+on PP-OCRv4 det (issue 20): same data, same target, one thread each, every result scored on the
+same unseen images and counted from the ONNX graph it emits.
+
+    python benchmarks/tune_peers.py [--only qir,nncf,aimet] [--out DIR] [--reuse] [--data DIR]
+                                    [--target-cosine 0.99] [--eval-num N] [--peers-python PATH]
+                                    [--qir-args ..] [--nncf-args ..] [--aimet-args ..] [--check]
+
+**Data** (built here, under ``--data``, default a temp dir): text images (``realmodels.text_images``,
+the detector's preprocessing), one ``.npy`` per sample: ``calib/`` 8 (seed 11), ``eval/`` 8 (seed
+12: the target is met there), ``held/`` 16 (seed 13: seen by no tool, the score).
+
+**Model.** The shipped model with its input fixed at 1x3x640x640 (``float_static.onnx``, what qir
+gets) and that model converted to opset 13 with ``onnx.version_converter`` (``float_op13.onnx``,
+what NNCF and AIMET get, so that they can quantize weights per channel).
+
+**Runs** (each a subprocess with ``OMP_NUM_THREADS=1`` and the BLAS thread variables at 1; each
+script in ``benchmarks/peers/`` makes every onnxruntime session one-thread): ``qir`` (``qir.tune``
+with ``cosine>=T``, march nash-e, mse calibration of the float model) and ``qir+float`` (the same
+with ``allow_float``) under this Python; ``nncf`` (``quantize_with_accuracy_control``,
+``max_drop = 1 - T`` absolute: the like-for-like comparison for ``qir+float``) and ``aimet``
+(AMP, int8/int16 candidates, ``allowed_accuracy_drop = 1 - T``) under ``--peers-python``, a
+virtualenv with ``nncf==3.4.0 onnx onnxruntime aimet-onnx==2.42.0 torch==2.13.0``. ``--only``
+takes tool names (``qir`` is both qir runs) or run names. Each run writes ``OUT/<run>/model.onnx``
+and ``result.json`` (its wall and CPU time, measured inside the run from the loaded model to the
+quantized model); ``--reuse`` keeps a run whose files exist. ``--check`` runs no tool: it checks
+the counting and the cost on models whose answer is known (:func:`self_check`).
+
+**Columns**, per emitted model:
+
+- held mean / worst: the cosine between the model's output and the float model's on each held
+  image (onnxruntime, ``session.disable_quant_qdq``: the QDQ graph as written, as qir verifies);
+  eval mean: the same on the eval images (the emitted model against the target), in brackets
+  the tool's own measure of it (AIMET: its simulation, before export).
+- GEMM ops (Conv, ConvTranspose, Gemm, MatMul) by precision: each input's precision is the type
+  of the integer tensor its DequantizeLinear reads (int8/uint8: int8, int16/uint16: int16), a Cast
+  through float16 (or a float16 value) is fp16, anything else float32; an op counts at its
+  highest input precision (int8 < int16 < fp16 < float32), so the ops a tool leaves float by
+  default are counted. The JSON has every ``input x weight`` pair.
+- quantizers > 8 bit: distinct integer tensors read by DequantizeLinear nodes that are 16-bit
+  (int16/uint16), of all of them but int32 biases (a quantized weight initializer counts like a
+  QuantizeLinear output).
+- cost: qir's FLOP-weighted cost under the march's ``tune_costs``: ``qir.load`` of the emitted
+  model gives a calibrated IR and ``Space(ir, profile).cost_of_ir()`` prices every op that reads
+  a quantizer; an op that qir's pipeline for the march quantizes (fold-bn, fuse, insert-
+  calibration on the float model) but that reads none in the emitted model runs in float and is
+  priced as float (GEMM: ``float x float``). Shown relative to all-int8 and all-int16 (the upper
+  bound) of that pipeline.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+PEERS = HERE / "peers"
+SETS = (("calib", 11, 8), ("eval", 12, 8), ("held", 13, 16))  # folder, text_images seed, count
+MODEL, INPUT, SHAPE = "ppocrv4_det", "x", [1, 3, 640, 640]
+RUNS = {  # run -> (script, python: "qir" or "peers", extra options, model: "static" or "op13")
+    "qir": ("qir_tune.py", "qir", [], "static"),
+    "qir+float": ("qir_tune.py", "qir", ["--allow-float"], "static"),
+    "nncf": ("nncf_ac.py", "peers", [], "op13"),
+    "aimet": ("aimet_amp.py", "peers", [], "op13"),
+}
+TOOLS = {"qir": ["qir", "qir+float"], "nncf": ["nncf"], "aimet": ["aimet"]}
+GEMMS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+PRECISIONS = ("int8", "int16", "fp16", "float32")  # cheapest first: an op counts at its highest input
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# ---------------------------------------------------------------------- data and models
+def build_data(folder: Path) -> dict[str, Path]:
+    """The calib / eval / held sample folders under ``folder`` (see the module docstring); kept
+    when a previous build finished (``.complete``)."""
+    from real_cases import realmodels
+
+    paths = {name: folder / name for name, _, _ in SETS}
+    done = folder / ".complete"
+    if done.exists() and done.read_text() == repr(SETS):
+        return paths
+    rm = realmodels()
+    for name, seed, count in SETS:
+        paths[name].mkdir(parents=True, exist_ok=True)
+        for i, image in enumerate(rm.text_images(count, seed=seed)):
+            np.save(paths[name] / f"{i:03d}.npy", rm.ppocr_det_input(image).astype(np.float32))
+    done.write_text(repr(SETS))
+    return paths
+
+
+def build_models(folder: Path) -> dict[str, Path]:
+    """``float_static.onnx`` (input fixed) and ``float_op13.onnx`` (that at opset 13) under ``folder``."""
+    import onnx
+    from onnx import version_converter
+    from real_cases import realmodels
+
+    paths = {"static": folder / "float_static.onnx", "op13": folder / "float_op13.onnx"}
+    if all(p.exists() for p in paths.values()):
+        return paths
+    model = onnx.load(str(realmodels().model(MODEL)))
+    (x,) = [i for i in model.graph.input if i.name == INPUT]
+    for dim, size in zip(x.type.tensor_type.shape.dim, SHAPE):
+        dim.ClearField("dim_param")
+        dim.dim_value = size
+    onnx.save(model, str(paths["static"]))
+    converted = version_converter.convert_version(model, 13)
+    onnx.checker.check_model(converted)
+    onnx.save(converted, str(paths["op13"]))
+    return paths
+
+
+# ---------------------------------------------------------------------- runs
+def run(name: str, models: dict[str, Path], data: dict[str, Path], out: Path, args) -> dict:
+    """Run ``name`` (one of :data:`RUNS`) into ``out/name``; its ``result.json`` plus ``model``,
+    or ``error`` with the end of its log."""
+    script, python, extra, model = RUNS[name]
+    folder = out / name
+    result_file = folder / "result.json"
+    if args.reuse and result_file.exists() and (folder / "model.onnx").exists():
+        print(f"{name}: reusing {folder}", flush=True)
+        return {**json.loads(result_file.read_text()), "model": str(folder / "model.onnx")}
+    folder.mkdir(parents=True, exist_ok=True)
+    result_file.unlink(missing_ok=True)
+    command = [sys.executable if python == "qir" else args.peers_python, str(PEERS / script), "--model", str(models[model]),
+               "--calib", str(data["calib"]), "--eval", str(data["eval"]), "--out", str(folder),
+               "--max-drop", repr(round(1 - args.target_cosine, 12)), *extra]
+    if args.eval_num:
+        command += ["--eval-num", str(args.eval_num)]
+    command += args.extra.get(name, [])
+    print(f"{name}: {' '.join(command)}", flush=True)
+    start = time.perf_counter()
+    with open(folder / "log.txt", "w") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD}, cwd=PEERS)
+    print(f"{name}: exit {done.returncode} after {time.perf_counter() - start:.0f} s (log: {folder / 'log.txt'})", flush=True)
+    if done.returncode != 0 or not result_file.exists():
+        tail = (folder / "log.txt").read_text(errors="replace").strip().splitlines()[-5:]
+        return {"tool": name, "error": f"exit {done.returncode}: " + " | ".join(tail)}
+    return {**json.loads(result_file.read_text()), "model": str(folder / "model.onnx")}
+
+
+# ---------------------------------------------------------------------- scoring and counting
+def held_outputs(model, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """The first output of ``model`` on each sample: onnxruntime, one thread, QDQ as written."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # no warnings about unused initializers
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    sess = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return [np.asarray(sess.run(None, {name: x})[0]) for x in xs]
+
+
+def score(model, xs: list[np.ndarray], refs: list[np.ndarray]) -> dict[str, float]:
+    """Mean and worst per-sample cosine of ``model``'s outputs against ``refs`` (qir's metric)."""
+    from qir.metrics import cosine_similarity
+
+    values = [cosine_similarity(r, o) for r, o in zip(refs, held_outputs(model, xs))]
+    return {"mean": float(np.mean(values)), "worst": float(np.min(values))}
+
+
+def _bits(elem_type: int) -> str:
+    import onnx
+
+    name = onnx.TensorProto.DataType.Name(elem_type).lower()  # "int8", "uint16", "float16"...
+    return name[1:] if name in ("uint4", "uint8", "uint16", "uint32") else name
+
+
+def graph_types(model) -> dict[str, int]:
+    """Element type of every value ONNX shape inference (and the initializers) can tell."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    types.update({t.name: t.data_type for t in g.initializer})
+    return {k: v for k, v in types.items() if v}
+
+
+def _integer_type(value: str, producers: dict, types: dict[str, int], initializers: dict) -> str:
+    """The integer type of ``value``, the tensor a DequantizeLinear reads: its inferred or stored
+    type, else its QuantizeLinear's ``output_dtype`` or zero point type (default uint8)."""
+    import onnx
+
+    if value in types:
+        return _bits(types[value])
+    q = producers.get(value)
+    if q is not None and q.op_type == "QuantizeLinear":
+        attrs = {a.name: a.i for a in q.attribute}
+        if attrs.get("output_dtype"):
+            return _bits(attrs["output_dtype"])
+        if len(q.input) > 2 and q.input[2] in types:
+            return _bits(types[q.input[2]])
+        if len(q.input) > 2 and q.input[2] in initializers:
+            return _bits(initializers[q.input[2]].data_type)
+    return _bits(onnx.TensorProto.UINT8)
+
+
+def input_precision(value: str, producers: dict, types: dict[str, int], initializers: dict) -> str:
+    """``int8`` / ``int16`` (...) for a value a DequantizeLinear gives, ``fp16`` for a value cast
+    through float16 (or float16 itself), else ``float32``."""
+    import onnx
+
+    if types.get(value) == onnx.TensorProto.FLOAT16:
+        return "fp16"
+    node = producers.get(value)
+    while node is not None and node.op_type == "Cast":
+        if any(a.name == "to" and a.i == onnx.TensorProto.FLOAT16 for a in node.attribute):
+            return "fp16"
+        node = producers.get(node.input[0])
+    if node is not None and node.op_type == "DequantizeLinear":
+        return _integer_type(node.input[0], producers, types, initializers)
+    return "float32"
+
+
+def count_graph(path) -> dict:
+    """GEMM ops by precision and by ``input x weight`` pair, and the quantizers (see the module
+    docstring) of the ONNX model at ``path``."""
+    import onnx
+
+    model = onnx.load(str(path))
+    types, initializers = graph_types(model), {t.name: t for t in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    pairs, ops = Counter(), Counter()
+    for node in model.graph.node:
+        if node.op_type not in GEMMS:
+            continue
+        got = [input_precision(v, producers, types, initializers) for v in node.input[:2] if v]
+        pairs[" x ".join(got)] += 1
+        ops[max(got, key=lambda p: PRECISIONS.index(p) if p in PRECISIONS else 0)] += 1
+    read = {n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    widths = [w for v in read if (w := _integer_type(v, producers, types, initializers)) != "int32"]  # not biases
+    wide = widths.count("int16")
+    return {"gemm": {p: ops.get(p, 0) for p in PRECISIONS} | {k: v for k, v in ops.items() if k not in PRECISIONS},
+            "gemm_pairs": dict(pairs), "quantizers": len(widths), "quantizers_above_8_bit": wide}
+
+
+# ---------------------------------------------------------------------- cost
+def quantized_ops(ir) -> set[str]:
+    """Names of the ops of ``ir`` that read a calibration node."""
+    from qir.records import CalibRecord
+
+    return {op.name for op in ir.ops() if any(isinstance(ir.producer(v), CalibRecord) for v in op.inputs if v)}
+
+
+class Costs:
+    """qir's FLOP-weighted cost of emitted models under ``march`` (see the module docstring)."""
+
+    def __init__(self, float_model: Path, march: str) -> None:
+        import qir
+        from qir.passes import PassManager
+        from qir.passes.lib.tune_space import Space
+        from qir.runtimes.march import get_profile
+
+        self.profile = get_profile(march)
+        ir = qir.load(str(float_model))
+        PassManager(f"fold-bn,fuse{{march={march}}},insert-calibration{{march={march}}}").run(ir)
+        self.universe, self.reference = quantized_ops(ir), ir
+        space = Space(ir, self.profile)
+        self.int8, self.int16 = space.cost(space.plain_start()), space.cost(space.upper())
+
+    def of(self, path) -> dict[str, float]:
+        """Cost of the emitted model at ``path``: absolute, and relative to all-int8 / all-int16."""
+        import qir
+        from qir.passes.lib.tune_space import Space
+        from qir.runtimes.engine.cost import op_flops
+        from qir.runtimes.march import OpClass, op_class
+
+        ir = qir.load(str(path))
+        costs, quantized = self.profile.tune_costs, quantized_ops(ir)
+        unquantized = 0.0
+        for op in ir.ops():
+            if op.name in self.universe and op.name not in quantized:
+                gemm = op_class(op.op_type) is OpClass.GEMM and len(op.inputs) > 1
+                unquantized += op_flops(ir, op) * costs["float x float" if gemm else "float"]
+        total = Space(ir, self.profile).cost_of_ir() + unquantized
+        return {"cost": total, "x_int8": total / self.int8, "x_int16": total / self.int16,
+                "unquantized_x_int8": unquantized / self.int8}
+
+
+def _gemm_pairs(ir) -> dict[str, int]:
+    """``input x weight`` modes of the GEMMs of a calibrated IR, named as :func:`count_graph` names them."""
+    from qir.records import CalibRecord
+
+    def mode(value: str) -> str:
+        rec = ir.producer(value)
+        return "float32" if not isinstance(rec, CalibRecord) or rec.mode.value == "float" else rec.mode.value
+
+    return dict(Counter(" x ".join(mode(v) for v in op.inputs[:2]) for op in ir.ops() if op.op_type in GEMMS))
+
+
+def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, folder: Path) -> None:
+    """Known answers for the counting and the cost (``--check``). The float model: every GEMM
+    float32 x float32, no quantizer, the cost of qir's all-float configuration. qir's own QDQ
+    emit of its pipeline (max-calibrated on one sample) at all-int8, at the upper bound (every
+    unit at its last integer level) and with one GEMM input at fp16: the GEMM pairs and the
+    quantizers (16-bit ones too) its IR holds, and the cost ``Space.cost`` gives the IR."""
+    import onnx
+
+    from qir.io.qdq_export import export_qdq
+    from qir.kinds import CalibMode
+    from qir.passes import get_pass
+    from qir.passes.lib.tune_space import Space
+
+    ir = costs.reference.clone()
+    get_pass("calibrate", data=[{INPUT: np.load(sorted(data["calib"].glob("*.npy"))[0])}], method="max", progress=False)(ir)
+    space = Space(ir, costs.profile, allow_float=True)
+    gemms = [op for op in ir.ops() if op.op_type in GEMMS]
+    n_gemm = len(gemms)
+    failures = []
+
+    def expect(name: str, path, pairs: dict, quantizers: int, wide: int, cost: float) -> None:
+        got, priced = count_graph(path), costs.of(path)["cost"]
+        want = {"gemm_pairs": pairs, "quantizers": quantizers, "quantizers_above_8_bit": wide}
+        bad = {k: (got[k], v) for k, v in want.items() if got[k] != v}
+        if not np.isclose(priced, cost, rtol=1e-9):
+            bad["cost"] = (priced, cost)
+        print(f"check {name}: " + ("ok" if not bad else f"FAILED (got, expected): {bad}"), flush=True)
+        failures.extend([name] if bad else [])
+
+    expect("float model", models["static"], {"float32 x float32": n_gemm}, 0, 0, space.cost(space.ceiling()))
+    conv = gemms[len(gemms) // 2]
+    for name, config in (("qir all-int8", space.plain_start()), ("qir upper bound", space.upper()),
+                         ("qir one fp16 GEMM input", space.plain_start())):
+        emitted = space.apply(ir.clone(), config)
+        cost = space.cost(config)
+        if "fp16" in name:
+            emitted.set_calibration(emitted.producer(conv.inputs[0]).name, mode=CalibMode("fp16"))
+            cost = Space(emitted, costs.profile).cost_of_ir()
+        modes = [c.mode.value for c in emitted.calibrations()]
+        path = folder / f"check_{name.replace(' ', '_')}.onnx"
+        onnx.save(export_qdq(emitted), str(path))
+        expect(name, path, _gemm_pairs(emitted), sum(m in ("int8", "int16") for m in modes), modes.count("int16"), cost)
+    if failures:
+        raise SystemExit(f"self-check failed: {', '.join(failures)}")
+
+
+# ---------------------------------------------------------------------- report
+def measure(row: dict, sets: dict[str, tuple[list, list]], costs: Costs) -> dict:
+    """``row`` (a run's result) with the emitted model's score on each of ``sets`` (name ->
+    (samples, float outputs)), the graph counts and the cost."""
+    if "error" in row:
+        return row
+    scores = {name: score(row["model"], xs, refs) for name, (xs, refs) in sets.items()}
+    return {**row, **scores, **count_graph(row["model"]), **costs.of(row["model"])}
+
+
+def table(rows: list[dict]) -> str:
+    """The markdown table of the measured rows."""
+    head = ("| run | held mean | held worst | eval mean (own) | GEMM int8 | int16 | fp16 | float32 | quantizers > 8 bit "
+            "| cost x int8 | x int16 | wall s | cpu s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['run']} | error: {r['error'][:200]} |")
+            continue
+        g, tuned = r["gemm"], r.get("tuning_mean_cosine")
+        lines.append(f"| {r['run']} | {r['held']['mean']:.4f} | {r['held']['worst']:.4f} | {r['eval']['mean']:.4f} ("
+                     + (f"{tuned:.4f}" if tuned is not None else "-") + ")"
+                     + f" | {g['int8']} | {g['int16']} | {g['fp16']} | {g['float32']} | "
+                     f"{r['quantizers_above_8_bit']} of {r['quantizers']} | {r['x_int8']:.3f} | {r['x_int16']:.3f} | "
+                     + " | ".join(f"{r[k]:.0f}" if r.get(k) is not None else "-" for k in ("wall_s", "cpu_s")) + " |")
+    return "\n".join(lines)
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default="qir,nncf,aimet", help="tools or runs to run: qir (both qir runs), qir+float, nncf, aimet")
+    p.add_argument("--out", default="tune_peers_out", help="output folder (default: %(default)s)")
+    p.add_argument("--data", default=None, help="folder for the data and models (default: a temp dir)")
+    p.add_argument("--reuse", action="store_true", help="skip a run whose model.onnx and result.json exist")
+    p.add_argument("--check", action="store_true", help="only check the counting and the cost on known answers")
+    p.add_argument("--target-cosine", type=float, default=0.99, help="mean cosine to reach on the eval images")
+    p.add_argument("--eval-num", type=int, default=None, help="only the first N eval images (cheap runs)")
+    p.add_argument("--march", default="nash-e", help="march of qir's runs and of the cost (default: %(default)s)")
+    p.add_argument("--peers-python", default="/work/peers-venv/bin/python", help="Python with nncf and aimet-onnx")
+    for name in RUNS:
+        p.add_argument(f"--{name.replace('+', '-')}-args", default="", help=f"extra options for the {name} script")
+    args = p.parse_args(argv)
+    runs = [r for item in args.only.split(",") for r in TOOLS.get(item.strip(), [item.strip()])]
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown:
+        p.error(f"--only: unknown {', '.join(unknown)}; choose from {', '.join([*TOOLS, *RUNS])}")
+    args.runs = list(dict.fromkeys(runs))
+    args.extra = {name: getattr(args, f"{name.replace('+', '_')}_args").split() for name in RUNS}
+    for name in ("qir", "qir+float"):
+        args.extra[name] = [*args.extra[name], "--march", args.march]
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.data or tmp)
+        data, models = build_data(folder), build_models(folder)
+        if args.check:
+            return self_check(models, data, Costs(models["static"], args.march), out)
+        sets = {}
+        for name, limit in (("held", None), ("eval", args.eval_num)):
+            xs = [np.load(p) for p in sorted(data[name].glob("*.npy"))[:limit]]
+            sets[name] = (xs, held_outputs(models["static"], xs))
+        rows = [{"run": "float", "model": str(models["static"]), "wall_s": None}]
+        rows += [{**run(name, models, data, out, args), "run": name} for name in args.runs]
+        costs = Costs(models["static"], args.march)
+        rows = [measure(r, sets, costs) for r in rows]
+    text = table(rows)
+    print(text)
+    (out / "tune_peers.md").write_text(text + "\n")
+    (out / "tune_peers.json").write_text(json.dumps({"target_cosine": args.target_cosine, "march": args.march,
+                                                     "rows": rows}, indent=2, default=str) + "\n")
+    print(f"written: {out / 'tune_peers.md'}, {out / 'tune_peers.json'}")
+
+
+if __name__ == "__main__":
+    main()
