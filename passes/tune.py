@@ -157,10 +157,12 @@ class TunePass(Pass):
                 gap = _integer_gap(self.target, checked)
                 if not found["reached"] or gap is None or attempt == INTEGER_RETRIES:
                     break
+                tighter = ev.target.tightened(1.5 * gap)
+                if not any(tighter.met(ev.memo[c].mean) for c in (found["upper"], found["ceiling"])):
+                    break  # beyond every bound: the integer level loses more than any configuration can make up
                 logger.info("tune: the result meets %s in fake quantization but not at %s's integer level (%.6g lower):"
-                            " searching again for %s", ev.target.text, self.profile.name, gap,
-                            ev.target.tightened(1.5 * gap).text)
-                ev.target = ev.target.tightened(1.5 * gap)
+                            " searching again for %s", ev.target.text, self.profile.name, gap, tighter.text)
+                ev.target = tighter
         finally:
             ev.close()
         ev.target = self.target
@@ -190,7 +192,7 @@ class TunePass(Pass):
         stages.update(1)
         # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference
         refined = greedy(ev, below, loss, batch=self.batch, max_rounds=self.max_rounds,
-                         allowed=lambda i, k: k <= reference.levels[i])
+                         allowed=lambda i, k: k <= reference.levels[i], budget=space.cost(met) if met else math.inf)
         found["greedy_config"] = refined
         meeting = [c for c in (met, refined, found["ceiling_met"]) if c is not None and ev.met(c)]
         stages.update(1)

@@ -63,11 +63,13 @@ def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mappin
 
 
 def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed: Callable[[int, int], bool],
-           batch: int = 8, max_rounds: int = 200, stage: str = "greedy") -> Config:
+           batch: int = 8, max_rounds: int = 200, stage: str = "greedy", budget: float = math.inf) -> Config:
     """Raise units one level at a time until ``config`` meets the target (see the module
     docstring); ``prior``: unit -> an estimate of its gain (its sensitivity), ``allowed(unit,
-    level)``: whether that move may be made. Returns the last configuration (it may miss the
-    target when no move helps any more or ``max_rounds`` is reached)."""
+    level)``: whether that move may be made; ``budget``: the cost of a configuration known to
+    meet the target (the search stops once no move can stay cheaper). Returns the last
+    configuration (it may miss the target when no move helps any more, the budget is spent or
+    ``max_rounds`` is reached)."""
     space, target = ev.space, ev.target
     priority: dict[int, float] = {}
     current = config
@@ -81,6 +83,9 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
             break
         cost = space.cost(current)
         added = {i: max(space.cost(space.move(current, {i: current.levels[i] + 1})) - cost, 1e-9) for i in moves}
+        moves = [i for i in moves if cost + added[i] < budget]
+        if not moves:
+            break  # every way on costs more than what already meets the target
         ranked = sorted(moves, key=lambda i: -priority.get(i, prior.get(i, 0.0) / added[i]))
         tried = ranked[:batch]
         configs = [space.move(current, {i: current.levels[i] + 1}) for i in tried]

@@ -25,7 +25,9 @@ its first level, calibrated thresholds), the engine's reference.
 **Cost** (:meth:`Space.cost`): Σ over ops of FLOPs (:func:`qir.runtimes.engine.cost.op_flops`)
 × the profile's ``tune_costs`` for the op's precision: a GEMM by its ``"input x weight"`` pair
 (``"int16 x int8"``), another op by the costliest mode of its quantized inputs. Ops that read
-no calibration node cost the same in every configuration and are left out.
+no calibration node run in float and cost the profile's ``float`` (``float x float`` for a GEMM):
+the same in every configuration of one model, they make a model quantized elsewhere (fewer ops
+quantized) comparable with the search's.
 """
 from __future__ import annotations
 
@@ -88,7 +90,6 @@ class Space:
         self.index = {u.name: i for i, u in enumerate(self.units)}
         self._ops = [(op, op_flops(ir, op), op_class(op.op_type) is OpClass.GEMM, self._quantizers(op))
                      for op in ir.ops()]
-        self._ops = [entry for entry in self._ops if entry[3]]
         self.policy: dict[tuple[str, str], float] = {}  # (unit, mode) -> the fixed threshold it takes there
         self.start_modes = self.modes(self.plain_start())  # the IR's own (a node's change back to it)
 
@@ -211,6 +212,9 @@ class Space:
         costs = self.profile.tune_costs
         total = 0.0
         for op, flops, gemm, cals in self._ops:
+            if not cals:  # nothing quantized: the op runs in float
+                total += flops * costs["float x float" if gemm else "float"]
+                continue
             got = [(modes.get(c) or self.ir.calibration(c).mode.value) if c else "float" for c in cals]
             if gemm and len(got) > 1:
                 key = f"{got[0]} x {got[1]}"

@@ -106,6 +106,11 @@ def test_cost_is_flops_times_the_profiles_cost_of_each_op():
     # a model configured elsewhere costs what its own modes cost (the peers' emitted models, imported)
     assert Space(space.apply(ir.clone(), raised), profile).cost_of_ir() == pytest.approx(space.cost(raised))
     assert Space(ir, profile).cost_of_ir() == pytest.approx(space.cost(space.start()))
+    # an op that reads no quantizer runs in float and costs so: the float model costs float everywhere
+    plain = qir.load(DIGITS / "model.onnx")
+    gemms = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+    want = sum(op_flops(plain, op) * costs["float x float" if op.op_type in gemms else "float"] for op in plain.ops())
+    assert Space(plain, profile).cost_of_ir() == pytest.approx(want) and want > space.cost(space.upper())
 
 
 # ------------------------------------------------------------------ the search
