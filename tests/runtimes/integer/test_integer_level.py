@@ -245,3 +245,27 @@ def test_a_clip_into_a_finer_scale_cuts_at_the_bound_on_the_output_grid():
     want = qir.run(ir, feed, level="fakequant", capture=[out])[out]
     assert float(got.max()) == pytest.approx(6.0)
     assert np.abs(got - want).max() <= 6.0 / 127 + 1e-6  # one output step at most
+
+
+def test_a_bias_past_31_bits_follows_the_accumulator_rule(digits_calibrated):
+    """Dual int16 makes ``s_x·s_w`` tiny, so a bias can take more than 31 bits in accumulator units:
+    where the profile keeps the exact sum (nash-e: ``warn``), the bias is exact too and the integer
+    level tracks fake quantization; where it saturates, the bias saturates with the sum."""
+    ir = digits_calibrated.clone()
+    for c in ir.calibrations():
+        ir.set_calibration(c.name, mode="int16")
+    conv = ir.op("conv2")
+    bias_name = conv.inputs[2]
+    ir.set_weight(bias_name, ir.weight_array(bias_name) * 8)  # a larger bias: 8x, past 2^31 in accumulator units
+    x_scale = float(np.max(params_of(ir.producer(conv.inputs[0])).scale))
+    w_scale = np.asarray(params_of(ir.producer(conv.inputs[1])).scale, np.float64).reshape(-1)
+    assert float(np.max(np.abs(ir.weight_array(bias_name)) / (x_scale * w_scale))) > 2 ** 31
+    profile = get_profile("nash-e")
+    assert profile.acc_overflow == "warn"
+    feeds = [{"input": im} for im in _images(5)]
+    out = ir.outputs[0]
+    fq = [qir.run(ir, f)[out] for f in feeds]
+    exact = [IntegerRuntime(profile).run(ir, f)[out] for f in feeds]
+    assert _cos(fq, exact) > 0.99999
+    saturating = IntegerRuntime(profile.with_overrides(acc_overflow="saturate"))
+    assert _cos(fq, [saturating.run(ir, f)[out] for f in feeds]) < _cos(fq, exact) - 1e-6
