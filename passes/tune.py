@@ -103,7 +103,8 @@ class TunePass(Pass):
     Options: ``calib_data`` (where the clipping fixes are looked for; none without it),
     ``march``, ``allow_float`` (float32, the CPU, as the last level), ``eval_num`` (use at most
     that many evaluation samples), ``runtime`` / ``threads`` (the engine's), ``points`` (ratio
-    values per search call), ``batch`` (moves re-measured per greedy round), ``max_rounds``,
+    values per search call), ``batch`` (moves re-measured per greedy round), ``max_rounds`` (of the greedy
+    refinement and of pruning each: they refine a configuration the ratio search found),
     ``sensitivity_samples`` (the ranking runs on that many of the worst evaluation samples, as
     hmct ranks on one sample and QuantAnalysis on a bad case; None: all of them),
     ``verify``, ``integer`` (also run the result at the march's integer level), ``store`` (a
@@ -114,7 +115,7 @@ class TunePass(Pass):
 
     def __init__(self, target: Any, eval_data: Any, *, calib_data: Any = None, march: str = "nash-e",
                  allow_float: bool = False, eval_num: int | None = None, runtime: str = "ort",
-                 threads: int | None = None, points: int = 7, batch: int = 8, max_rounds: int = 200,
+                 threads: int | None = None, points: int = 7, batch: int = 8, max_rounds: int = 12,
                  sensitivity_samples: int | None = 2, verify: bool = True, integer: bool = True,
                  store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
         self.target = parse_target(target)
@@ -201,7 +202,8 @@ class TunePass(Pass):
             found["final"] = found["best"]
             stages.update(1)
             return self._attribute(ev, space, found)
-        found["final"] = prune(ev, min(meeting, key=space.cost), found["start"], prior=loss)
+        found["final"] = prune(ev, min(meeting, key=space.cost), found["start"], prior=loss,
+                               max_rounds=self.max_rounds)
         found["reached"] = True
         stages.update(1)
         return self._attribute(ev, space, found)

@@ -115,7 +115,7 @@ def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: 
 
 
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
-          recheck: float = 2.0, prior: Mapping[int, float] | None = None) -> Config:
+          recheck: float = 2.0, prior: Mapping[int, float] | None = None, max_rounds: int = 200) -> Config:
     """Lower raised units while the target holds (see the module docstring); ``config`` must meet
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
@@ -126,7 +126,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
     about independently, so one well beyond it cannot fit; ``math.inf``: measure them all).
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
-    measuring every raised unit first."""
+    measuring every raised unit first. ``max_rounds`` bounds the engine calls (the configuration
+    reached by then is returned: it meets the target like every one before it)."""
     space, target = ev.space, ev.target
     current = config
     raised = space.raised(current, floor)
@@ -134,7 +135,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     unknown = [i for i in raised if i not in loss]
     fresh = set(unknown)  # losses measured on `current`
     loss.update(_single_losses(ev, current, unknown, stage) if unknown else {})
-    while True:
+    for _ in range(max_rounds):
         margin = target.margin(ev.score([current], stage)[0].mean)
         order = [i for i in space.raised(current, floor) if loss.get(i, math.inf) <= margin]
         if not order:  # measure again the stale losses that may still fit (and the unknown ones)
@@ -171,3 +172,4 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         for i in order[:accepted]:
             loss.pop(i)  # its next level down is not measured yet
         logger.info("tune: pruning: %d unit(s) one level lower, %d raised", accepted, len(space.raised(current, floor)))
+    return current
