@@ -89,7 +89,7 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
         ranked = sorted(moves, key=lambda i: -priority.get(i, prior.get(i, 0.0) / added[i]))
         tried = ranked[:batch]
         configs = [space.move(current, {i: current.levels[i] + 1}) for i in tried]
-        scores = ev.score(configs, stage, current)
+        scores = ev.score(configs, stage, config)  # (around where it started: one engine for every round)
         for i, s in zip(tried, scores):
             priority[i] = target.gain(s.mean, score.mean) / added[i]
         meeting = [(added[i], c) for i, c, s in zip(tried, configs, scores) if target.met(s.mean)]
