@@ -73,10 +73,11 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
     lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
     on = ratio["sensitivity_samples"]
+    wide = max([34] + [len(c["change"]) + 2 for c in r["changes"]])
     lines += ["", "== changes (gain: the metric lost when this change alone is undone" +
               (f", on evaluation samples {on})" if on is not None else ")"),
-              f"  {'node':<48}{'change':<34}{'reason':<13}{'gain':>12}"]
-    lines += [f"  {c['node']:<48}{c['change']:<34}{c['reason']:<13}{c['gain']:>12.4g}" for c in r["changes"]]
+              f"  {'node':<48}{'change':<{wide}}{'reason':<13}{'gain':>12}"]
+    lines += [f"  {c['node']:<48}{c['change']:<{wide}}{c['reason']:<13}{c['gain']:>12.4g}" for c in r["changes"]]
     ver = r.get("verification")
     if ver:
         lines += ["", "== verification", f"  {ver['runtime']}: mean {ver['mean']:.6g}, worst {ver['worst']:.6g} "
