@@ -94,7 +94,7 @@ class QuantAnalysis:
         this workflow; ``"local"``: this process alone)."""
         level = _model_type_level(analysis_model_type, level)
         self.runtime, self.level, self.march = _level_runtime(runtime, level), level, march
-        self.device_ids = device_ids
+        del device_ids  # (horizon's GPU placement: nothing to place)
         self.cluster = program_cluster(cluster)
         self._torch = [m for m in (baseline_model, analysis_model) if _is_torch(m)]
         self._given = (baseline_model, analysis_model)

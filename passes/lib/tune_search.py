@@ -15,7 +15,8 @@ batch: the candidates of a round are rows of the same batched calls).
   sensitivity stands for it until measured); units
   go down in order of cost saved per loss, as many per call as the target's margin allows, and
   it ends when each remaining unit, measured on the final configuration, would miss the target
-  one level down. Every configuration it returns was measured to meet the target.
+  one level down (or after ``max_rounds`` calls). Every configuration it returns was measured
+  to meet the target.
 """
 from __future__ import annotations
 

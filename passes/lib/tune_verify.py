@@ -14,7 +14,8 @@
    (``qir.run(..., level="integer", march=...)``, what the NPU computes per the profile's
    assumptions). That is what deploys, so it must meet the target too: a configuration that
    meets it only in fake quantization is not claimed (the integer level differs from fake
-   quantization where the profile's arithmetic does; ask for a margin then).
+   quantization where the profile's arithmetic does; :mod:`qir.passes.tune` then searches
+   again for a tighter target).
 """
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ def outcome(report: dict[str, Any]) -> str:
                                                   f"search measured {ver['searched']:.6g}")
         if not ver["roundtrip"] and integer and not integer["meets"] and ver["mean"] == ver["mean"]:
             why = (f"it scores {ver['mean']:.6g} in onnxruntime but {integer['mean']:.6g} at {integer['march']}'s "
-                   "integer level, what the NPU computes, and no search target within the bounds makes up the "
-                   "difference (qir compare --consistency names the ops where the two part)")
+                   "integer level, what the NPU computes, and no search for a tighter target (within the "
+                   "bounds) made up the difference (qir compare --consistency names the ops where the two part)")
         return f"VERIFICATION FAILED: {head}; {why}"
     checked = f"; verified in onnxruntime: {ver['mean']:.6g}, margin {ver['margin']:.3g}" if ver else ""
     if integer:
