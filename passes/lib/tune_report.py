@@ -2,7 +2,8 @@
 
 ``summarize`` turns what the search found into: the target and whether it was reached; the
 scores (mean, worst sample, margin, cost) of the calibrated start configuration, the start with
-its clipping fixes, the upper bound, all-int16, the ceiling and the final configuration; the
+its clipping fixes, the upper bound, all-int16, the ceiling, the reference the search worked down
+from when it is none of those (all-int16 raised further), and the final configuration; the
 final FLOP-weighted cost against the start and against all-int16; the changes with their reason
 and measured gain; the clipping fixes; every configuration tried (``history``) with the indices
 of its Pareto front (no other configuration both cheaper and better); the calibration nodes per
@@ -107,6 +108,7 @@ def summarize(ev: Evaluator, found: dict[str, Any], profile: MarchProfile, allow
         "calibrated": _score(ev, found["plain_start"]), "start": _score(ev, found["start"]),
         "upper_bound": _score(ev, found["upper"]),
         "all_int16": _score(ev, found["int16"]), "ceiling": _score(ev, found["ceiling"]),
+        **({"reference": _score(ev, found["reference"])} if "reference" in found else {}),
         "final": {**_score(ev, final), "cost_vs_start": costs["final"] / costs["start"] if costs["start"] else None,
                   "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None},
         "ratio_search": {"units": len(order), "raised": len(space.raised(ratio)) if ratio is not None else None,

@@ -73,7 +73,8 @@ def _roundtrip(ir: QIR, back: QIR) -> list[str]:
 def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *, march: str | None = None,
            threads: int | None = None) -> dict[str, Any]:
     """Emit ``ir``, re-import it, run it on ``samples`` (see the module docstring). Returns
-    ``{"mean", "worst", "worst_sample", "margin", "searched", "agrees", "roundtrip", ...}``;
+    ``{"mean", "worst", "worst_sample", "margin", "searched", "agrees", "onnxruntime_agrees",
+    "roundtrip", ...}`` (``agrees``: all of it, the integer level included);
     ``model`` is the emitted ``ModelProto``."""
     model = export_qdq(ir)
     back = import_onnx(model)
@@ -93,6 +94,7 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
               "worst_sample": worst_sample, "margin": target.margin(mean), "searched": searched,
               "difference": mean - searched, "tolerance": target.tolerance(searched), "roundtrip": roundtrip,
               "agrees": bool(agrees and not roundtrip and target.met(mean)), "model": model}
+    report["onnxruntime_agrees"] = report["agrees"]  # (before the integer level has its say)
     if march is not None:
         ints = [get_runtime("numpy", level="integer", march=march).run(back, check_feeds(back, s)) for s in samples]
         int_mean, int_values = sample_values(ir, target, floats, ints)

@@ -48,12 +48,12 @@ def outcome(report: dict[str, Any]) -> str:
 def _bounds_lines(r: dict[str, Any]) -> list[str]:
     rows = [("calibrated (start)", r["calibrated"]), ("with clipping fixes", r["start"]),
             ("all-int16 activations", r["all_int16"]), ("upper bound", r["upper_bound"]), ("ceiling", r["ceiling"]),
-            ("result", r["final"])]
+            *([("reference (searched from)", r["reference"])] if "reference" in r else []), ("result", r["final"])]
     base = r["calibrated"]["cost"] or 1.0
-    lines = [f"  {'configuration':<24}{'mean':>12}{'worst':>12}{'cost':>8}  levels"]
+    lines = [f"  {'configuration':<27}{'mean':>12}{'worst':>12}{'cost':>8}  levels"]
     for name, s in rows:
         levels = ", ".join(f"{k} {v}" for k, v in s["levels"].items())
-        lines.append(f"  {name:<24}{s['mean']:>12.6g}{s['worst']:>12.6g}{s['cost'] / base:>8.3f}  {levels}")
+        lines.append(f"  {name:<27}{s['mean']:>12.6g}{s['worst']:>12.6g}{s['cost'] / base:>8.3f}  {levels}")
     return lines
 
 
