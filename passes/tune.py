@@ -32,7 +32,9 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    less than raising nearly all to int16 and adding them after.
 5. **Greedy refinement with lazy re-scoring** (:func:`.lib.tune_search.greedy`): from the largest
    failing configuration of the ratio search, the moves (one unit one level up, to at most its
-   reference level) with the best gain per cost, re-measured a few at a time.
+   reference level) with the best gain per cost, re-measured a few at a time. That configuration
+   is one unit short of the one that meets, so :data:`GREEDY_ROUNDS_PAST_RATIO` rounds look for
+   a cheaper way past it.
 6. **Backward pruning** (:func:`.lib.tune_search.prune`): each raised unit back down while the
    target holds.
 7. **Attribution**: each change of the result undone alone (on the sensitivity samples), the
@@ -80,6 +82,8 @@ logger = logging.getLogger(__name__)
 
 #: Searches again, for a target tightened by the gap, when only the integer level misses it.
 INTEGER_RETRIES = 2
+#: Greedy rounds past the ratio search's last failing configuration, when the next one meets.
+GREEDY_ROUNDS_PAST_RATIO = 2
 
 STAGES = ("bounds", "reference", "sensitivity", "ratio search", "greedy", "pruning", "attribution", "verification")
 
@@ -196,8 +200,11 @@ class TunePass(Pass):
                                      points=self.points)
         found.update(order=order, loss=loss, ratio_config=met if met is not None else below)
         stages.update(1)
-        # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference
-        refined = greedy(ev, below, loss, batch=self.batch, max_rounds=self.max_rounds,
+        # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference;
+        # that ratio is one unit short of the one that meets, so a cheaper way is one or two moves: more rounds
+        # only cost time (each measures `batch` moves on every sample)
+        rounds = min(self.max_rounds, GREEDY_ROUNDS_PAST_RATIO) if met is not None else self.max_rounds
+        refined = greedy(ev, below, loss, batch=self.batch, max_rounds=rounds,
                          allowed=lambda i, k: k <= reference.levels[i], budget=space.cost(met) if met else math.inf)
         found["greedy_config"] = refined
         meeting = [c for c in (met, refined, found["ceiling_met"]) if c is not None and ev.met(c)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, MutableMapping, Sequence
 
@@ -95,7 +96,10 @@ class Evaluator:
                 self._record(c, Score(saved["mean"], tuple(saved["samples"])), todo[c])
         if fresh:
             self.calls += 1
+            started = time.perf_counter()
             scored = self._engine_scores(fresh, todo[fresh[0]], around) if self.engine else self._plain_scores(fresh)
+            logger.debug("tune: %s%s: %d configuration(s) on %d sample(s) in %.1f s", self.prefix, todo[fresh[0]],
+                         len(fresh), len(self.samples), time.perf_counter() - started)
             for c, s in zip(fresh, scored):
                 self.store[self.prefix + config_key(c)] = {"mean": s.mean, "samples": list(s.samples)}
                 self._record(c, s, todo[c])

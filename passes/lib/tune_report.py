@@ -4,27 +4,41 @@
 scores (mean, worst sample, margin, cost) of the calibrated start configuration, the start with
 its clipping fixes, the upper bound, all-int16, the ceiling, the reference the search worked down
 from when it is none of those (all-int16 raised further), and the final configuration; the
-final FLOP-weighted cost against the start and against all-int16; the changes with their reason
+final FLOP-weighted cost against the start and against all-int16; each score's standard error
+(how far the mean on other samples may be); the changes with their reason
 and measured gain; the clipping fixes; every configuration tried (``history``) with the indices
 of its Pareto front (no other configuration both cheaper and better); the calibration nodes per
 mode and the GEMM ops per precision of the result.
 """
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Sequence
+
+import numpy as np
 
 from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_space import TUNE_LEVELS, Config
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 
-__all__ = ["summarize", "pareto"]
+__all__ = ["summarize", "pareto", "standard_error"]
+
+
+def standard_error(values: Sequence[float]) -> float:
+    """The standard error of the mean of ``values`` (NaN skipped): sample standard deviation over
+    the square root of their number; NaN with fewer than two. The mean of other samples from the
+    same source differs from this one by about that much (more for a configuration the search
+    picked for its mean on these samples)."""
+    finite = np.array([v for v in values if v == v], dtype=np.float64)
+    return float(finite.std(ddof=1) / math.sqrt(len(finite))) if len(finite) > 1 else math.nan
 
 
 def _score(ev: Evaluator, config: Config) -> dict[str, Any]:
     score = ev.memo[config]
     worst_sample, worst = ev.target.worst(score.samples)
     return {"mean": score.mean, "worst": worst, "worst_sample": worst_sample, "margin": ev.target.margin(score.mean),
-            "meets": ev.target.met(score.mean), "cost": ev.space.cost(config), "levels": ev.space.describe(config)}
+            "standard_error": standard_error(score.samples), "meets": ev.target.met(score.mean),
+            "cost": ev.space.cost(config), "levels": ev.space.describe(config)}
 
 
 def pareto(history: list[dict], higher_is_better: bool) -> list[int]:

@@ -117,3 +117,23 @@ def test_qir_tune_in_python_takes_a_calibrated_ir_and_leaves_it_alone_and_runs_t
     integer = report["verification"]["integer"]  # the march's integer level, by default: it meets the target too
     assert integer["march"] == "nash-e" and integer["meets"] and integer["mean"] >= 0.9999
     assert {c.name: (c.mode, c.fixed) for c in ir.calibrations()} == before
+
+
+def test_a_margin_within_two_standard_errors_is_reached_with_a_caution():
+    import statistics
+
+    from qir.passes.lib.tune_report import standard_error
+    from qir.tools.reports.tune import outcome
+
+    values = [0.991, 0.985, 0.996, 0.990, float("nan"), 0.993]
+    finite = [v for v in values if v == v]
+    assert standard_error(values) == pytest.approx(statistics.stdev(finite) / len(finite) ** 0.5)
+    error = standard_error(values)
+
+    def report(margin):
+        final = {"mean": 0.99 + margin, "worst": 0.985, "margin": margin, "standard_error": error}
+        return {"target": "cosine-similarity>=0.99", "samples": 5, "reached": True, "final": final}
+
+    thin, wide = outcome(report(0.5 * error)), outcome(report(2.5 * error))
+    assert thin.startswith("reached:") and "CAUTION: the margin" in thin and "0.5 standard error(s)" in thin
+    assert "CAUTION" not in wide

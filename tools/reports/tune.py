@@ -17,6 +17,9 @@ from qir.tools.reports.plots import pyplot
 
 __all__ = ["FILES", "format_report", "write_report", "outcome"]
 
+#: A reached target with a margin below this many standard errors of the mean gets a caution.
+CAUTION_ERRORS = 2.0
+
 FILES = ("tune_report.txt", "tune_report.json", "tune_report.html", "tune_curve.png", "tune_history.csv")
 
 
@@ -42,7 +45,20 @@ def outcome(report: dict[str, Any]) -> str:
         checked += f", and at {integer['march']}'s integer level: {integer['mean']:.6g}"
     if report.get("search_target"):
         checked += f" (searched for {report['search_target']}, so that it holds at the integer level)"
-    return f"reached: {head}{checked}"
+    return f"reached: {head}{checked}" + _thin_margin(report)
+
+
+def _thin_margin(report: dict[str, Any]) -> str:
+    """A caution when the margin is within :data:`CAUTION_ERRORS` standard errors of the mean:
+    other samples from the same source may then miss the target."""
+    final = report["final"]
+    error = final.get("standard_error", float("nan"))
+    if not error > 0 or final["margin"] >= CAUTION_ERRORS * error:
+        return ""
+    return (f"\nCAUTION: the margin ({final['margin']:.3g}) is {final['margin'] / error:.2g} standard error(s) of the "
+            f"mean over {report['samples']} evaluation samples ({error:.3g}), and the search picked this configuration "
+            "for its mean on them: on other data it may miss the target. Check it on samples the search did not see, "
+            "tune on more evaluation samples, or ask for a higher target")
 
 
 def _bounds_lines(r: dict[str, Any]) -> list[str]:
@@ -50,10 +66,11 @@ def _bounds_lines(r: dict[str, Any]) -> list[str]:
             ("all-int16 activations", r["all_int16"]), ("upper bound", r["upper_bound"]), ("ceiling", r["ceiling"]),
             *([("reference (searched from)", r["reference"])] if "reference" in r else []), ("result", r["final"])]
     base = r["calibrated"]["cost"] or 1.0
-    lines = [f"  {'configuration':<27}{'mean':>12}{'worst':>12}{'cost':>8}  levels"]
+    lines = [f"  {'configuration':<27}{'mean':>12}{'std error':>11}{'worst':>12}{'cost':>8}  levels"]
     for name, s in rows:
         levels = ", ".join(f"{k} {v}" for k, v in s["levels"].items())
-        lines.append(f"  {name:<27}{s['mean']:>12.6g}{s['worst']:>12.6g}{s['cost'] / base:>8.3f}  {levels}")
+        lines.append(f"  {name:<27}{s['mean']:>12.6g}{s.get('standard_error', float('nan')):>11.2g}{s['worst']:>12.6g}"
+                     f"{s['cost'] / base:>8.3f}  {levels}")
     return lines
 
 
