@@ -71,7 +71,7 @@ from qir.passes.lib.tune_report import summarize
 from qir.passes.lib.tune_search import greedy, prune, ratio_search
 from qir.passes.lib.tune_space import Config, Space
 from qir.passes.lib.tune_target import Target, parse_target
-from qir.passes.lib.tune_verify import verify
+from qir.passes.lib.tune_verify import check_unseen, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
 from qir.runtimes.progress import task
@@ -88,9 +88,9 @@ GREEDY_ROUNDS_PAST_RATIO = 2
 STAGES = ("bounds", "reference", "sensitivity", "ratio search", "greedy", "pruning", "attribution", "verification")
 
 
-def checked_samples(ir: QIR, data: Any, num: int | None = None) -> list[dict]:
-    """The evaluation samples (at most ``num``), each checked against the model's inputs: data
-    that does not fit the model is one clear error naming the sample."""
+def checked_samples(ir: QIR, data: Any, num: int | None = None, *, what: str = "the evaluation data") -> list[dict]:
+    """The samples of ``data`` (at most ``num``), each checked against the model's inputs: data
+    that does not fit the model is one clear error naming ``what`` and the sample."""
     try:
         samples = list(model_samples(ir, data, num))
         for i, sample in enumerate(samples):
@@ -99,7 +99,7 @@ def checked_samples(ir: QIR, data: Any, num: int | None = None) -> list[dict]:
             except InputError as exc:
                 raise InputError(f"sample {i}: {exc}") from None
     except InputError as exc:
-        raise InputError(f"the evaluation data does not fit the model: {exc}") from None
+        raise InputError(f"{what} does not fit the model: {exc}") from None
     return samples
 
 
@@ -115,7 +115,9 @@ class TunePass(Pass):
     refinement and of pruning each: they refine a configuration the ratio search found),
     ``sensitivity_samples`` (the ranking runs on that many of the worst evaluation samples, as
     hmct ranks on one sample and QuantAnalysis on a bad case; None: all of them),
-    ``verify``, ``integer`` (also run the result at the march's integer level), ``store`` (a
+    ``verify``, ``integer`` (also run the result at the march's integer level), ``check_data``
+    (samples the search never sees: the verified result is run on them too and the report says
+    whether it holds there, :func:`.lib.tune_verify.check_unseen`), ``store`` (a
     mapping keeping every score, for resuming), ``progress``.
     """
 
@@ -125,7 +127,7 @@ class TunePass(Pass):
                  allow_float: bool = False, eval_num: int | None = None, runtime: str = "ort",
                  threads: int | None = None, points: int = 7, batch: int = 8, max_rounds: int = 12,
                  sensitivity_samples: int | None = 2, verify: bool = True, integer: bool = True,
-                 store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
+                 check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
         if points < 1 or batch < 1 or max_rounds < 1:
@@ -133,7 +135,7 @@ class TunePass(Pass):
         self.eval_data, self.calib_data, self.allow_float, self.eval_num = eval_data, calib_data, allow_float, eval_num
         self.runtime, self.threads, self.points, self.batch, self.max_rounds = runtime, threads, points, batch, max_rounds
         self.verify, self.integer, self.store, self.progress = verify, integer, store, progress
-        self.sensitivity_samples = sensitivity_samples
+        self.sensitivity_samples, self.check_data = sensitivity_samples, check_data
         self.options = {"target": self.target.text, "march": self.profile.name, "allow_float": allow_float}
 
     # ------------------------------------------------------------------ run
@@ -181,6 +183,10 @@ class TunePass(Pass):
             report["search_target"] = found["search_target"].text
         if checked is not None:
             report["verification"] = checked
+            if self.check_data is not None:
+                report["unseen"] = check_unseen(ir, checked["model"], checked_samples(ir, self.check_data, what="the check data"),
+                                                self.target,
+                                                threads=self.threads)
         report["seconds"] = round(time.perf_counter() - start, 2)
         return PassResult(ir, True, report)
 

@@ -144,7 +144,8 @@ def reproduce_commands(calibrated: QIR, tuned: QIR, source: Path, out: Outputs) 
 def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str = "nash-e", allow_float: bool = False,
          method: str = "max", percentile: float = 99.99, save_dir: str | Path | None = None, overwrite: bool = False,
          resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
-         sensitivity_samples: int | None = 2, integer: bool = True, progress: bool = True) -> dict[str, Any]:
+         sensitivity_samples: int | None = 2, integer: bool = True, check_data: Any = None,
+         progress: bool = True) -> dict[str, Any]:
     """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the
     cheapest configuration of ``march`` that meets ``target`` on ``eval_data`` (see the module
     docstring and :mod:`qir.passes.tune`). Returns the pass's report (without the ONNX model),
@@ -163,6 +164,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
             out.plan("calibrated_model.onnx")
         out.check()
     eval_samples = checked_samples(ir, eval_data, eval_num)  # data that does not fit: an error before any work
+    check_samples = None if check_data is None else checked_samples(ir, check_data, what="the check data")
     if needs_calibration:
         _calibrate(ir, calib_data, march, method, percentile)
     calibrated = ir.clone()
@@ -174,7 +176,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
         out.adopt(JOURNAL)
     result = get_pass("tune", target=target, eval_data=eval_samples, calib_data=calib_data, march=march,
                       allow_float=allow_float, threads=threads, sensitivity_samples=sensitivity_samples, integer=integer,
-                      store=store, progress=progress)(ir)
+                      check_data=check_samples, store=store, progress=progress)(ir)
     report = result.report
     emitted = (report.get("verification") or {}).pop("model", None)
     if out is None:

@@ -16,6 +16,10 @@
    meets it only in fake quantization is not claimed (the integer level differs from fake
    quantization where the profile's arithmetic does; :mod:`qir.passes.tune` then searches
    again for a tighter target).
+
+:func:`check_unseen` runs the emitted model the same way on samples the search never saw (the
+user's ``check_data``): a result picked for its mean on the evaluation samples may not hold on
+others, and this says whether it does. It decides nothing; the report shows it.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from qir.passes.lib.tune_target import Target
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.ort.backend import new_session
 
-__all__ = ["verify", "sample_values"]
+__all__ = ["verify", "sample_values", "check_unseen"]
 
 
 def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequence[dict]) -> tuple[float, list[float]]:
@@ -78,14 +82,7 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
     ``model`` is the emitted ``ModelProto``."""
     model = export_qdq(ir)
     back = import_onnx(model)
-    session = new_session(model, threads=threads, what="the emitted model")
-    names = [o.name for o in session.get_outputs()]
-    float_rt = get_runtime("ort", level="float")
-    floats, outs = [], []
-    for sample in samples:
-        feeds = check_feeds(ir, sample)
-        floats.append(float_rt.run(ir, feeds))
-        outs.append(dict(zip(names, session.run(names, feeds))))
+    floats, outs = _onnxruntime_outputs(ir, model, samples, threads)
     mean, values = sample_values(ir, target, floats, outs)
     worst_sample, worst = target.worst(values)
     roundtrip = _roundtrip(ir, back)
@@ -102,3 +99,28 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
                              "margin": target.margin(int_mean), "meets": target.met(int_mean)}
         report["agrees"] = report["agrees"] and target.met(int_mean)
     return report
+
+
+def _onnxruntime_outputs(ir: QIR, model, samples: Sequence[dict], threads: int | None) -> tuple[list[dict], list[dict]]:
+    """The float model's outputs (``ir`` run as float) and the emitted ``model``'s, in onnxruntime,
+    on each of ``samples``."""
+    session = new_session(model, threads=threads, what="the emitted model")
+    names = [o.name for o in session.get_outputs()]
+    float_rt = get_runtime("ort", level="float")
+    floats, outs = [], []
+    for sample in samples:
+        feeds = check_feeds(ir, sample)
+        floats.append(float_rt.run(ir, feeds))
+        outs.append(dict(zip(names, session.run(names, feeds))))
+    return floats, outs
+
+
+def check_unseen(ir: QIR, model, samples: Sequence[dict], target: Target, *, threads: int | None = None) -> dict[str, Any]:
+    """The emitted ``model`` (of the tuned ``ir``) on ``samples`` the search never saw, in
+    onnxruntime as :func:`verify` runs it: ``{"samples", "mean", "worst", "worst_sample",
+    "margin", "meets"}``. Whether the result holds beyond the evaluation data it was picked on."""
+    floats, outs = _onnxruntime_outputs(ir, model, samples, threads)
+    mean, values = sample_values(ir, target, floats, outs)
+    worst_sample, worst = target.worst(values)
+    return {"samples": len(samples), "mean": mean, "worst": worst, "worst_sample": worst_sample,
+            "margin": target.margin(mean), "meets": target.met(mean)}

@@ -91,6 +91,35 @@ def test_evaluation_data_that_does_not_fit_is_refused_before_anything_is_written
     assert not any((tmp_path / "t").glob("*.onnx"))
 
 
+def test_check_data_the_search_never_saw_is_scored_as_onnxruntime_scores_the_emitted_model(tmp_path, eval_dir, capsys):
+    import onnxruntime as ort
+
+    from qir.metrics import cosine_similarity
+
+    check = tmp_path / "check"
+    (check / "input").mkdir(parents=True)
+    images = np.load(DIGITS / "eval_images.npy")[100:120]  # (the evaluation data is the first 30)
+    for i, x in enumerate(images):
+        np.save(check / "input" / f"{i}.npy", x)
+    out = tmp_path / "tuned"
+    assert _tune(out, eval_dir, "cosine>=0.9999", "--check", str(check)) == 0
+    printed = capsys.readouterr().out
+    unseen = json.loads((out / "tune_report.json").read_text())["unseen"]
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    tuned = ort.InferenceSession(str(out / "tuned_model_qdq.onnx"), options, providers=["CPUExecutionProvider"])
+    float_model = ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
+    values = [cosine_similarity(float_model.run(None, {"input": x})[0], tuned.run(None, {"input": x})[0]) for x in images]
+    assert unseen["samples"] == 20
+    assert unseen["mean"] == pytest.approx(np.mean(values), abs=1e-6) and unseen["worst"] == pytest.approx(min(values), abs=1e-6)
+    assert unseen["meets"] == (np.mean(values) >= 0.9999)
+    assert "20 check sample(s) the search never saw" in printed and ("holds" if unseen["meets"] else "MISSES") in printed
+    np.save(check / "input" / "0.npy", np.zeros((1, 3, 8, 8), np.float32))
+    assert _tune(tmp_path / "t2", eval_dir, "cosine>=0.9999", "--check", str(check)) == 2
+    assert "the check data does not fit the model: sample 0" in capsys.readouterr().err
+    assert not any((tmp_path / "t2").glob("*.onnx"))
+
+
 def test_existing_files_are_refused_without_force_and_a_resumed_run_measures_nothing_again(tmp_path, eval_dir, capsys):
     out = tmp_path / "t"
     out.mkdir()

@@ -45,7 +45,16 @@ def outcome(report: dict[str, Any]) -> str:
         checked += f", and at {integer['march']}'s integer level: {integer['mean']:.6g}"
     if report.get("search_target"):
         checked += f" (searched for {report['search_target']}, so that it holds at the integer level)"
-    return f"reached: {head}{checked}" + _thin_margin(report)
+    return f"reached: {head}{checked}" + _thin_margin(report) + _unseen(report)
+
+
+def _unseen(report: dict[str, Any]) -> str:
+    """The result on the check data (samples the search never saw), when there was some."""
+    u = report.get("unseen")
+    if not u:
+        return ""
+    return (f"\non {u['samples']} check sample(s) the search never saw: {u['mean']:.6g} (worst sample {u['worst']:.6g}): "
+            + ("holds" if u["meets"] else "MISSES the target there"))
 
 
 def _thin_margin(report: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   method=args.method, save_dir=args.save_dir, overwrite=args.force, resume=args.resume,
                   input_shapes=shapes, eval_num=args.data_num, threads=args.threads,
                   sensitivity_samples=args.sensitivity_samples,
-                  integer=args.integer, progress=not args.quiet)
+                  integer=args.integer, check_data=args.check, progress=not args.quiet)
     final = report["final"]
     print(outcome(report))
     print(f"{report['raised']} unit(s) raised of {report['searchable_units']}; calibration nodes per mode: "
@@ -62,6 +62,8 @@ def add_commands(sub) -> None:
     p.add_argument("--no-integer", dest="integer", action="store_false",
                    help="skip running the result at the march's integer level (what the NPU computes; by default it "
                         "must meet the target there too)")
+    p.add_argument("--check", metavar="DATA", help="samples the search never sees (not the evaluation data): the "
+                                                  "result is run on them too and the report says whether it holds there")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in the same folder")
     add_input_shape(p)
     add_force(p)
