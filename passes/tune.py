@@ -184,9 +184,8 @@ class TunePass(Pass):
         if checked is not None:
             report["verification"] = checked
             if self.check_data is not None:
-                report["unseen"] = check_unseen(ir, checked["model"], checked_samples(ir, self.check_data, what="the check data"),
-                                                self.target,
-                                                threads=self.threads)
+                unseen = checked_samples(ir, self.check_data, what="the check data")
+                report["unseen"] = check_unseen(ir, checked["model"], unseen, self.target, threads=self.threads)
         report["seconds"] = round(time.perf_counter() - start, 2)
         return PassResult(ir, True, report)
 
