@@ -61,7 +61,7 @@ def _thin_margin(report: dict[str, Any]) -> str:
     """A caution when the margin is within :data:`CAUTION_ERRORS` standard errors of the mean:
     other samples from the same source may then miss the target."""
     final = report["final"]
-    error = final.get("standard_error", float("nan"))
+    error = final["standard_error"]
     if not error > 0 or final["margin"] >= CAUTION_ERRORS * error:
         return ""
     return (f"\nCAUTION: the margin ({final['margin']:.3g}) is {final['margin'] / error:.2g} standard error(s) of the "
@@ -78,7 +78,7 @@ def _bounds_lines(r: dict[str, Any]) -> list[str]:
     lines = [f"  {'configuration':<27}{'mean':>12}{'std error':>11}{'worst':>12}{'cost':>8}  levels"]
     for name, s in rows:
         levels = ", ".join(f"{k} {v}" for k, v in s["levels"].items())
-        lines.append(f"  {name:<27}{s['mean']:>12.6g}{s.get('standard_error', float('nan')):>11.2g}{s['worst']:>12.6g}"
+        lines.append(f"  {name:<27}{s['mean']:>12.6g}{s['standard_error']:>11.2g}{s['worst']:>12.6g}"
                      f"{s['cost'] / base:>8.3f}  {levels}")
     return lines
 
