@@ -169,7 +169,7 @@ class TunePass(Pass):
                 if not found["reached"] or gap is None or attempt == INTEGER_RETRIES:
                     break
                 tighter = ev.target.tightened(1.5 * gap)
-                if not any(tighter.met(ev.memo[c].mean) for c in (found["upper"], found["ceiling"])):
+                if not any(tighter.met(ev.memo[c]) for c in (found["upper"], found["ceiling"])):
                     break  # beyond every bound: the integer level loses more than any configuration can make up
                 logger.info("tune: the result meets %s in fake quantization but not at %s's integer level (%.6g lower):"
                             " searching again for %s", ev.target.text, self.profile.name, gap, tighter.text)
@@ -239,12 +239,12 @@ class TunePass(Pass):
         singles = [plain.with_thresholds({n: t}) for n, t in at8.items()]
         tried = [plain, int16_plain, space.level_named(plain, "int16"), plain.with_thresholds(at8)]
         ev.score(tried + singles, ["bounds"] * len(tried) + ["clipping"] * len(singles))
-        if ev.target.gain(ev.memo[tried[2]].mean, ev.memo[int16_plain].mean) < 0:
+        if ev.target.gain(ev.memo[tried[2]], ev.memo[int16_plain]) < 0:
             space.policy = {}  # the covering thresholds do not help at int16 after all
-        helped = {n: t for (n, t), x in zip(at8.items(), singles) if ev.target.gain(ev.memo[x].mean, ev.memo[plain].mean) > 0}
+        helped = {n: t for (n, t), x in zip(at8.items(), singles) if ev.target.gain(ev.memo[x], ev.memo[plain]) > 0}
         options = [plain, plain.with_thresholds(helped), plain.with_thresholds(at8)]
         ev.score(options, "clipping")
-        chosen = max(options, key=lambda x: (ev.target.gain(ev.memo[x].mean, ev.memo[plain].mean), -len(x.thresholds)))
+        chosen = max(options, key=lambda x: (ev.target.gain(ev.memo[x], ev.memo[plain]), -len(x.thresholds)))
         space.policy.update({(n, "int8"): t for n, t in chosen.thresholds})
         start, int16, upper, ceiling = space.start(), space.level_named(space.start(), "int16"), space.upper(), space.ceiling()
         ev.score([start, int16, upper, ceiling], "bounds")
@@ -252,9 +252,8 @@ class TunePass(Pass):
             f["kept"] = [m for m in ("int8", "int16") if (f["node"], m) in space.policy]
         reachable = [x for x in (int16, upper, ceiling) if ev.met(x)]
         reached = True if ev.met(start) else (None if reachable else False)
-        best = max(ev.memo, key=lambda x: ev.target.margin(ev.memo[x].mean) if ev.memo[x].mean == ev.memo[x].mean
-                   else float("-inf"))
-        bound = max((int16, upper), key=lambda x: ev.target.margin(ev.memo[x].mean))
+        best = max(ev.memo, key=lambda x: ev.target.standing(ev.memo[x]))
+        bound = max((int16, upper), key=lambda x: ev.target.standing(ev.memo[x]))
         logger.info("tune: start %s %.6g, all-int16 %.6g, upper bound %.6g, ceiling %.6g; clipping fixes kept: %d at "
                     "int8, %d at int16, of %d", ev.target.text, ev.memo[start].mean, ev.memo[int16].mean,
                     ev.memo[upper].mean, ev.memo[ceiling].mean, len(chosen.thresholds),
@@ -276,7 +275,7 @@ class TunePass(Pass):
             return bound
         raised = [space.move(int16, {i: int16.levels[i] + 1}) for i in moves]
         scores = self._on_bad_cases(ev, space, self._bad_cases(ev, int16), [int16] + raised, "reference", int16)
-        gain = {i: ev.target.gain(s.mean, scores[0].mean) for i, s in zip(moves, scores[1:])}
+        gain = {i: ev.target.gain(s, scores[0]) for i, s in zip(moves, scores[1:])}
         refined = greedy(ev, int16, gain, batch=self.batch, max_rounds=self.max_rounds, stage="reference",
                          allowed=lambda i, k: k <= bound.levels[i], budget=space.cost(bound))
         if ev.met(refined) and space.cost(refined) < space.cost(bound):
@@ -303,7 +302,7 @@ class TunePass(Pass):
         lowered = [space.move(reference, {i: 0}) for i in units]
         found["sensitivity_samples"] = picked = self._bad_cases(ev, reference)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
-        return {i: ev.target.gain(scores[0].mean, s.mean) for i, s in zip(units, scores[1:])}
+        return {i: ev.target.gain(scores[0], s) for i, s in zip(units, scores[1:])}
 
     def _on_bad_cases(self, ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
                       stage: str, around: Config | None = None) -> list:
@@ -328,7 +327,7 @@ class TunePass(Pass):
             final = found["final"]
             trimmed = final.with_thresholds(useless)
             score = ev.score([trimmed], "attribution", final)[0]
-            keep = ev.target.met(score.mean) if found["reached"] else ev.target.gain(score.mean, ev.memo[final].mean) >= 0
+            keep = ev.target.met(score) if found["reached"] else ev.target.gain(score, ev.memo[final]) >= 0
             if keep:
                 found["final"] = trimmed
                 self._gains(ev, space, found)
@@ -343,8 +342,8 @@ class TunePass(Pass):
         found["score"] = ev.score([final], "attribution")[0]
         scores = self._on_bad_cases(ev, space, found.get("sensitivity_samples"), [final] + undo + unthreshold,
                                     "attribution", around=final)
-        found["gains"] = {("unit", i): ev.target.gain(scores[0].mean, s.mean) for i, s in zip(raised, scores[1:])}
-        found["gains"].update({("threshold", name): ev.target.gain(scores[0].mean, s.mean)
+        found["gains"] = {("unit", i): ev.target.gain(scores[0], s) for i, s in zip(raised, scores[1:])}
+        found["gains"].update({("threshold", name): ev.target.gain(scores[0], s)
                                for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})
 
 
@@ -354,5 +353,5 @@ def _integer_gap(target: Target, checked: dict[str, Any] | None) -> float | None
     integer = (checked or {}).get("integer")
     if not integer or integer["meets"] or not checked["onnxruntime_agrees"]:
         return None
-    gap = target.gain(checked["mean"], integer["mean"])
+    gap = checked["margin"] - integer["margin"]
     return gap if gap > 0 and math.isfinite(gap) else None

@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, MutableMapping, Sequence
 
 import numpy as np
@@ -25,7 +24,7 @@ import numpy as np
 from qir import metrics as qmetrics
 from qir.graph import QIR
 from qir.passes.lib.tune_space import Config, Space
-from qir.passes.lib.tune_target import Target
+from qir.passes.lib.tune_target import Score, Target
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine import Engine, Variant, configured_clone
 
@@ -34,14 +33,6 @@ __all__ = ["Score", "Evaluator", "config_key"]
 logger = logging.getLogger(__name__)
 
 KEEP = 2  # engines kept for other reference configurations (each holds its sessions)
-
-
-@dataclass(frozen=True)
-class Score:
-    """A configuration on the evaluation data: the mean over samples and each sample's value."""
-
-    mean: float
-    samples: tuple[float, ...]
 
 
 def config_key(config: Config) -> str:
@@ -106,13 +97,13 @@ class Evaluator:
         return [self.memo[c] for c in configs]
 
     def met(self, config: Config) -> bool:
-        return self.target.met(self.memo[config].mean)
+        return self.target.met(self.memo[config])
 
     def _record(self, config: Config, score: Score, stage: str) -> None:
         self.memo[config] = score
         worst_sample, worst = self.target.worst(score.samples)
         self.history.append({"stage": stage, "cost": self.space.cost(config), "mean": score.mean, "worst": worst,
-                             "worst_sample": worst_sample, "meets": self.target.met(score.mean),
+                             "worst_sample": worst_sample, "meets": self.target.met(score),
                              "levels": self.space.describe(config), "thresholds": len(config.thresholds),
                              "config": config})
 

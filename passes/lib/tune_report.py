@@ -35,9 +35,7 @@ def standard_error(values: Sequence[float]) -> float:
 
 def _score(ev: Evaluator, config: Config) -> dict[str, Any]:
     score = ev.memo[config]
-    worst_sample, worst = ev.target.worst(score.samples)
-    return {"mean": score.mean, "worst": worst, "worst_sample": worst_sample, "margin": ev.target.margin(score.mean),
-            "standard_error": standard_error(score.samples), "meets": ev.target.met(score.mean),
+    return {**ev.target.judged(score), "standard_error": standard_error(score.samples),
             "cost": ev.space.cost(config), "levels": ev.space.describe(config)}
 
 
@@ -116,7 +114,7 @@ def summarize(ev: Evaluator, found: dict[str, Any], profile: MarchProfile, allow
     order, ratio = found.get("order") or [], found.get("ratio_config")
     return {
         "target": target.text, "metric": target.metric if isinstance(target.metric, str) else target.text,
-        "threshold": target.threshold, "direction": target.op,
+        "threshold": target.threshold, "direction": target.op, "worst_floor": target.floor,
         "march": profile.name, "allow_float": allow_float, "reached": bool(found["reached"]),
         "samples": len(ev.samples), "units": len(space.units), "searchable_units": len(space.searchable()),
         "calibrated": _score(ev, found["plain_start"]), "start": _score(ev, found["start"]),

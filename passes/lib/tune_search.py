@@ -50,7 +50,7 @@ def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mappin
     ks = sorted(set(spread(0, n, points - 1)) | {n})
     while ks:
         scores = ev.score([config(k) for k in ks], "ratio search", config(lo))
-        met = [k for k, s in zip(ks, scores) if ev.target.met(s.mean)]
+        met = [k for k, s in zip(ks, scores) if ev.target.met(s)]
         if met:
             hi = min(met)
             lo = max([lo] + [k for k in ks if k < hi])
@@ -76,7 +76,7 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
     current = config
     for _ in range(max_rounds):
         score = ev.score([current], stage)[0]
-        if target.met(score.mean):
+        if target.met(score):
             break
         moves = [i for i in range(len(space.units))
                  if current.levels[i] + 1 < len(space.units[i].levels) and allowed(i, current.levels[i] + 1)]
@@ -92,8 +92,8 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
         configs = [space.move(current, {i: current.levels[i] + 1}) for i in tried]
         scores = ev.score(configs, stage, config)  # (around where it started: one engine for every round)
         for i, s in zip(tried, scores):
-            priority[i] = target.gain(s.mean, score.mean) / added[i]
-        meeting = [(added[i], c) for i, c, s in zip(tried, configs, scores) if target.met(s.mean)]
+            priority[i] = target.gain(s, score) / added[i]
+        meeting = [(added[i], c) for i, c, s in zip(tried, configs, scores) if target.met(s)]
         if meeting:
             return min(meeting, key=lambda m: m[0])[1]
         best = max(tried, key=lambda i: priority[i])
@@ -110,8 +110,8 @@ def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: 
     the target), measured in one call."""
     space, target = ev.space, ev.target
     singles = [space.move(current, {i: current.levels[i] - 1}) for i in units]
-    now = ev.score([current], stage)[0].mean
-    return {i: target.gain(now, s.mean) if target.met(s.mean) else math.inf
+    now = ev.score([current], stage)[0]
+    return {i: target.gain(now, s) if target.met(s) else math.inf
             for i, s in zip(units, ev.score(singles, stage, current))}
 
 
@@ -137,7 +137,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     fresh = set(unknown)  # losses measured on `current`
     loss.update(_single_losses(ev, current, unknown, stage) if unknown else {})
     for _ in range(max_rounds):
-        margin = target.margin(ev.score([current], stage)[0].mean)
+        margin = target.margin(ev.score([current], stage)[0])
         order = [i for i in space.raised(current, floor) if loss.get(i, math.inf) <= margin]
         if not order:  # measure again the stale losses that may still fit (and the unknown ones)
             stale = [i for i in space.raised(current, floor)
@@ -160,7 +160,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
 
         scores = ev.score([lowered(n) for n in sizes], stage, current)
-        accepted = max((n for n, s in zip(sizes, scores) if target.met(s.mean)), default=0)
+        accepted = max((n for n, s in zip(sizes, scores) if target.met(s)), default=0)
         if not accepted:  # stale losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]
             if not again:  # (a fresh loss within the margin meets the target alone: cannot happen)

@@ -1,5 +1,5 @@
 """The accuracy target of ``qir tune``: a metric, a direction and a threshold, met by the *mean*
-over the evaluation samples.
+over the evaluation samples, and optionally a floor every sample must meet.
 
 A target is written ``METRIC>=VALUE`` or ``METRIC<=VALUE``: ``"cosine>=0.99"``,
 ``"mse<=1e-3"``, ``"sqnr-db>=30"``. ``METRIC`` is a :mod:`qir.metrics` name (or ``cosine`` /
@@ -9,6 +9,13 @@ Python the metric may also be a task metric: ``(fn, ">=", 0.95)`` or ``(fn, 0.95
 higher is better), where ``fn(outputs, index)`` scores the model's outputs (``{name: array}``)
 on evaluation sample ``index`` (e.g. ``float(outputs["logits"].argmax() == labels[index])``:
 the mean is the accuracy).
+
+``"cosine>=0.99,worst>=0.98"`` adds a floor: the worst sample must also reach 0.98 (a mean can
+hide one image that a configuration ruins; in Python ``(fn, ">=", 0.95, 0.9)``). The target
+then judges a :class:`Score` by its *margin*, the smaller of the two: ``min(mean - 0.99, worst -
+0.98)`` (for ``<=`` metrics the other way round); it is met when the margin is at least 0, and
+one score is better than another by the difference of their margins. A NaN sample misses a
+floor.
 """
 from __future__ import annotations
 
@@ -20,52 +27,81 @@ from typing import Any, Callable, Sequence
 from qir import metrics as qmetrics
 from qir.errors import InputError
 
-__all__ = ["Target", "parse_target", "SYNTAX"]
+__all__ = ["Score", "Target", "parse_target", "SYNTAX"]
 
 ALIASES = {"cosine": "cosine-similarity", "cos": "cosine-similarity"}
 SYNTAX = ("write METRIC>=VALUE or METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3' (metrics: cosine, "
-          + ", ".join(qmetrics.METRICS) + "); in Python also (fn, '>=', value) with fn(outputs, index) -> float")
-_TEXT = re.compile(r"^\s*([A-Za-z][\w-]*)\s*(>=|<=)\s*(\S+)\s*$")
+          + ", ".join(qmetrics.METRICS) + "), optionally with a floor for every sample: 'cosine>=0.99,worst>=0.98'; "
+          "in Python also (fn, '>=', value) or (fn, '>=', value, worst) with fn(outputs, index) -> float")
+_TEXT = re.compile(r"^\s*([A-Za-z][\w-]*)\s*(>=|<=)\s*([^\s,]+)\s*(?:,\s*worst\s*(>=|<=)\s*(\S+)\s*)?$", re.IGNORECASE)
 #: The value a metric takes for a perfect match (cosine 1, errors 0); SQNR has none (infinite).
 _PERFECT = {"cosine-similarity": 1.0, "mse": 0.0, "mre": 0.0, "l1": 0.0, "atol": 0.0, "chebyshev": 0.0, "kl": 0.0}
 
 
 @dataclass(frozen=True)
+class Score:
+    """A configuration on the evaluation samples: the mean over them and each sample's value."""
+
+    mean: float
+    samples: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Target:
-    """``metric op threshold``: ``metric`` a :mod:`qir.metrics` name or a callable
-    ``fn(outputs, index) -> float``; ``op`` ``>=`` (higher is better) or ``<=``."""
+    """``metric op threshold`` on the mean, and ``floor`` (None: none) on every sample: ``metric``
+    a :mod:`qir.metrics` name or a callable ``fn(outputs, index) -> float``; ``op`` ``>=``
+    (higher is better) or ``<=``."""
 
     metric: str | Callable[[dict, int], float]
     op: str
     threshold: float
+    floor: float | None = None
 
     @property
     def text(self) -> str:
         name = self.metric if isinstance(self.metric, str) else getattr(self.metric, "__name__", "task metric")
-        return f"{name}{self.op}{self.threshold:.10g}"
+        return f"{name}{self.op}{self.threshold:.10g}" + (f",worst{self.op}{self.floor:.10g}" if self.floor is not None else "")
 
     @property
     def higher_is_better(self) -> bool:
         return self.op == ">="
 
-    def met(self, value: float) -> bool:
-        """Whether ``value`` (a mean over samples) meets the target; NaN never does."""
-        return value == value and (value >= self.threshold if self.higher_is_better else value <= self.threshold)
+    def _above(self, value: float, bound: float) -> float:
+        return value - bound if self.higher_is_better else bound - value
 
-    def margin(self, value: float) -> float:
-        """How far ``value`` is on the good side of the threshold (negative: it misses)."""
-        return value - self.threshold if self.higher_is_better else self.threshold - value
+    def margin(self, score: Score) -> float:
+        """How far ``score`` is on the good side of the target (negative: it misses; NaN: a NaN
+        mean, or a NaN sample under a floor): the mean's distance to the threshold, or the
+        worst sample's to the floor when that is smaller."""
+        margin = self._above(score.mean, self.threshold)
+        if self.floor is None:
+            return margin
+        if any(v != v for v in score.samples):
+            return math.nan
+        worst = self.worst(score.samples)[1]
+        return min(margin, self._above(worst, self.floor)) if worst == worst else margin
 
-    def gain(self, new: float, old: float) -> float:
-        """How much better ``new`` is than ``old`` (negative: worse); NaN counts as the worst."""
-        worst = -math.inf if self.higher_is_better else math.inf
-        new, old = (worst if v != v else v for v in (new, old))
-        if new == old:
-            return 0.0
-        return (new - old) if self.higher_is_better else (old - new)
+    def met(self, score: Score) -> bool:
+        """Whether ``score`` meets the target; NaN never does."""
+        margin = self.margin(score)
+        return margin == margin and margin >= 0
 
-    def better(self, a: float, b: float) -> bool:
-        return self.gain(a, b) > 0
+    def standing(self, score: Score) -> float:
+        """The margin for ranking scores: NaN counts as the worst (-inf)."""
+        margin = self.margin(score)
+        return margin if margin == margin else -math.inf
+
+    def gain(self, new: Score, old: Score) -> float:
+        """How much better ``new`` is than ``old``: the difference of their margins (negative:
+        worse); NaN counts as the worst."""
+        a, b = self.standing(new), self.standing(old)
+        return 0.0 if a == b else a - b
+
+    def judged(self, score: Score) -> dict[str, Any]:
+        """``score`` as the reports show it: ``{"mean", "worst", "worst_sample", "margin", "meets"}``."""
+        worst_sample, worst = self.worst(score.samples)
+        return {"mean": score.mean, "worst": worst, "worst_sample": worst_sample, "margin": self.margin(score),
+                "meets": self.met(score)}
 
     def worst(self, values: Sequence[float]) -> tuple[int | None, float]:
         """The index and value of the worst sample (NaN entries skipped)."""
@@ -76,8 +112,9 @@ class Target:
         return pick(finite, key=lambda iv: iv[1])
 
     def tightened(self, by: float) -> Target:
-        """The same target ``by`` (>= 0) further on the good side."""
-        return Target(self.metric, self.op, self.threshold + by if self.higher_is_better else self.threshold - by)
+        """The same target ``by`` (>= 0) further on the good side (its floor too)."""
+        step = by if self.higher_is_better else -by
+        return Target(self.metric, self.op, self.threshold + step, None if self.floor is None else self.floor + step)
 
     def tolerance(self, value: float) -> float:
         """How far two measurements of one configuration may differ and still agree (verification):
@@ -89,37 +126,41 @@ class Target:
 
 
 def parse_target(target: Any) -> Target:
-    """A :class:`Target` from ``"cosine>=0.99"``, ``(fn, ">=", 0.9)``, ``(fn, 0.9)`` or a Target;
-    anything else is an InputError that gives the syntax."""
+    """A :class:`Target` from ``"cosine>=0.99"``, ``"cosine>=0.99,worst>=0.98"``, ``(fn, ">=",
+    0.9)``, ``(fn, ">=", 0.9, 0.8)``, ``(fn, 0.9)`` or a Target; anything else is an InputError
+    that gives the syntax."""
     if isinstance(target, Target):
         return target
     if isinstance(target, str):
         m = _TEXT.match(target)
-        try:
-            threshold = float(m.group(3)) if m else math.nan
-        except ValueError:
-            threshold = math.nan
-        if not m or not math.isfinite(threshold):
+        values = [_number(m.group(3)), _number(m.group(5)) if m.group(5) else 0.0] if m else []
+        if not m or None in values:
             raise InputError(f"cannot read the target {target!r}; {SYNTAX}")
-        return _checked(m.group(1), m.group(2), threshold)
-    if isinstance(target, (tuple, list)) and len(target) in (2, 3):
-        metric, op, threshold = (target[0], ">=", target[1]) if len(target) == 2 else target
-        if not (callable(metric) or isinstance(metric, str)) or op not in (">=", "<=") or not _number(threshold):
+        if m.group(4) and m.group(4) != m.group(2):
+            raise InputError(f"the worst-sample floor of {target!r} must have the direction of the target "
+                             f"({m.group(2)}): write 'worst{m.group(2)}{m.group(5)}'")
+        return _checked(m.group(1), m.group(2), values[0], values[1] if m.group(5) else None)
+    if isinstance(target, (tuple, list)) and len(target) in (2, 3, 4):
+        metric, op, threshold, *floor = (target[0], ">=", target[1]) if len(target) == 2 else target
+        numbers = [_number(x) for x in (threshold, *floor)]
+        if not (callable(metric) or isinstance(metric, str)) or op not in (">=", "<=") or None in numbers:
             raise InputError(f"cannot read the target {target!r}; {SYNTAX}")
-        return _checked(metric, op, float(threshold))
+        return _checked(metric, op, numbers[0], numbers[1] if floor else None)
     raise InputError(f"cannot read the target {target!r}; {SYNTAX}")
 
 
-def _number(x: Any) -> bool:
+def _number(x: Any) -> float | None:
+    """``x`` as a finite float, or None."""
     try:
-        return math.isfinite(float(x))
+        value = float(x)
     except (TypeError, ValueError):
-        return False
+        return None
+    return value if math.isfinite(value) else None
 
 
-def _checked(metric: str | Callable, op: str, threshold: float) -> Target:
+def _checked(metric: str | Callable, op: str, threshold: float, floor: float | None) -> Target:
     if callable(metric):
-        return Target(metric, op, threshold)
+        return Target(metric, op, threshold, floor)
     name = ALIASES.get(metric.lower(), metric.lower())
     if name not in qmetrics.METRICS:
         raise InputError(f"unknown metric {metric!r} in the target; {SYNTAX}")
@@ -127,4 +168,7 @@ def _checked(metric: str | Callable, op: str, threshold: float) -> Target:
     if op != better:
         raise InputError(f"{name} is better when {'higher' if better == '>=' else 'lower'}: write "
                          f"'{metric}{better}{threshold:g}'")
-    return Target(name, op, threshold)
+    if floor is not None and Target(name, op, threshold)._above(threshold, floor) < 0:
+        raise InputError(f"the worst-sample floor ({floor:g}) is stricter than the mean's threshold ({threshold:g}): "
+                         "a floor is what every sample must reach, the mean is held higher")
+    return Target(name, op, threshold, floor)

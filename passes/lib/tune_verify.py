@@ -33,19 +33,19 @@ from qir.calibration import QRANGE, calib_scale
 from qir.graph import QIR
 from qir.io.onnx_import import import_onnx
 from qir.io.qdq_export import export_qdq
-from qir.passes.lib.tune_target import Target
+from qir.passes.lib.tune_target import Score, Target
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.ort.backend import new_session
 
 __all__ = ["verify", "sample_values", "check_unseen"]
 
 
-def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequence[dict]) -> tuple[float, list[float]]:
+def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequence[dict]) -> tuple[float, tuple[float, ...]]:
     """The target's mean and per-sample values of ``outs`` against the float outputs ``floats``,
     averaged as the engine averages them (ill-conditioned samples out of relative metrics unless
     every sample is one)."""
     if not isinstance(target.metric, str):
-        values = [float(target.metric(o, i)) for i, o in enumerate(outs)]
+        values = tuple(float(target.metric(o, i)) for i, o in enumerate(outs))
         return float(np.nanmean(values)) if any(v == v for v in values) else math.nan, values
     metric, relative = target.metric, target.metric in qmetrics.RELATIVE
     bounds = {v: qmetrics.output_bound(ir, v) for v in ir.outputs}
@@ -55,7 +55,7 @@ def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequenc
         good = [x for v, x in per.items() if x == x and not (relative and qmetrics.ill_conditioned(f[v], bounds[v]))]
         trusted.append(float(np.mean(good)) if good else math.nan)
         every.append(float(np.nanmean(list(per.values()))) if any(x == x for x in per.values()) else math.nan)
-    values = trusted if any(x == x for x in trusted) else every
+    values = tuple(trusted if any(x == x for x in trusted) else every)
     return (float(np.nanmean(values)) if any(x == x for x in values) else math.nan), values
 
 
@@ -83,21 +83,17 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
     model = export_qdq(ir)
     back = import_onnx(model)
     floats, outs = _onnxruntime_outputs(ir, model, samples, threads)
-    mean, values = sample_values(ir, target, floats, outs)
-    worst_sample, worst = target.worst(values)
+    score = Score(*sample_values(ir, target, floats, outs))
     roundtrip = _roundtrip(ir, back)
-    agrees = abs(mean - searched) <= target.tolerance(searched) if mean == mean and searched == searched else False
-    report = {"runtime": "onnxruntime (session.disable_quant_qdq)", "mean": mean, "worst": worst,
-              "worst_sample": worst_sample, "margin": target.margin(mean), "searched": searched,
-              "difference": mean - searched, "tolerance": target.tolerance(searched), "roundtrip": roundtrip,
-              "agrees": bool(agrees and not roundtrip and target.met(mean)), "model": model}
-    report["onnxruntime_agrees"] = report["agrees"]  # (before the integer level has its say)
+    agrees = abs(score.mean - searched) <= target.tolerance(searched)  # (False when either is NaN)
+    report = {"runtime": "onnxruntime (session.disable_quant_qdq)", **target.judged(score), "searched": searched,
+              "difference": score.mean - searched, "tolerance": target.tolerance(searched), "roundtrip": roundtrip,
+              "model": model}
+    report["agrees"] = report["onnxruntime_agrees"] = bool(agrees and not roundtrip and report["meets"])
     if march is not None:
         ints = [get_runtime("numpy", level="integer", march=march).run(back, check_feeds(back, s)) for s in samples]
-        int_mean, int_values = sample_values(ir, target, floats, ints)
-        report["integer"] = {"march": march, "mean": int_mean, "worst": target.worst(int_values)[1],
-                             "margin": target.margin(int_mean), "meets": target.met(int_mean)}
-        report["agrees"] = report["agrees"] and target.met(int_mean)
+        report["integer"] = {"march": march, **target.judged(Score(*sample_values(ir, target, floats, ints)))}
+        report["agrees"] = report["agrees"] and report["integer"]["meets"]
     return report
 
 
@@ -120,7 +116,4 @@ def check_unseen(ir: QIR, model, samples: Sequence[dict], target: Target, *, thr
     onnxruntime as :func:`verify` runs it: ``{"samples", "mean", "worst", "worst_sample",
     "margin", "meets"}``. Whether the result holds beyond the evaluation data it was picked on."""
     floats, outs = _onnxruntime_outputs(ir, model, samples, threads)
-    mean, values = sample_values(ir, target, floats, outs)
-    worst_sample, worst = target.worst(values)
-    return {"samples": len(samples), "mean": mean, "worst": worst, "worst_sample": worst_sample,
-            "margin": target.margin(mean), "meets": target.met(mean)}
+    return {"samples": len(samples), **target.judged(Score(*sample_values(ir, target, floats, outs)))}

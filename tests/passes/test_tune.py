@@ -17,7 +17,7 @@ from qir.passes import get_pass
 from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_search import prune
 from qir.passes.lib.tune_space import Space
-from qir.passes.lib.tune_target import SYNTAX, parse_target
+from qir.passes.lib.tune_target import SYNTAX, Score, Target, parse_target
 from qir.passes.tune import STAGES
 from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import get_profile
@@ -32,12 +32,16 @@ def _calibrated(method: str = "max") -> qir.QIR:
     return calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA, method)
 
 
-def _plain(ir: qir.QIR, metric: str = "cosine-similarity") -> float:
-    """``metric`` of ``ir`` (as its calibration nodes say) against its float run, mean over EVAL:
-    whole-model runs on the numpy runtime, no engine."""
+def _plain_score(ir: qir.QIR, metric: str = "cosine-similarity") -> Score:
+    """``metric`` of ``ir`` (as its calibration nodes say) against its float run, on each sample
+    of EVAL and their mean: whole-model runs on the numpy runtime, no engine."""
     values = [qmetrics.compute([metric], qir.run(ir, s, level="float")["logits"], qir.run(ir, s)["logits"])[metric]
               for s in EVAL]
-    return float(np.mean(values))
+    return Score(float(np.mean(values)), tuple(values))
+
+
+def _plain(ir: qir.QIR, metric: str = "cosine-similarity") -> float:
+    return _plain_score(ir, metric).mean
 
 
 def _configured(ir: qir.QIR, modes: dict[str, str]) -> qir.QIR:
@@ -58,7 +62,32 @@ def _tune(ir: qir.QIR, target, **options):
 def test_targets_parse(text, metric, op, threshold):
     t = parse_target(text)
     assert (t.metric, t.op, t.threshold) == (metric, op, threshold)
-    assert t.met(threshold) and not t.met(float("nan"))
+    assert t.met(Score(threshold, (threshold,))) and not t.met(Score(math.nan, ()))
+    assert t.floor is None and parse_target(t.text) == t
+
+
+@pytest.mark.parametrize("text, floor, mean, breaking", [("cosine>=0.99,worst>=0.98", 0.98, 0.995, 0.97),
+                                                         ("mse<=1e-3, worst <= 1e-2", 1e-2, 5e-4, 2e-2),
+                                                         ("cos>=0.99,WORST>=0.99", 0.99, 0.995, 0.985)])
+def test_a_worst_sample_floor_is_part_of_the_target(text, floor, mean, breaking):
+    t = parse_target(text)
+    assert t.floor == floor and parse_target(t.text) == t
+    good, missed = Score(mean, (mean, mean)), Score(mean, (mean, breaking))  # the mean is met; one sample breaks the floor
+    assert t.met(good) and not t.met(missed) and t.margin(missed) < 0 < t.margin(good)
+    assert t.margin(missed) == pytest.approx(abs(breaking - floor) * -1)
+    assert t.gain(good, missed) == pytest.approx(t.margin(good) - t.margin(missed))
+    assert not t.met(Score(mean, (mean, math.nan)))  # a NaN sample misses a floor...
+    assert Target(t.metric, t.op, t.threshold).met(Score(mean, (mean, math.nan)))  # ...the mean alone skips it
+    fn = lambda outputs, i: 1.0  # noqa: E731
+    assert parse_target((fn, ">=", 0.9, 0.8)).floor == 0.8
+
+
+@pytest.mark.parametrize("bad, says", [("cosine>=0.99,worst<=0.98", "must have the direction of the target"),
+                                       ("cosine>=0.98,worst>=0.99", "stricter than the mean's threshold"),
+                                       ("cosine>=0.99,worst>=x", "METRIC>=VALUE"), ("cosine>=0.99,best>=0.9", "METRIC>=VALUE")])
+def test_a_bad_floor_says_what_is_wrong(bad, says):
+    with pytest.raises(InputError, match=says):
+        parse_target(bad)
 
 
 @pytest.mark.parametrize("bad", ["cosine", "cosine=0.99", "cosine>=x", "cosine>=nan", "accuracy>=0.9", 0.99,
@@ -132,6 +161,24 @@ def test_a_reachable_target_is_reached_verified_and_holds_in_a_plain_run():
                                     for i in report["pareto"])
 
 
+def test_a_worst_sample_floor_is_reached_where_the_mean_alone_would_raise_nothing():
+    ir = _calibrated("mse")
+    space = Space(ir, get_profile("nash-e"))
+    start = _plain_score(space.apply(ir.clone(), space.start()), "mse")
+    int16 = _plain_score(space.apply(ir.clone(), space.level_named(space.start(), "int16")), "mse")
+    assert max(int16.samples) < max(start.samples)  # int16 activations help the worst sample
+    target = parse_target(f"mse<={start.mean * 1.01!r},worst<={(max(start.samples) + max(int16.samples)) / 2!r}")
+    assert target.threshold > start.mean and not target.met(start)  # the start meets the mean only
+    result = _tune(ir, target)
+    report = result.report
+    assert report["reached"] and report["verification"]["agrees"], report["verification"]
+    assert report["raised"] > 0 and not report["start"]["meets"]
+    assert report["worst_floor"] == target.floor and report["final"]["worst"] <= target.floor
+    tuned = _plain_score(result.ir, "mse")  # the tuned IR itself, run whole: every sample within the floor
+    assert target.met(tuned) and max(tuned.samples) <= target.floor
+    assert report["verification"]["worst"] == pytest.approx(max(tuned.samples), rel=1e-4)
+
+
 def test_an_unreachable_target_stops_with_the_best_configuration_and_the_upper_bound():
     ir = _calibrated()
     upper_modes = {c.name: "int16" for c in ir.calibrations()
@@ -158,7 +205,7 @@ def test_when_all_int16_just_misses_a_few_int16_weights_are_the_reference_not_al
     assert 0 < reference["levels"].get("int16+w16", 0) < report["upper_bound"]["levels"]["int16+w16"]
     assert report["reached"] and report["verification"]["agrees"], report["verification"]
     assert report["final"]["cost"] <= reference["cost"]
-    assert parse_target(report["target"]).met(_plain(result.ir))  # the tuned IR itself, run whole
+    assert parse_target(report["target"]).met(_plain_score(result.ir))  # the tuned IR itself, run whole
 
 
 def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_would_miss():
@@ -170,12 +217,12 @@ def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_woul
     ev = Evaluator(base, space, target, EVAL, progress=False)
     pruned = prune(ev, upper, space.start(), recheck=math.inf)  # every unit measured at the end
     assert ev.met(pruned) and space.cost(pruned) < space.cost(upper)
-    assert target.met(_plain(space.apply(ir.clone(), pruned)))  # checked by a plain run too
+    assert target.met(_plain_score(space.apply(ir.clone(), pruned)))  # checked by a plain run too
     for entry in ev.history:  # every configuration pruning moved to was measured to meet the target
         assert entry["config"] != pruned or entry["meets"]
     for i in space.raised(pruned):  # a local minimum: one more step down anywhere misses
         lower = pruned.with_levels({i: pruned.levels[i] - 1})
-        assert not target.met(_plain(space.apply(ir.clone(), lower)))
+        assert not target.met(_plain_score(space.apply(ir.clone(), lower)))
     ev.close()
 
 

@@ -74,7 +74,7 @@ def test_an_unreachable_target_exits_3_with_the_best_configuration_and_the_upper
     assert not report["reached"] and (tmp_path / "t" / "tuned_model.onnx").is_file()
 
 
-@pytest.mark.parametrize("target", ["cosine=0.9", "cosine<=0.9", "accuracy>=0.9"])
+@pytest.mark.parametrize("target", ["cosine=0.9", "cosine<=0.9", "accuracy>=0.9", "cosine>=0.99,worst<=0.98"])
 def test_a_bad_target_is_one_line_and_exit_2(tmp_path, eval_dir, target, capsys):
     assert _tune(tmp_path / "t", eval_dir, target) == 2
     err = capsys.readouterr().err

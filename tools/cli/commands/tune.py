@@ -45,7 +45,8 @@ def add_commands(sub) -> None:
     p.add_argument("--eval", required=True, help="evaluation data, where the target must be met (the mean over its "
                                                  "samples): DIR/<input>/<i>.npy, .npz or .npy")
     p.add_argument("--target", required=True, help="the accuracy target against the float model: METRIC>=VALUE or "
-                                                   "METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3'")
+                                                   "METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3'; add ',worst>=V' "
+                                                   "for a floor every sample must reach: 'cosine>=0.99,worst>=0.98'")
     add_march(p, help="the march whose mixed-precision pipeline and dtype rules to follow")
     p.add_argument("-s", "--save-dir", "-o", "--output", dest="save_dir", required=True,
                    help="the output folder: tuned model, emitted QDQ model, tune_report.txt/.json/.html, "
