@@ -254,9 +254,9 @@ class TunePass(Pass):
         reached = True if ev.met(start) else (None if reachable else False)
         best = max(ev.memo, key=lambda x: ev.target.standing(ev.memo[x]))
         bound = max((int16, upper), key=lambda x: ev.target.standing(ev.memo[x]))
-        logger.info("tune: start %s %.6g, all-int16 %.6g, upper bound %.6g, ceiling %.6g; clipping fixes kept: %d at "
-                    "int8, %d at int16, of %d", ev.target.text, ev.memo[start].mean, ev.memo[int16].mean,
-                    ev.memo[upper].mean, ev.memo[ceiling].mean, len(chosen.thresholds),
+        shown = [ev.target.shown(ev.memo[x]) for x in (start, int16, upper, ceiling)]
+        logger.info("tune: start %s %s, all-int16 %s, upper bound %s, ceiling %s; clipping fixes kept: %d at "
+                    "int8, %d at int16, of %d", ev.target.text, *shown, len(chosen.thresholds),
                     sum(m == "int16" for _, m in space.policy), len(fixes))
         return {"start": start, "plain_start": plain, "int16": int16, "upper": bound, "ceiling": ceiling,
                 "ceiling_met": min(reachable, key=space.cost) if reachable else None, "fixes": fixes, "best": best,
@@ -280,8 +280,8 @@ class TunePass(Pass):
                          allowed=lambda i, k: k <= bound.levels[i], budget=space.cost(bound))
         if ev.met(refined) and space.cost(refined) < space.cost(bound):
             found["reference"] = refined
-            logger.info("tune: reference: all-int16 with %d unit(s) raised further meets %s (%.6g; the %s bound "
-                        "costs %.3gx more)", len(space.raised(refined, int16)), ev.target.text, ev.memo[refined].mean,
+            logger.info("tune: reference: all-int16 with %d unit(s) raised further meets %s (%s; the %s bound "
+                        "costs %.3gx more)", len(space.raised(refined, int16)), ev.target.text, ev.target.shown(ev.memo[refined]),
                         "upper" if bound == found["upper"] else "ceiling", space.cost(bound) / space.cost(refined))
             return refined
         return bound

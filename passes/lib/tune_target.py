@@ -97,6 +97,10 @@ class Target:
         a, b = self.standing(new), self.standing(old)
         return 0.0 if a == b else a - b
 
+    def shown(self, score: Score) -> str:
+        """``score`` in a line of text: its mean, and its worst sample when the target has a floor."""
+        return f"{score.mean:.6g}" + (f" (worst {self.worst(score.samples)[1]:.6g})" if self.floor is not None else "")
+
     def judged(self, score: Score) -> dict[str, Any]:
         """``score`` as the reports show it: ``{"mean", "worst", "worst_sample", "margin", "meets"}``."""
         worst_sample, worst = self.worst(score.samples)
