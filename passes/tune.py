@@ -70,7 +70,7 @@ from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_report import summarize
 from qir.passes.lib.tune_search import greedy, prune, ratio_search
 from qir.passes.lib.tune_space import Config, Space
-from qir.passes.lib.tune_target import Target, parse_target
+from qir.passes.lib.tune_target import Score, Target, parse_target
 from qir.passes.lib.tune_verify import check_unseen, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
@@ -220,7 +220,7 @@ class TunePass(Pass):
             stages.update(1)
             return self._attribute(ev, space, found)
         found["final"] = prune(ev, min(meeting, key=space.cost), found["start"], prior=loss,
-                               max_rounds=self.max_rounds)
+                               max_rounds=self.max_rounds, screen=self._screen(ev, space))
         found["reached"] = True
         stages.update(1)
         return self._attribute(ev, space, found)
@@ -303,6 +303,17 @@ class TunePass(Pass):
         found["sensitivity_samples"] = picked = self._bad_cases(ev, reference)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
         return {i: ev.target.gain(scores[0], s) for i, s in zip(units, scores[1:])}
+
+    def _screen(self, ev: Evaluator, space: Space):
+        """Pruning's screen (:func:`.lib.tune_search.prune`): single losses estimated on the
+        ``sensitivity_samples`` samples the configuration scores worst (None: on every sample)."""
+        if self.sensitivity_samples is None or self.sensitivity_samples >= len(ev.samples):
+            return None
+
+        def screen(current: Config, configs: list[Config]) -> tuple[Score, list[Score]]:
+            scores = self._on_bad_cases(ev, space, self._bad_cases(ev, current), [current, *configs], "pruning", current)
+            return scores[0], scores[1:]
+        return screen
 
     def _on_bad_cases(self, ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
                       stage: str, around: Config | None = None) -> list:

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_space import Config
+from qir.passes.lib.tune_target import Score
 
 __all__ = ["ratio_search", "greedy", "prune", "spread"]
 
@@ -105,18 +106,29 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
     return current
 
 
-def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: str) -> dict[int, float]:
+#: ``screen(current, configs) -> (score of current, scores of configs)``: single losses measured on
+#: fewer samples (the bad cases of ``current``), an estimate.
+Screen = Callable[[Config, Sequence[Config]], tuple[Score, list[Score]]]
+
+
+def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: str,
+                   screen: Screen | None = None) -> dict[int, float]:
     """Unit -> the metric lost when it alone goes one level down from ``current`` (inf: that misses
-    the target), measured in one call."""
+    the target), measured in one call on every sample, or estimated on ``screen``'s (never inf
+    then: a few samples cannot say whether the target is met)."""
     space, target = ev.space, ev.target
     singles = [space.move(current, {i: current.levels[i] - 1}) for i in units]
+    if screen is not None:
+        now, scores = screen(current, singles)
+        return {i: target.gain(now, s) for i, s in zip(units, scores)}
     now = ev.score([current], stage)[0]
     return {i: target.gain(now, s) if target.met(s) else math.inf
             for i, s in zip(units, ev.score(singles, stage, current))}
 
 
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
-          recheck: float = 2.0, prior: Mapping[int, float] | None = None, max_rounds: int = 200) -> Config:
+          recheck: float = 2.0, prior: Mapping[int, float] | None = None, max_rounds: int = 200,
+          screen: Screen | None = None) -> Config:
     """Lower raised units while the target holds (see the module docstring); ``config`` must meet
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
@@ -127,25 +139,29 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
     about independently, so one well beyond it cannot fit; ``math.inf``: measure them all).
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
-    measuring every raised unit first. ``max_rounds`` bounds the engine calls (the configuration
-    reached by then is returned: it meets the target like every one before it)."""
+    measuring every raised unit first. ``screen``: stale losses are measured again there first
+    (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
+    the end is then "every remaining unit misses by its estimate or its measure". ``max_rounds``
+    bounds the engine calls (the configuration reached by then is returned: it meets the target
+    like every one before it)."""
     space, target = ev.space, ev.target
     current = config
     raised = space.raised(current, floor)
     loss = {i: prior[i] for i in raised if prior is not None and i in prior}
     unknown = [i for i in raised if i not in loss]
-    fresh = set(unknown)  # losses measured on `current`
+    fresh = set(unknown)  # losses measured on `current`, on every sample
+    screened: set[int] = set()  # estimated on `current` by the screen
     loss.update(_single_losses(ev, current, unknown, stage) if unknown else {})
     for _ in range(max_rounds):
         margin = target.margin(ev.score([current], stage)[0])
         order = [i for i in space.raised(current, floor) if loss.get(i, math.inf) <= margin]
         if not order:  # measure again the stale losses that may still fit (and the unknown ones)
             stale = [i for i in space.raised(current, floor)
-                     if i not in fresh and loss.get(i, -math.inf) <= recheck * margin]
+                     if i not in fresh | screened and loss.get(i, -math.inf) <= recheck * margin]
             if not stale:
                 return current
-            loss.update(_single_losses(ev, current, stale, stage))
-            fresh.update(stale)
+            loss.update(_single_losses(ev, current, stale, stage, screen))
+            (screened if screen is not None else fresh).update(stale)
             continue
         cost = space.cost(current)
         saving = {i: cost - space.cost(space.move(current, {i: current.levels[i] - 1})) for i in order}
@@ -161,7 +177,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
 
         scores = ev.score([lowered(n) for n in sizes], stage, current)
         accepted = max((n for n, s in zip(sizes, scores) if target.met(s)), default=0)
-        if not accepted:  # stale losses were too hopeful: measure the first few again
+        if not accepted:  # stale or estimated losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]
             if not again:  # (a fresh loss within the margin meets the target alone: cannot happen)
                 loss[order[0]] = math.inf
@@ -169,7 +185,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
             loss.update(_single_losses(ev, current, again, stage))
             fresh.update(again)
             continue
-        current, fresh = lowered(accepted), set()
+        current, fresh, screened = lowered(accepted), set(), set()
         for i in order[:accepted]:
             loss.pop(i)  # its next level down is not measured yet
         logger.info("tune: pruning: %d unit(s) one level lower, %d raised", accepted, len(space.raised(current, floor)))

@@ -226,6 +226,29 @@ def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_woul
     ev.close()
 
 
+def test_pruning_with_a_screen_measures_fewer_configurations_on_every_sample_and_still_meets_the_target():
+    ir = _calibrated("percentile")
+    space = Space(ir, get_profile("nash-e"))
+    base = space.apply(ir.clone(), space.start())
+    upper = space.upper()
+    target = parse_target(f"cosine>={_plain(space.apply(ir.clone(), upper)) - 2e-5!r}")
+    every, full, few = (Evaluator(base, space, target, samples, progress=False) for samples in (EVAL, EVAL, EVAL[:4]))
+    screened = []
+
+    def screen(current, configs):  # estimates on 4 samples
+        screened.extend(configs)
+        scores = few.score([current, *configs], "screen", current)
+        return scores[0], scores[1:]
+
+    plain = prune(every, upper, space.start())
+    pruned = prune(full, upper, space.start(), screen=screen)
+    assert screened and full.met(pruned) and target.met(_plain_score(space.apply(ir.clone(), pruned)))
+    assert len(full.history) < len(every.history)  # configurations measured on every sample
+    assert space.cost(pruned) < space.cost(upper) and space.cost(plain) < space.cost(upper)
+    for engine in (every, full, few):
+        engine.close()
+
+
 def test_clipping_is_fixed_with_thresholds_before_precision_is_raised():
     ir = _calibrated("kl")  # kl clips the digits model's activations: all-int16 alone does not help
     result = _tune(ir, "cosine>=0.999")
