@@ -2,12 +2,13 @@
 same options, same result files, one thread).
 
     python qir_tune.py --model M.onnx --calib DIR --eval DIR --out DIR [--max-drop 0.01] [--eval-num N]
-                       [--allow-float] [--march nash-e] [--method mse]
+                       [--allow-float] [--march nash-e] [--method mse] [--worst W]
 
 Calls ``qir.tune(model, calib, eval, "cosine>=1-max_drop", march=..., method=..., allow_float=...,
 save_dir=OUT/tune, threads=1)`` on the float model (its calibration included in the wall time,
 as the peers' is; qir's report and model files are written inside the timed call) and copies the
-emitted ``tuned_model_qdq.onnx`` to ``OUT/model.onnx``.
+emitted ``tuned_model_qdq.onnx`` to ``OUT/model.onnx``. ``--worst W`` adds a floor for every
+evaluation image to the target (``cosine>=1-max_drop,worst>=W``), which the peers cannot express.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def main() -> None:
     p.add_argument("--allow-float", action="store_true", help="float32 as the last-resort candidate")
     p.add_argument("--march", default="nash-e")
     p.add_argument("--method", default="mse", help="calibration method of the float model (default: %(default)s)")
+    p.add_argument("--worst", type=float, default=None, help="also a floor for every eval image: cosine>=T,worst>=W")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in ("qir.runtimes", "qir.passes.calibrate"):
@@ -30,7 +32,7 @@ def main() -> None:
     import qir
 
     shapes = {i.name: [d.dim_value or 1 for d in i.type.tensor_type.shape.dim] for i in onnx.load(args.model).graph.input}
-    target = f"cosine>={1 - args.max_drop:g}"
+    target = f"cosine>={1 - args.max_drop:g}" + (f",worst>={args.worst:g}" if args.worst is not None else "")
     timer = Timer()
     report = qir.tune(args.model, args.calib, args.eval, target, march=args.march, method=args.method,
                       allow_float=args.allow_float, save_dir=f"{args.out}/tune", overwrite=True, threads=1,
