@@ -16,7 +16,8 @@ batch: the candidates of a round are rows of the same batched calls).
   go down in order of cost saved per loss, as many per call as the target's margin allows, and
   it ends when each remaining unit, measured on the final configuration, would miss the target
   one level down (or after ``max_rounds`` calls). Every configuration it returns was measured
-  to meet the target.
+  to meet the target, counting no sample better than before it was lowered
+  (:func:`no_chance_gains`).
 """
 from __future__ import annotations
 
@@ -24,11 +25,13 @@ import logging
 import math
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
 from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_space import Config
-from qir.passes.lib.tune_target import Score
+from qir.passes.lib.tune_target import Score, Target
 
-__all__ = ["ratio_search", "greedy", "prune", "spread"]
+__all__ = ["ratio_search", "greedy", "prune", "spread", "no_chance_gains"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,24 +114,36 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
 Screen = Callable[[Config, Sequence[Config]], tuple[Score, list[Score]]]
 
 
-def _single_losses(ev: Evaluator, current: Config, units: Sequence[int], stage: str,
-                   screen: Screen | None = None) -> dict[int, float]:
-    """Unit -> the metric lost when it alone goes one level down from ``current`` (inf: that misses
-    the target), measured in one call on every sample, or estimated on ``screen``'s (never inf
-    then: a few samples cannot say whether the target is met)."""
+def no_chance_gains(target: Target, parent: Score, child: Score) -> Score:
+    """``child`` (a configuration with some units one level lower than ``parent``) with each
+    sample's value no better than ``parent``'s: more quantization noise makes no sample better in
+    expectation, so where a lowering improves a sample it is chance (errors happening to cancel),
+    and banking it would let that luck pay for real losses on the others; on other samples it
+    does not hold. NaN stays NaN."""
+    pick = min if target.higher_is_better else max
+    values = tuple(c if p != p or c != c else pick(p, c) for p, c in zip(parent.samples, child.samples))
+    finite = [v for v in values if v == v]
+    return Score(float(np.mean(finite)) if finite else math.nan, values)
+
+
+def _single_losses(ev: Evaluator, current: Score, config: Config, units: Sequence[int], stage: str,
+                   judge: Callable[[Score, Score], Score], screen: Screen | None = None) -> dict[int, float]:
+    """Unit -> the metric lost when it alone goes one level down from ``config`` (scored
+    ``current``; inf: that misses the target), measured in one call on every sample, or estimated
+    on ``screen``'s (never inf then: a few samples cannot say whether the target is met).
+    ``judge(parent, child)``: the score a lowered configuration counts at."""
     space, target = ev.space, ev.target
-    singles = [space.move(current, {i: current.levels[i] - 1}) for i in units]
+    singles = [space.move(config, {i: config.levels[i] - 1}) for i in units]
     if screen is not None:
-        now, scores = screen(current, singles)
-        return {i: target.gain(now, s) for i, s in zip(units, scores)}
-    now = ev.score([current], stage)[0]
-    return {i: target.gain(now, s) if target.met(s) else math.inf
-            for i, s in zip(units, ev.score(singles, stage, current))}
+        now, scores = screen(config, singles)
+        return {i: target.gain(now, judge(now, s)) for i, s in zip(units, scores)}
+    judged = [judge(current, s) for s in ev.score(singles, stage, config)]
+    return {i: target.gain(current, s) if target.met(s) else math.inf for i, s in zip(units, judged)}
 
 
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
           recheck: float = 2.0, prior: Mapping[int, float] | None = None, max_rounds: int = 200,
-          screen: Screen | None = None) -> Config:
+          screen: Screen | None = None, chance_gains: bool = False) -> Config:
     """Lower raised units while the target holds (see the module docstring); ``config`` must meet
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
@@ -138,6 +153,10 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     remaining unit misses the target one level down, as measured on the final configuration for
     each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
     about independently, so one well beyond it cannot fit; ``math.inf``: measure them all).
+    A lowered configuration counts at :func:`no_chance_gains` of the one it was lowered from
+    (each sample no better than there), unless ``chance_gains``: so the result's every sample is at
+    most as good as in ``config``, and the target is met without luck on some samples paying for
+    losses on others (the result's own score is at least that).
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
     measuring every raised unit first. ``screen``: stale losses are measured again there first
     (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
@@ -145,22 +164,27 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     bounds the engine calls (the configuration reached by then is returned: it meets the target
     like every one before it)."""
     space, target = ev.space, ev.target
+
+    def judge(parent: Score, child: Score) -> Score:
+        return child if chance_gains else no_chance_gains(target, parent, child)
+
     current = config
+    now = ev.score([current], stage)[0]  # `current` as it counts
     raised = space.raised(current, floor)
     loss = {i: prior[i] for i in raised if prior is not None and i in prior}
     unknown = [i for i in raised if i not in loss]
     fresh = set(unknown)  # losses measured on `current`, on every sample
     screened: set[int] = set()  # estimated on `current` by the screen
-    loss.update(_single_losses(ev, current, unknown, stage) if unknown else {})
+    loss.update(_single_losses(ev, now, current, unknown, stage, judge) if unknown else {})
     for _ in range(max_rounds):
-        margin = target.margin(ev.score([current], stage)[0])
+        margin = target.margin(now)
         order = [i for i in space.raised(current, floor) if loss.get(i, math.inf) <= margin]
         if not order:  # measure again the stale losses that may still fit (and the unknown ones)
             stale = [i for i in space.raised(current, floor)
                      if i not in fresh | screened and loss.get(i, -math.inf) <= recheck * margin]
             if not stale:
                 return current
-            loss.update(_single_losses(ev, current, stale, stage, screen))
+            loss.update(_single_losses(ev, now, current, stale, stage, judge, screen))
             (screened if screen is not None else fresh).update(stale)
             continue
         cost = space.cost(current)
@@ -175,18 +199,19 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         def lowered(n: int) -> Config:
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
 
-        scores = ev.score([lowered(n) for n in sizes], stage, current)
-        accepted = max((n for n, s in zip(sizes, scores) if target.met(s)), default=0)
-        if not accepted:  # stale or estimated losses were too hopeful: measure the first few again
+        judged = [judge(now, s) for s in ev.score([lowered(n) for n in sizes], stage, current)]
+        accepted = max((k for k, s in enumerate(judged) if target.met(s)), key=lambda k: sizes[k], default=None)
+        if accepted is None:  # stale or estimated losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]
             if not again:  # (a fresh loss within the margin meets the target alone: cannot happen)
                 loss[order[0]] = math.inf
                 continue
-            loss.update(_single_losses(ev, current, again, stage))
+            loss.update(_single_losses(ev, now, current, again, stage, judge))
             fresh.update(again)
             continue
-        current, fresh, screened = lowered(accepted), set(), set()
-        for i in order[:accepted]:
+        n = sizes[accepted]
+        current, now, fresh, screened = lowered(n), judged[accepted], set(), set()
+        for i in order[:n]:
             loss.pop(i)  # its next level down is not measured yet
-        logger.info("tune: pruning: %d unit(s) one level lower, %d raised", accepted, len(space.raised(current, floor)))
+        logger.info("tune: pruning: %d unit(s) one level lower, %d raised", n, len(space.raised(current, floor)))
     return current

@@ -215,7 +215,7 @@ def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_woul
     upper = space.upper()
     target = parse_target(f"cosine>={_plain(space.apply(ir.clone(), upper)) - 2e-5!r}")
     ev = Evaluator(base, space, target, EVAL, progress=False)
-    pruned = prune(ev, upper, space.start(), recheck=math.inf)  # every unit measured at the end
+    pruned = prune(ev, upper, space.start(), recheck=math.inf, chance_gains=True)  # every unit measured at the end
     assert ev.met(pruned) and space.cost(pruned) < space.cost(upper)
     assert target.met(_plain_score(space.apply(ir.clone(), pruned)))  # checked by a plain run too
     for entry in ev.history:  # every configuration pruning moved to was measured to meet the target
@@ -224,6 +224,29 @@ def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_woul
         lower = pruned.with_levels({i: pruned.levels[i] - 1})
         assert not target.met(_plain_score(space.apply(ir.clone(), lower)))
     ev.close()
+
+
+@pytest.mark.parametrize("method", ["percentile", "mse"])
+def test_pruning_banks_no_chance_gain_so_the_target_holds_with_each_sample_capped_at_where_it_started(method):
+    ir = _calibrated(method)
+    space = Space(ir, get_profile("nash-e"))
+    base, upper = space.apply(ir.clone(), space.start()), space.upper()
+    before = _plain_score(space.apply(ir.clone(), upper))
+    target = parse_target(f"cosine>={before.mean - 2e-5!r}")
+
+    def capped(config) -> Score:  # each sample no better than before pruning: chance gains taken out
+        after = _plain_score(space.apply(ir.clone(), config))
+        values = [min(a, b) for a, b in zip(before.samples, after.samples)]
+        return Score(float(np.mean(values)), tuple(values))
+
+    results = {}
+    for chance_gains in (False, True):
+        ev = Evaluator(base, space, target, EVAL, progress=False)
+        results[chance_gains] = prune(ev, upper, space.start(), chance_gains=chance_gains)
+        ev.close()
+    assert target.met(capped(results[False])) and space.cost(results[False]) < space.cost(upper)
+    assert not target.met(capped(results[True]))  # banking them, the target is met only thanks to luck on some samples
+    assert space.cost(results[True]) < space.cost(results[False])
 
 
 def test_pruning_with_a_screen_measures_fewer_configurations_on_every_sample_and_still_meets_the_target():
