@@ -26,7 +26,7 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.data import model_samples
-from qir.errors import InputError, QirError
+from qir.errors import InputError
 from qir.graph import QIR
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
 from qir.runtimes.engine.cluster import Cluster, executor_for
@@ -184,14 +184,16 @@ def search_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples
         return [got[i] for i in range(len(samples))], samples
     shares = RankShares(executor, samples, [len(d) for d in everyone])
     own: list[Score] | None = []
-    failure = None
+    failure = mine = None
     try:
         for sample in samples:
             own.append(search.score(sample))
             tick()
-    except QirError as exc:  # the other ranks stop with it rather than wait for this one
-        own, failure = None, ("error", type(exc).__name__, str(exc))
+    except Exception as exc:  # any error: the other ranks stop with it rather than wait for this one
+        own, failure, mine = None, ("error", type(exc).__name__, str(exc)), exc
     gathered = executor.gather((own, failure))
+    if mine is not None:
+        raise mine
     for r, (_, error) in enumerate(gathered):
         if error:
             raise_remote(error, executor.where(r))

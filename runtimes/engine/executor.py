@@ -150,5 +150,6 @@ def raise_remote(message: tuple, where: str) -> None:
     """Raise a worker's ``error`` message as the qir error it was, naming the worker."""
     _, kind, text = message
     cls = getattr(errors, kind, None)
-    cls = cls if isinstance(cls, type) and issubclass(cls, QirError) else QirError
-    raise cls(f"{where}: {text}")
+    if isinstance(cls, type) and issubclass(cls, QirError):
+        raise cls(f"{where}: {text}")
+    raise QirError(f"{where}: {kind}: {text}")  # not qir's: its kind says what it was
