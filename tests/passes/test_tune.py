@@ -14,7 +14,7 @@ import qir
 from qir import metrics as qmetrics
 from qir.errors import InputError
 from qir.passes import get_pass
-from qir.passes.lib.tune_eval import Evaluator
+from qir.passes.lib.tune_eval import WHOLE_FROM, Evaluator
 from qir.passes.lib.tune_search import prune
 from qir.passes.lib.tune_space import Space
 from qir.passes.lib.tune_target import SYNTAX, Score, Target, parse_target
@@ -206,6 +206,28 @@ def test_when_all_int16_just_misses_a_few_int16_weights_are_the_reference_not_al
     assert report["reached"] and report["verification"]["agrees"], report["verification"]
     assert report["final"]["cost"] <= reference["cost"]
     assert parse_target(report["target"]).met(_plain_score(result.ir))  # the tuned IR itself, run whole
+
+
+@pytest.mark.parametrize("metric", ["cosine-similarity", "mse"])
+def test_configurations_far_from_the_reference_run_whole_and_score_what_the_engine_and_a_plain_run_score(metric):
+    ir = _calibrated("percentile")
+    space = Space(ir, get_profile("nash-e"))
+    base = space.apply(ir.clone(), space.start())
+    threshold = 0.5 if metric == "cosine-similarity" else 1.0
+    target = parse_target(f"{metric}{'>=' if metric == 'cosine-similarity' else '<='}{threshold}")
+    configs = [space.upper(), space.level_named(space.start(), "int16"), space.ceiling()]
+    whole = Evaluator(base, space, target, EVAL, progress=False)
+    assert all(whole._units_changed(c, None) > WHOLE_FROM for c in configs)  # these run whole
+    got = whole.score(configs, "test")
+    engine = Evaluator(base, space, target, EVAL, progress=False)
+    by_engine = engine._engine_scores(configs, "test")
+    for config, w, e in zip(configs, got, by_engine):
+        plain = _plain_score(space.apply(ir.clone(), config), metric)
+        for other in (e, plain):
+            assert w.mean == pytest.approx(other.mean, rel=1e-5, abs=1e-9)
+            assert np.allclose(w.samples, other.samples, rtol=1e-4, atol=1e-9)
+    for ev in (whole, engine):
+        ev.close()
 
 
 def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_would_miss():
