@@ -141,6 +141,16 @@ def _single_losses(ev: Evaluator, current: Score, config: Config, units: Sequenc
     return {i: target.gain(current, s) if target.met(s) else math.inf for i, s in zip(units, judged)}
 
 
+def _prefix_sizes(losses: Sequence[float], margin: float, fractions: Sequence[float] = (0.5, 0.75, 1.0)) -> set[int]:
+    """For each fraction, the longest prefix of ``losses`` whose sum (a negative loss counted as
+    none) is within that fraction of ``margin``."""
+    total, longest = 0.0, {}
+    for n, value in enumerate(losses, 1):
+        total += max(value, 0.0)
+        longest.update({f: n for f in fractions if total <= f * margin})
+    return set(longest.values())
+
+
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
           recheck: float = 2.0, prior: Mapping[int, float] | None = None, max_rounds: int = 200,
           screen: Screen | None = None, chance_gains: bool = False) -> Config:
@@ -190,11 +200,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         cost = space.cost(current)
         saving = {i: cost - space.cost(space.move(current, {i: current.levels[i] - 1})) for i in order}
         order.sort(key=lambda i: -saving[i] / max(loss[i], 1e-12))
-        total, sizes = 0.0, {1, len(order)}
-        for n, i in enumerate(order, 1):
-            total += loss[i]
-            sizes |= {n for f in (0.5, 0.75, 1.0) if total <= f * margin}
-        sizes = sorted(sizes)
+        sizes = sorted({1, len(order), *_prefix_sizes([loss[i] for i in order], margin)})
 
         def lowered(n: int) -> Config:
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})

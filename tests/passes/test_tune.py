@@ -15,7 +15,7 @@ from qir import metrics as qmetrics
 from qir.errors import InputError
 from qir.passes import get_pass
 from qir.passes.lib.tune_eval import WHOLE_FROM, Evaluator
-from qir.passes.lib.tune_search import prune
+from qir.passes.lib.tune_search import _prefix_sizes, prune
 from qir.passes.lib.tune_space import Space
 from qir.passes.lib.tune_target import SYNTAX, Score, Target, parse_target
 from qir.passes.tune import STAGES
@@ -246,6 +246,13 @@ def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_woul
         lower = pruned.with_levels({i: pruned.levels[i] - 1})
         assert not target.met(_plain_score(space.apply(ir.clone(), lower)))
     ev.close()
+
+
+def test_pruning_tries_the_longest_prefix_within_each_share_of_the_margin():
+    assert _prefix_sizes([0.1, 0.1, 0.1, 0.1], 0.4) == {2, 3, 4}  # 0.5, 0.75 and all of the margin
+    assert _prefix_sizes([-0.5, 0.1, 0.1, 0.1, 0.1], 0.4) == {3, 4, 5}  # a negative loss counts as none
+    assert _prefix_sizes([0.0] * 300, 1e-4) == {300}  # one size per share, not every size that fits
+    assert _prefix_sizes([1.0], 0.5) == set()
 
 
 @pytest.mark.parametrize("method", ["percentile", "mse"])
