@@ -36,10 +36,11 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    is one unit short of the one that meets, so :data:`GREEDY_ROUNDS_PAST_RATIO` rounds look for
    a cheaper way past it.
 6. **Backward pruning** (:func:`.lib.tune_search.prune`): each raised unit back down while the
-   target holds, a lowered configuration counting no sample better than before (a lowering that
-   improves a sample does so by chance, and that luck must not pay for real losses elsewhere:
-   on other samples it is not there). Stale single losses are estimated again on the bad cases
-   first (the screen), on every sample only when that proves too hopeful.
+   target holds, a lowered configuration counting each sample's change, up or down, as a loss
+   (a lowering that improves a sample does so by chance, and chance of that size can as well
+   lower another sample: luck on some samples must not pay for losses elsewhere). Stale single
+   losses are estimated again on the bad cases first (the screen), on every sample only when
+   that proves too hopeful.
 7. **Attribution**: each change of the result undone alone (on the sensitivity samples), the
    loss is its measured gain; each change's reason is ``clipping`` (a fixed threshold),
    ``rounding`` (raised by the ratio search, in sensitivity order) or ``interaction`` (added by
