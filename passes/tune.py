@@ -334,32 +334,33 @@ class TunePass(Pass):
 
     def _attribute(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> dict[str, Any]:
         """The measured gain of each change of the result: the loss when it alone is undone. Fixed
-        thresholds that gain nothing there are dropped together, when that keeps the result as
-        good (meeting the target, or no worse when it is not reached), and the gains measured again."""
-        self._gains(ev, space, found)
-        useless = {name: None for name, _ in found["final"].thresholds if found["gains"][("threshold", name)] <= 0}
+        thresholds that gain nothing there are dropped together first, when that keeps the result
+        as good (meeting the target, or no worse when it is not reached); then every gain is
+        measured on the result."""
+        final = found["final"]
+        gains = self._gains(ev, space, final, found, units=False)
+        useless = {name: None for name, _ in final.thresholds if gains[("threshold", name)] <= 0}
         if useless:
-            final = found["final"]
             trimmed = final.with_thresholds(useless)
             score = ev.score([trimmed], "attribution", final)[0]
-            keep = ev.target.met(score) if found["reached"] else ev.target.gain(score, ev.memo[final]) >= 0
-            if keep:
+            if ev.target.met(score) if found["reached"] else ev.target.gain(score, ev.memo[final]) >= 0:
                 found["final"] = trimmed
-                self._gains(ev, space, found)
+        found["score"] = ev.score([found["final"]], "attribution")[0]
+        found["gains"] = self._gains(ev, space, found["final"], found)
         return found
 
-    def _gains(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> None:
-        """Each change's gain, on the sensitivity samples (the bad cases) when they were chosen."""
-        final, start = found["final"], found["plain_start"]
-        raised = space.raised(final, start)
-        undo = [space.move(final, {i: start.levels[i]}) for i in raised]
+    def _gains(self, ev: Evaluator, space: Space, final: Config, found: dict[str, Any], units: bool = True) -> dict:
+        """``("unit", i)`` / ``("threshold", name)`` -> the gain of each change of ``final`` (only its
+        thresholds unless ``units``), on the sensitivity samples (the bad cases) when they were chosen."""
+        raised = space.raised(final, found["plain_start"]) if units else []
+        undo = [space.move(final, {i: found["plain_start"].levels[i]}) for i in raised]
         unthreshold = [final.with_thresholds({name: None}) for name, _ in final.thresholds]
-        found["score"] = ev.score([final], "attribution")[0]
         scores = self._on_bad_cases(ev, space, found.get("sensitivity_samples"), [final] + undo + unthreshold,
                                     "attribution", around=final)
-        found["gains"] = {("unit", i): ev.target.gain(scores[0], s) for i, s in zip(raised, scores[1:])}
-        found["gains"].update({("threshold", name): ev.target.gain(scores[0], s)
-                               for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})
+        gains = {("unit", i): ev.target.gain(scores[0], s) for i, s in zip(raised, scores[1:])}
+        gains.update({("threshold", name): ev.target.gain(scores[0], s)
+                      for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})
+        return gains
 
 
 def _integer_gap(target: Target, checked: dict[str, Any] | None) -> float | None:
