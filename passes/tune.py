@@ -23,13 +23,15 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    allowed; else the ceiling), when that meets for less than the bound (all-int16 often just
    misses, and int16 weights on a few GEMMs cost far less than on all); else that bound.
    **Sensitivity**: each unit is lowered alone from the reference to its start level; the loss
-   ranks the units. Both rankings run on the few evaluation samples the configuration they start
-   from scores worst (the bad cases; a ranking only orders a search, which measures every step
-   on all samples).
+   ranks the units, each sample's change counted as a loss whichever way it went (step 6 says
+   why: a unit whose lowering happens to help the bad cases must not rank last). Both rankings
+   run on the few evaluation samples the configuration they start from scores worst (the bad
+   cases; a ranking only orders a search, which measures every step on all samples).
 4. **Ratio search** (:func:`.lib.tune_search.ratio_search`): the guide's binary search on the
    share of units raised to their reference level (int16 when all-int16 meets the target), in
    sensitivity order. Raising the few units that need dual int16 or fp16 straight there costs
-   less than raising nearly all to int16 and adding them after.
+   less than raising nearly all to int16 and adding them after. Steps 4 to 6 judge every
+   configuration below the reference by the reference's score less each sample's change.
 5. **Greedy refinement with lazy re-scoring** (:func:`.lib.tune_search.greedy`): from the largest
    failing configuration of the ratio search, the moves (one unit one level up, to at most its
    reference level) with the best gain per cost, re-measured a few at a time. That configuration
@@ -72,7 +74,7 @@ from qir.passes.layer_compare import CLIP_SQNR_DB
 from qir.passes.lib.tune_clip import clipping_fixes
 from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_report import summarize
-from qir.passes.lib.tune_search import greedy, prune, ratio_search
+from qir.passes.lib.tune_search import changes_as_losses, greedy, prune, ratio_search
 from qir.passes.lib.tune_space import Config, Space
 from qir.passes.lib.tune_target import Score, Target, parse_target
 from qir.passes.lib.tune_verify import check_unseen, verify
@@ -205,25 +207,29 @@ class TunePass(Pass):
         loss = self._sensitivity(ev, space, reference, found)
         stages.update(1)
         order = sorted(loss, key=lambda i: -loss[i])
+
+        def counted(score: Score) -> Score:  # a configuration below the reference: each sample's change a loss
+            return changes_as_losses(ev.target, ev.memo[reference], score)
         met, below, _ = ratio_search(ev, found["start"], order, {i: reference.levels[i] for i in order},
-                                     points=self.points)
+                                     points=self.points, counted=counted)
         found.update(order=order, loss=loss, ratio_config=met if met is not None else below)
         stages.update(1)
         # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference;
         # that ratio is one unit short of the one that meets, so a cheaper way is one or two moves: more rounds
         # only cost time (each measures `batch` moves on every sample)
         rounds = min(self.max_rounds, GREEDY_ROUNDS_PAST_RATIO) if met is not None else self.max_rounds
-        refined = greedy(ev, below, loss, batch=self.batch, max_rounds=rounds,
+        refined = greedy(ev, below, loss, batch=self.batch, max_rounds=rounds, counted=counted,
                          allowed=lambda i, k: k <= reference.levels[i], budget=space.cost(met) if met else math.inf)
         found["greedy_config"] = refined
-        meeting = [c for c in (met, refined, found["ceiling_met"]) if c is not None and ev.met(c)]
+        meeting = [c for c in (met, refined) if c is not None and ev.target.met(counted(ev.memo[c]))]
+        meeting += [found["ceiling_met"]] if found["ceiling_met"] is not None else []
         stages.update(1)
         if not meeting:  # the ceiling met it but the refinement did not get there
             found["reached"] = False
             found["final"] = found["best"]
             stages.update(1)
             return self._attribute(ev, space, found)
-        found["final"] = prune(ev, min(meeting, key=space.cost), found["start"], prior=loss,
+        found["final"] = prune(ev, min(meeting, key=space.cost), found["start"], prior=loss, counted=counted,
                                max_rounds=self.max_rounds, screen=self._screen(ev, space))
         found["reached"] = True
         stages.update(1)
@@ -306,7 +312,7 @@ class TunePass(Pass):
         lowered = [space.move(reference, {i: 0}) for i in units]
         found["sensitivity_samples"] = picked = self._bad_cases(ev, reference)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
-        return {i: ev.target.gain(scores[0], s) for i, s in zip(units, scores[1:])}
+        return {i: ev.target.gain(scores[0], changes_as_losses(ev.target, scores[0], s)) for i, s in zip(units, scores[1:])}
 
     def _screen(self, ev: Evaluator, space: Space):
         """Pruning's screen (:func:`.lib.tune_search.prune`): single losses estimated on the

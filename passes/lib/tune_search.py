@@ -35,16 +35,21 @@ __all__ = ["ratio_search", "greedy", "prune", "spread", "changes_as_losses"]
 logger = logging.getLogger(__name__)
 
 
+def _as_measured(score: Score) -> Score:
+    return score
+
+
 def spread(lo: int, hi: int, points: int) -> list[int]:
     """Up to ``points`` integers spread evenly over the open interval ``(lo, hi)``."""
     return sorted({lo + round((hi - lo) * j / (points + 1)) for j in range(1, points + 1)} - {lo, hi})
 
 
 def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mapping[int, int], *,
-                 points: int = 7) -> tuple[Config | None, Config, int | None]:
+                 points: int = 7, counted: Callable[[Score], Score] = _as_measured) -> tuple[Config | None, Config, int | None]:
     """The smallest ``k`` whose ``config(k)`` (``base`` with ``order[:k]`` raised to their ``step``
     level) meets the target: ``(config(k) or None, the largest failing config below it, k)``.
-    ``base`` itself must miss the target."""
+    ``base`` itself must miss the target. ``counted``: the score a configuration counts at
+    against the target (default: as measured)."""
     def config(k: int) -> Config:
         return ev.space.move(base, {i: max(base.levels[i], step[i]) for i in order[:k]})
 
@@ -53,7 +58,7 @@ def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mappin
     ks = sorted(set(spread(0, n, points - 1)) | {n})
     while ks:
         scores = ev.score([config(k) for k in ks], "ratio search", config(lo))
-        met = [k for k, s in zip(ks, scores) if ev.target.met(s)]
+        met = [k for k, s in zip(ks, scores) if ev.target.met(counted(s))]
         if met:
             hi = min(met)
             lo = max([lo] + [k for k in ks if k < hi])
@@ -67,19 +72,20 @@ def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mappin
 
 
 def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed: Callable[[int, int], bool],
-           batch: int = 8, max_rounds: int = 200, stage: str = "greedy", budget: float = math.inf) -> Config:
+           batch: int = 8, max_rounds: int = 200, stage: str = "greedy", budget: float = math.inf,
+           counted: Callable[[Score], Score] = _as_measured) -> Config:
     """Raise units one level at a time until ``config`` meets the target (see the module
     docstring); ``prior``: unit -> an estimate of its gain (its sensitivity), ``allowed(unit,
     level)``: whether that move may be made; ``budget``: the cost of a configuration known to
     meet the target (the search stops once no move can stay cheaper). Returns the last
     configuration (it may miss the target when no move helps any more, the budget is spent or
-    ``max_rounds`` is reached)."""
+    ``max_rounds`` is reached). ``counted``: as in :func:`ratio_search`."""
     space, target = ev.space, ev.target
     priority: dict[int, float] = {}
     current = config
     for _ in range(max_rounds):
         score = ev.score([current], stage)[0]
-        if target.met(score):
+        if target.met(counted(score)):
             break
         moves = [i for i in range(len(space.units))
                  if current.levels[i] + 1 < len(space.units[i].levels) and allowed(i, current.levels[i] + 1)]
@@ -96,7 +102,7 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
         scores = ev.score(configs, stage, config)  # (around where it started: one engine for every round)
         for i, s in zip(tried, scores):
             priority[i] = target.gain(s, score) / added[i]
-        meeting = [(added[i], c) for i, c, s in zip(tried, configs, scores) if target.met(s)]
+        meeting = [(added[i], c) for i, c, s in zip(tried, configs, scores) if target.met(counted(s))]
         if meeting:
             return min(meeting, key=lambda m: m[0])[1]
         best = max(tried, key=lambda i: priority[i])
@@ -154,7 +160,8 @@ def _prefix_sizes(losses: Sequence[float], margin: float, fractions: Sequence[fl
 
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
           recheck: float = 2.0, prior: Mapping[int, float] | None = None, max_rounds: int = 200,
-          screen: Screen | None = None, as_measured: bool = False) -> Config:
+          screen: Screen | None = None, as_measured: bool = False,
+          counted: Callable[[Score], Score] = _as_measured) -> Config:
     """Lower raised units while the target holds (see the module docstring); ``config`` must meet
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
@@ -167,7 +174,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     A lowered configuration counts at :func:`changes_as_losses` of the one it was lowered from
     (each sample's change a loss), unless ``as_measured``: so the target is met with every sample
     at most as good as in ``config`` less the size of its change, without luck on some samples
-    paying for losses on others (the result's own score is at least that).
+    paying for losses on others (the result's own score is at least that). ``counted``: the score
+    ``config`` itself counts at (it may be lowered from a configuration before it too).
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
     measuring every raised unit first. ``screen``: stale losses are measured again there first
     (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
@@ -180,7 +188,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         return child if as_measured else changes_as_losses(target, parent, child)
 
     current = config
-    now = ev.score([current], stage)[0]  # `current` as it counts
+    now = counted(ev.score([current], stage)[0])  # `current` as it counts
     raised = space.raised(current, floor)
     loss = {i: prior[i] for i in raised if prior is not None and i in prior}
     unknown = [i for i in raised if i not in loss]

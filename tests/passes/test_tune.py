@@ -15,7 +15,7 @@ from qir import metrics as qmetrics
 from qir.errors import InputError
 from qir.passes import get_pass
 from qir.passes.lib.tune_eval import WHOLE_FROM, Evaluator
-from qir.passes.lib.tune_search import _prefix_sizes, prune
+from qir.passes.lib.tune_search import _prefix_sizes, changes_as_losses, prune, ratio_search
 from qir.passes.lib.tune_space import Space
 from qir.passes.lib.tune_target import SYNTAX, Score, Target, parse_target
 from qir.passes.tune import STAGES
@@ -276,6 +276,26 @@ def test_pruning_counts_each_samples_change_as_a_loss_so_no_luck_pays_for_the_ta
     assert target.met(as_losses(results[False])) and space.cost(results[False]) < space.cost(upper)
     assert not target.met(as_losses(results[True]))  # as measured, the target is met thanks to luck on some samples
     assert space.cost(results[True]) < space.cost(results[False])
+
+
+def test_the_ratio_search_judged_by_changes_as_losses_raises_at_least_as_many_and_holds_so():
+    ir = _calibrated("mse")
+    space = Space(ir, get_profile("nash-e"))
+    base, upper = space.apply(ir.clone(), space.start()), space.upper()
+    before = _plain_score(space.apply(ir.clone(), upper))
+    target = parse_target(f"cosine>={before.mean - 5e-5!r}")
+    order = [i for i in space.searchable() if upper.levels[i] > 0]
+    ev = Evaluator(base, space, target, EVAL, progress=False)
+    ref = ev.score([upper], "test")[0]
+    found = {}
+    for name, counted in (("measured", lambda s: s), ("as losses", lambda s: changes_as_losses(target, ref, s))):
+        found[name] = ratio_search(ev, space.start(), order, {i: upper.levels[i] for i in order}, counted=counted)
+    ev.close()
+    met, _, k = found["as losses"]
+    assert met is not None and k >= found["measured"][2]
+    after = _plain_score(space.apply(ir.clone(), met))  # run whole: each sample's change from the upper bound a loss
+    values = [b - abs(a - b) for a, b in zip(after.samples, before.samples)]
+    assert target.met(Score(float(np.mean(values)), tuple(values)))
 
 
 def test_pruning_with_a_screen_measures_fewer_configurations_on_every_sample_and_still_meets_the_target():
