@@ -34,6 +34,9 @@ __all__ = ["ratio_search", "greedy", "prune", "spread", "changes_as_losses"]
 
 logger = logging.getLogger(__name__)
 
+#: Standard errors of the mean loss a lowering is charged on top of it (:func:`changes_as_losses`).
+CHANCE_Z = 2.0
+
 
 def _as_measured(score: Score) -> Score:
     return score
@@ -119,32 +122,40 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
 Screen = Callable[[Config, Sequence[Config]], tuple[Score, list[Score]]]
 
 
-def changes_as_losses(target: Target, parent: Score, child: Score) -> Score:
-    """``child`` (a configuration with some units one level lower than ``parent``) with each
-    sample's change from ``parent``, up or down, counted as a loss of its size: more quantization
-    noise makes no sample better in expectation, so where a lowering improves a sample it is
-    chance (errors happening to cancel), and chance that moved one sample up by some amount can
-    move another, unseen, down by as much. (On PP-OCRv4 det, int8 at the stem's output raised one
-    of 16 evaluation images by 0.016 and lowered none by more than 0.007, mean change about 0;
-    on 16 other images it lowered one by 0.062.) NaN stays NaN."""
+def changes_as_losses(target: Target, parent: Score, child: Score, counted: Score | None = None) -> Score:
+    """``child`` (a configuration with some units lower than ``parent``, both as measured) as it
+    counts: ``counted`` (``parent`` as it counts; default ``parent``) less each sample's loss from
+    ``parent`` to ``child`` and less a chance margin, :data:`CHANCE_Z` standard errors of the mean
+    loss, on every sample. More quantization noise makes no sample better in expectation: where a
+    lowering improves a sample it is chance (errors happening to cancel), and chance that moved
+    one sample up can move another, unseen, down as far. On a few samples the mean loss hides
+    that; the margin (the upper confidence bound of the loss) does not, and it shrinks as samples
+    are added. (On PP-OCRv4 det, int8 at the stem's output raised one of 16 evaluation images by
+    0.016, mean change about 0; on 16 other images it lowered one by 0.062.) Applied step after
+    step, the margins add up at least to the margin of the whole change. NaN stays NaN."""
     sign = 1.0 if target.higher_is_better else -1.0
-    values = tuple(c if p != p or c != c else p - sign * abs(c - p) for p, c in zip(parent.samples, child.samples))
-    finite = [v for v in values if v == v]
-    return Score(float(np.mean(finite)) if finite else math.nan, values)
+    base = counted if counted is not None else parent
+    losses = [sign * (p - c) if p == p and c == c else math.nan for p, c in zip(parent.samples, child.samples)]
+    finite = [x for x in losses if x == x]
+    chance = CHANCE_Z * float(np.std(finite, ddof=1)) / math.sqrt(len(finite)) if len(finite) > 1 else 0.0
+    values = tuple(b - sign * (x + chance) if x == x else math.nan for b, x in zip(base.samples, losses))
+    kept = [v for v in values if v == v]
+    return Score(float(np.mean(kept)) if kept else math.nan, values)
 
 
 def _single_losses(ev: Evaluator, current: Score, config: Config, units: Sequence[int], stage: str,
-                   judge: Callable[[Score, Score], Score], screen: Screen | None = None) -> dict[int, float]:
-    """Unit -> the metric lost when it alone goes one level down from ``config`` (scored
+                   judge: Callable[[Score, Score, Score], Score], screen: Screen | None = None) -> dict[int, float]:
+    """Unit -> the metric lost when it alone goes one level down from ``config`` (counted at
     ``current``; inf: that misses the target), measured in one call on every sample, or estimated
     on ``screen``'s (never inf then: a few samples cannot say whether the target is met).
-    ``judge(parent, child)``: the score a lowered configuration counts at."""
+    ``judge(counted parent, measured parent, child)``: the score a lowered configuration counts at."""
     space, target = ev.space, ev.target
     singles = [space.move(config, {i: config.levels[i] - 1}) for i in units]
     if screen is not None:
         now, scores = screen(config, singles)
-        return {i: target.gain(now, judge(now, s)) for i, s in zip(units, scores)}
-    judged = [judge(current, s) for s in ev.score(singles, stage, config)]
+        return {i: target.gain(now, judge(now, now, s)) for i, s in zip(units, scores)}
+    measured = ev.score([config], stage)[0]
+    judged = [judge(current, measured, s) for s in ev.score(singles, stage, config)]
     return {i: target.gain(current, s) if target.met(s) else math.inf for i, s in zip(units, judged)}
 
 
@@ -172,9 +183,9 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
     about independently, so one well beyond it cannot fit; ``math.inf``: measure them all).
     A lowered configuration counts at :func:`changes_as_losses` of the one it was lowered from
-    (each sample's change a loss), unless ``as_measured``: so the target is met with every sample
-    at most as good as in ``config`` less the size of its change, without luck on some samples
-    paying for losses on others (the result's own score is at least that). ``counted``: the score
+    (its loss there and a chance margin), unless ``as_measured``: so the target is met by the
+    result as measured less the upper confidence bound of its loss since ``config``, without luck
+    on some samples paying for losses on others. ``counted``: the score
     ``config`` itself counts at (it may be lowered from a configuration before it too).
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
     measuring every raised unit first. ``screen``: stale losses are measured again there first
@@ -184,8 +195,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     like every one before it)."""
     space, target = ev.space, ev.target
 
-    def judge(parent: Score, child: Score) -> Score:
-        return child if as_measured else changes_as_losses(target, parent, child)
+    def judge(counted_parent: Score, parent: Score, child: Score) -> Score:
+        return child if as_measured else changes_as_losses(target, parent, child, counted_parent)
 
     current = config
     now = counted(ev.score([current], stage)[0])  # `current` as it counts
@@ -215,7 +226,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         def lowered(n: int) -> Config:
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
 
-        judged = [judge(now, s) for s in ev.score([lowered(n) for n in sizes], stage, current)]
+        measured = ev.score([current], stage)[0]
+        judged = [judge(now, measured, s) for s in ev.score([lowered(n) for n in sizes], stage, current)]
         accepted = max((k for k, s in enumerate(judged) if target.met(s)), key=lambda k: sizes[k], default=None)
         if accepted is None:  # stale or estimated losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]
