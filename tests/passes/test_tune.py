@@ -231,12 +231,18 @@ def test_configurations_far_from_the_reference_run_whole_and_score_what_the_engi
         ev.close()
 
 
-def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_would_miss():
-    ir = _calibrated("percentile")
+def _pruning_case(method: str = "percentile"):
+    """The digits model calibrated with ``method``, its space, the start as an IR, the upper bound
+    and a target just below the upper bound's score: pruning has room, but not much."""
+    ir = _calibrated(method)
     space = Space(ir, get_profile("nash-e"))
-    base = space.apply(ir.clone(), space.start())
     upper = space.upper()
     target = parse_target(f"cosine>={_plain(space.apply(ir.clone(), upper)) - 2e-5!r}")
+    return ir, space, space.apply(ir.clone(), space.start()), upper, target
+
+
+def test_pruning_never_leaves_the_target_unmet_and_stops_where_any_lowering_would_miss():
+    ir, space, base, upper, target = _pruning_case()
     ev = Evaluator(base, space, target, EVAL, progress=False)
     pruned = prune(ev, upper, space.start(), recheck=math.inf, as_measured=True)  # every unit measured at the end
     assert ev.met(pruned) and space.cost(pruned) < space.cost(upper)
@@ -311,11 +317,7 @@ def test_the_ratio_search_judged_with_chance_margins_raises_at_least_as_many_and
 
 
 def test_pruning_with_a_screen_measures_fewer_configurations_on_every_sample_and_still_meets_the_target():
-    ir = _calibrated("percentile")
-    space = Space(ir, get_profile("nash-e"))
-    base = space.apply(ir.clone(), space.start())
-    upper = space.upper()
-    target = parse_target(f"cosine>={_plain(space.apply(ir.clone(), upper)) - 2e-5!r}")
+    ir, space, base, upper, target = _pruning_case()
     every, full, few = (Evaluator(base, space, target, samples, progress=False) for samples in (EVAL, EVAL, EVAL[:4]))
     screened = []
 
