@@ -23,25 +23,25 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    allowed; else the ceiling), when that meets for less than the bound (all-int16 often just
    misses, and int16 weights on a few GEMMs cost far less than on all); else that bound.
    **Sensitivity**: each unit is lowered alone from the reference to its start level; the loss
-   ranks the units, with its chance margin (step 6 says why: a unit whose lowering happens to
-   help the bad cases must not rank last). Both rankings
+   ranks the units, each sample's change counted as a loss (step 6 says why: a unit whose
+   lowering happens to help the bad cases must not rank last). Both rankings
    run on the few evaluation samples the configuration they start from scores worst (the bad
    cases; a ranking only orders a search, which measures every step on all samples).
 4. **Ratio search** (:func:`.lib.tune_search.ratio_search`): the guide's binary search on the
    share of units raised to their reference level (int16 when all-int16 meets the target), in
    sensitivity order. Raising the few units that need dual int16 or fp16 straight there costs
    less than raising nearly all to int16 and adding them after. Steps 4 to 6 judge every
-   configuration below the reference by the reference's score less its loss and chance margin.
+   configuration below the reference by the reference's score less each sample's change.
 5. **Greedy refinement with lazy re-scoring** (:func:`.lib.tune_search.greedy`): from the largest
    failing configuration of the ratio search, the moves (one unit one level up, to at most its
    reference level) with the best gain per cost, re-measured a few at a time. That configuration
    is one unit short of the one that meets, so :data:`GREEDY_ROUNDS_PAST_RATIO` rounds look for
    a cheaper way past it.
 6. **Backward pruning** (:func:`.lib.tune_search.prune`): each raised unit back down while the
-   target holds, a lowered configuration counting its loss plus a chance margin, two standard
-   errors of the mean loss (:func:`.lib.tune_search.changes_as_losses`: a lowering that improves
-   a sample does so by chance, and chance of that size can as well lower another sample; luck on
-   a few samples must not pay for losses elsewhere; the margin shrinks as samples are added).
+   target holds, a lowered configuration counting each sample's change, up or down, as a loss
+   (:func:`.lib.tune_search.changes_as_losses`: a lowering that improves a sample does so by
+   chance, and chance of that size can as well lower an unseen image; luck on a few samples must
+   not pay for losses elsewhere).
    Stale single losses are estimated again on the bad cases first (the screen), on every sample
    only when that proves too hopeful.
 7. **Attribution**: each change of the result undone alone (on the sensitivity samples), the
