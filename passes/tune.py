@@ -364,9 +364,11 @@ class TunePass(Pass):
         unthreshold = [final.with_thresholds({name: None}) for name, _ in final.thresholds]
         scores = self._on_bad_cases(ev, space, found.get("sensitivity_samples"), [final] + undo + unthreshold,
                                     "attribution", around=final)
-        gains = {("unit", i): ev.target.gain(scores[0], s) for i, s in zip(raised, scores[1:])}
-        gains.update({("threshold", name): ev.target.gain(scores[0], s)
-                      for (name, _), s in zip(final.thresholds, scores[1 + len(undo):])})
+        keys = [("unit", i) for i in raised] + [("threshold", name) for name, _ in final.thresholds]
+        gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
+        if units:  # and as the search counts a change: each sample's change a loss
+            found["per_image"] = {k: ev.target.gain(scores[0], changes_as_losses(ev.target, scores[0], s))
+                                  for k, s in zip(keys, scores[1:])}
         return gains
 
 

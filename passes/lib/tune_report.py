@@ -54,7 +54,9 @@ def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
 
 def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per raised unit (its fixed threshold, if any, shown with it) and per fixed
-    threshold of a unit left at its start level; ``gain``: the loss when it alone is undone."""
+    threshold of a unit left at its start level; ``gain``: the loss when it alone is undone;
+    ``per_image``: the same with each sample's change counted as a loss, as the search counts it
+    (a raise whose mean gain is about nothing can still keep single images from moving far)."""
     space, final, start = ev.space, found["final"], found["plain_start"]
     order, ratio = found.get("order") or [], found.get("ratio_config")
     rank = {i: r + 1 for r, i in enumerate(order)}
@@ -67,7 +69,8 @@ def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
         at = f" @ threshold {thresholds[u.name]:.6g}" if u.name in thresholds else ""
         rows.append({"node": u.name, "change": f"{u.levels[start.levels[i]]} -> {level}{at}",
                      "reason": "rounding" if ratio is not None and final.levels[i] <= ratio.levels[i] else "interaction",
-                     "gain": found["gains"][("unit", i)], "sensitivity_rank": rank.get(i),
+                     "gain": found["gains"][("unit", i)], "per_image": found["per_image"][("unit", i)],
+                     "sensitivity_rank": rank.get(i),
                      "threshold_gain": found["gains"].get(("threshold", u.name)),
                      "weights": list(u.weights) if TUNE_LEVELS[level][1] not in (None, "int8") else []})
     raised = {space.units[i].name for i in space.raised(final, start)}
@@ -76,7 +79,8 @@ def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         f = clip.get(name, {})
         rows.append({"node": name, "change": f"threshold {f.get('old_threshold', 0.0):.6g} -> {threshold:.6g}",
-                     "reason": "clipping", "gain": found["gains"][("threshold", name)], "threshold": threshold,
+                     "reason": "clipping", "gain": found["gains"][("threshold", name)],
+                     "per_image": found["per_image"][("threshold", name)], "threshold": threshold,
                      "clip_sqnr_db": f.get("clip_sqnr_db")})
     return sorted(rows, key=lambda r: -r["gain"])
 

@@ -158,6 +158,8 @@ def test_a_reachable_target_is_reached_verified_and_holds_in_a_plain_run():
     assert 0 < report["raised"] < report["searchable_units"]
     assert report["final"]["cost"] < report["all_int16"]["cost"]
     assert {c["reason"] for c in report["changes"]} <= {"rounding", "interaction", "clipping"}
+    # each sample's change counted as a loss is at least the mean loss, and never negative
+    assert all(c["per_image"] >= max(c["gain"], 0.0) - 1e-12 for c in report["changes"])
     assert report["pareto"] and all(report["history"][i]["mean"] == report["history"][i]["mean"]
                                     for i in report["pareto"])
 

@@ -101,9 +101,11 @@ def format_report(report: dict[str, Any]) -> str:
     on = ratio["sensitivity_samples"]
     wide = max([34] + [len(c["change"]) + 2 for c in r["changes"]])
     lines += ["", "== changes (gain: the metric lost when this change alone is undone" +
-              (f", on evaluation samples {on})" if on is not None else ")"),
-              f"  {'node':<48}{'change':<{wide}}{'reason':<13}{'gain':>12}"]
-    lines += [f"  {c['node']:<48}{c['change']:<{wide}}{c['reason']:<13}{c['gain']:>12.4g}" for c in r["changes"]]
+              (f", on evaluation samples {on}" if on is not None else "") +
+              "; per image: the same with each sample's change, up or down, counted as a loss, as the search counts it)",
+              f"  {'node':<48}{'change':<{wide}}{'reason':<13}{'gain':>12}{'per image':>12}"]
+    lines += [f"  {c['node']:<48}{c['change']:<{wide}}{c['reason']:<13}{c['gain']:>12.4g}{c['per_image']:>12.4g}"
+              for c in r["changes"]]
     ver = r.get("verification")
     if ver:
         lines += ["", "== verification", f"  {ver['runtime']}: mean {ver['mean']:.6g}, worst {ver['worst']:.6g} "
@@ -176,7 +178,7 @@ def _html(report: dict[str, Any], png: bytes) -> str:
     parts = [f"<h1>qir tune: {html.escape(report['target'])} on {html.escape(report['march'])}</h1>",
              f"<p><b>{html.escape(outcome(report))}</b></p>",
              f'<img alt="tune_curve.png" src="data:image/png;base64,{img}">',
-             "<h2>Changes</h2>", table(report["changes"], ["node", "change", "reason", "gain"]),
+             "<h2>Changes</h2>", table(report["changes"], ["node", "change", "reason", "gain", "per_image"]),
              "<h2>Reproduce</h2><pre>" + html.escape("\n".join(report.get("commands") or [])) + "</pre>",
              "<h2>Report</h2><pre>" + html.escape(text) + "</pre>"]
     style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
