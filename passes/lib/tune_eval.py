@@ -96,10 +96,12 @@ class Evaluator:
             self.calls += 1
             started = time.perf_counter()
             if self.engine:
-                near = [c for c in fresh if self._units_changed(c, around) <= WHOLE_FROM]
-                far = [c for c in fresh if c not in set(near)]
+                whole = self.engine_options.get("runtime", "ort") == "ort"  # (whole runs are onnxruntime's)
+                near = [c for c in fresh if not whole or self._units_changed(c, around) <= WHOLE_FROM]
+                engine_side = set(near)
+                far = [c for c in fresh if c not in engine_side]
                 scored = dict(zip(near, self._engine_scores(near, todo[near[0]], around) if near else []))
-                scored.update(zip(far, self._whole_scores(far)))
+                scored.update(zip(far, self._whole_scores(far) if far else []))
             else:
                 near, scored = [], dict(zip(fresh, self._plain_scores(fresh)))
             logger.debug("tune: %s%s: %d configuration(s) (%d whole) on %d sample(s) in %.1f s", self.prefix,

@@ -233,6 +233,18 @@ def test_configurations_far_from_the_reference_run_whole_and_score_what_the_engi
         ev.close()
 
 
+def test_on_the_numpy_runtime_far_configurations_stay_on_the_engine(monkeypatch):
+    ir = _calibrated("percentile")
+    space = Space(ir, get_profile("nash-e"))
+    ev = Evaluator(space.apply(ir.clone(), space.start()), space, parse_target("cosine>=0.5"), EVAL[:4], progress=False,
+                   runtime="numpy")
+    monkeypatch.setattr(ev, "_whole_scores", lambda configs: pytest.fail("a whole onnxruntime run on the numpy runtime"))
+    got = ev.score([space.upper()], "test")[0]
+    ev.close()
+    plain = _plain_score(space.apply(ir.clone(), space.upper()))
+    assert got.samples == pytest.approx(plain.samples[:4], abs=1e-6)
+
+
 def _pruning_case(method: str = "percentile"):
     """The digits model calibrated with ``method``, its space, the start as an IR, the upper bound
     and a target just below the upper bound's score: pruning has room, but not much."""
