@@ -75,7 +75,7 @@ from qir.passes.layer_compare import CLIP_SQNR_DB
 from qir.passes.lib.tune_clip import clipping_fixes
 from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_report import summarize
-from qir.passes.lib.tune_search import changes_as_losses, greedy, prune, ratio_search
+from qir.passes.lib.tune_search import changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.lib.tune_space import Config, Space
 from qir.passes.lib.tune_target import Score, Target, parse_target
 from qir.passes.lib.tune_verify import check_unseen, verify
@@ -313,7 +313,7 @@ class TunePass(Pass):
         lowered = [space.move(reference, {i: 0}) for i in units]
         found["sensitivity_samples"] = picked = self._bad_cases(ev, reference)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
-        return {i: ev.target.gain(scores[0], changes_as_losses(ev.target, scores[0], s)) for i, s in zip(units, scores[1:])}
+        return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
 
     def _screen(self, ev: Evaluator, space: Space):
         """Pruning's screen (:func:`.lib.tune_search.prune`): single losses estimated on the
@@ -345,7 +345,7 @@ class TunePass(Pass):
         as good (meeting the target, or no worse when it is not reached); then every gain is
         measured on the result."""
         final = found["final"]
-        gains = self._gains(ev, space, final, found, units=False)
+        gains, _ = self._gains(ev, space, final, found, units=False)
         useless = {name: None for name, _ in final.thresholds if gains[("threshold", name)] <= 0}
         if useless:
             trimmed = final.with_thresholds(useless)
@@ -353,23 +353,23 @@ class TunePass(Pass):
             if ev.target.met(score) if found["reached"] else ev.target.gain(score, ev.memo[final]) >= 0:
                 found["final"] = trimmed
         found["score"] = ev.score([found["final"]], "attribution")[0]
-        found["gains"] = self._gains(ev, space, found["final"], found)
+        found["gains"], found["per_image"] = self._gains(ev, space, found["final"], found)
         return found
 
-    def _gains(self, ev: Evaluator, space: Space, final: Config, found: dict[str, Any], units: bool = True) -> dict:
+    def _gains(self, ev: Evaluator, space: Space, final: Config, found: dict[str, Any],
+               units: bool = True) -> tuple[dict, dict]:
         """``("unit", i)`` / ``("threshold", name)`` -> the gain of each change of ``final`` (only its
-        thresholds unless ``units``), on the sensitivity samples (the bad cases) when they were chosen."""
+        thresholds unless ``units``), on the sensitivity samples (the bad cases) when they were
+        chosen: as measured, and per image (:func:`.lib.tune_search.per_image_loss`, as the search
+        counts a change)."""
         raised = space.raised(final, found["plain_start"]) if units else []
         undo = [space.move(final, {i: found["plain_start"].levels[i]}) for i in raised]
         unthreshold = [final.with_thresholds({name: None}) for name, _ in final.thresholds]
         scores = self._on_bad_cases(ev, space, found.get("sensitivity_samples"), [final] + undo + unthreshold,
                                     "attribution", around=final)
         keys = [("unit", i) for i in raised] + [("threshold", name) for name, _ in final.thresholds]
-        gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
-        if units:  # and as the search counts a change: each sample's change a loss
-            found["per_image"] = {k: ev.target.gain(scores[0], changes_as_losses(ev.target, scores[0], s))
-                                  for k, s in zip(keys, scores[1:])}
-        return gains
+        return ({k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])},
+                {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])})
 
 
 def _integer_gap(target: Target, checked: dict[str, Any] | None) -> float | None:

@@ -30,7 +30,7 @@ from qir.passes.lib.tune_eval import Evaluator
 from qir.passes.lib.tune_space import Config
 from qir.passes.lib.tune_target import Score, Target
 
-__all__ = ["ratio_search", "greedy", "prune", "spread", "changes_as_losses"]
+__all__ = ["ratio_search", "greedy", "prune", "spread", "changes_as_losses", "per_image_loss"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,12 @@ def changes_as_losses(target: Target, parent: Score, child: Score, counted: Scor
     return Score(float(np.mean(kept)) if kept else math.nan, values)
 
 
+def per_image_loss(target: Target, parent: Score, child: Score) -> float:
+    """How much worse ``child`` is than ``parent`` with each sample's change, up or down, counted
+    as a loss (:func:`changes_as_losses`): the mean absolute change of the samples."""
+    return target.gain(parent, changes_as_losses(target, parent, child))
+
+
 def _single_losses(ev: Evaluator, current: Score, config: Config, units: Sequence[int], stage: str,
                    judge: Callable[[Score, Score, Score], Score], screen: Screen | None = None) -> dict[int, float]:
     """Unit -> the metric lost when it alone goes one level down from ``config`` (counted at
@@ -217,8 +223,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         cost = space.cost(current)
         saving = {i: cost - space.cost(space.move(current, {i: current.levels[i] - 1})) for i in order}
         order.sort(key=lambda i: -saving[i] / max(loss[i], 1e-12))
-        n = len(order)  # the sizes the losses predict, and a few shares of the order in case they are stale
-        sizes = sorted({1, n, n // 2 or 1, n // 4 or 1, *_prefix_sizes([loss[i] for i in order], margin)})
+        count = len(order)  # the sizes the losses predict, and a few shares of the order in case they are stale
+        sizes = sorted({1, count, count // 2 or 1, count // 4 or 1, *_prefix_sizes([loss[i] for i in order], margin)})
 
         def lowered(n: int) -> Config:
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
