@@ -62,8 +62,16 @@ def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
     rank = {i: r + 1 for r, i in enumerate(order)}
     thresholds = dict(final.thresholds)
     clip = {f["node"]: f for f in found["fixes"]}
+    cheap = [i for i in found.get("cheap", []) if final.levels[i] > start.levels[i]]
     rows = []
+    if cheap:
+        levels = sorted({f"{space.units[i].levels[start.levels[i]]} -> {space.units[i].levels[final.levels[i]]}" for i in cheap})
+        rows.append({"node": f"{len(cheap)} cheap unit(s)", "nodes": space.names(cheap), "change": ", ".join(levels),
+                     "reason": "cheap", "gain": found["gains"][("cheap", None)],
+                     "per_image": found["per_image"][("cheap", None)]})
     for i in space.raised(final, start):
+        if i in cheap:
+            continue
         u = space.units[i]
         level = u.levels[final.levels[i]]
         at = f" @ threshold {thresholds[u.name]:.6g}" if u.name in thresholds else ""
@@ -127,9 +135,11 @@ def summarize(ev: Evaluator, found: dict[str, Any], profile: MarchProfile, allow
         **({"reference": _score(ev, found["reference"])} if "reference" in found else {}),
         "final": {**_score(ev, final), "cost_vs_start": costs["final"] / costs["start"] if costs["start"] else None,
                   "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None},
-        "ratio_search": {"units": len(order), "raised": len(space.raised(ratio)) if ratio is not None else None,
-                         "ratio": len(space.raised(ratio)) / len(order) if ratio is not None and order else None,
+        "ratio_search": {"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
+                         "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
+                         "cheap": len(found.get("cheap", [])),
                          "sensitivity_samples": found.get("sensitivity_samples")},
+        "attribution_samples": found.get("attribution_samples"),
         "changes": _changes(ev, found), "clipping": found["fixes"],
         "calibration_modes": dict(sorted(calib_modes.items())), "gemm_ops": _gemm_precisions(ev, final),
         "raised": len(space.raised(final, found["plain_start"])),

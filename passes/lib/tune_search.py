@@ -27,10 +27,10 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from qir.passes.lib.tune_eval import Evaluator
-from qir.passes.lib.tune_space import Config
+from qir.passes.lib.tune_space import Config, Space
 from qir.passes.lib.tune_target import Score, Target
 
-__all__ = ["ratio_search", "greedy", "prune", "spread", "changes_as_losses", "per_image_loss"]
+__all__ = ["ratio_search", "greedy", "prune", "spread", "changes_as_losses", "per_image_loss", "by_loss_per_cost"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,19 @@ def _as_measured(score: Score) -> Score:
 def spread(lo: int, hi: int, points: int) -> list[int]:
     """Up to ``points`` integers spread evenly over the open interval ``(lo, hi)``."""
     return sorted({lo + round((hi - lo) * j / (points + 1)) for j in range(1, points + 1)} - {lo, hi})
+
+
+def by_loss_per_cost(space: Space, base: Config, step: Mapping[int, int], loss: Mapping[int, float]) -> list[int]:
+    """The units of ``loss`` (unit -> the metric lost when it stays at its ``base`` level instead of
+    ``step``) ordered by that loss per unit of cost its raise adds, highest first: AIMET's Pareto
+    order. A raise that costs next to nothing (an elementwise op beside the convolutions) goes
+    first whatever its loss; a costly one only when its loss pays for it. (Ordered by loss alone,
+    a large convolution that loses a little more than a cheap Add is raised before it, and the
+    binary search pays for it.) Ties keep ``loss``'s order."""
+    cost = space.cost(base)
+    added = {i: max(space.cost(space.move(base, {i: step[i]})) - cost, 0.0) for i in loss}
+    floor = 1e-9 * max(cost, 1.0)
+    return sorted(loss, key=lambda i: -max(loss[i], 0.0) / max(added[i], floor))
 
 
 def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mapping[int, int], *,

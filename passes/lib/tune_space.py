@@ -157,6 +157,14 @@ class Space:
         """Every unit at its last level (fp16, float with ``allow_float``): the most this search can try."""
         return self.move(self.start(), {i: len(u.levels) - 1 for i, u in enumerate(self.units)})
 
+    def cheap(self, base: Config, step: Config, share: float) -> list[int]:
+        """Units whose raise from ``base`` to their level in ``step`` adds less than ``share`` of
+        ``base``'s cost: ops whose FLOPs are next to nothing beside the convolutions (an Add, a
+        squeeze-excite branch's 1x1 convolution)."""
+        cost = self.cost(base)
+        return [i for i in self.searchable() if step.levels[i] > base.levels[i]
+                and self.cost(self.move(base, {i: step.levels[i]})) - cost < share * cost]
+
     def level_named(self, config: Config, name: str) -> Config:
         """``config`` with every unit that has level ``name`` raised to it (none lowered)."""
         changes = {i: u.levels.index(name) for i, u in enumerate(self.units)

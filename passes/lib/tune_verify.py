@@ -8,7 +8,7 @@
    float model's outputs is averaged as the search averages it (samples whose float outputs are
    near zero or constant left out of cosine/SQNR, :func:`qir.metrics.ill_conditioned`).
 3. It *agrees* with the search when the two means differ by at most
-   :meth:`~.tune_target.Target.tolerance` (1% of the distance to a perfect match) and it meets
+   :meth:`~.tune_target.Target.tolerance` (2% of the distance to a perfect match) and it meets
    the target itself; otherwise verification fails and ``qir tune`` says so and exits non-zero.
 4. With ``march``: the re-imported model also runs at the integer level
    (``qir.run(..., level="integer", march=...)``, what the NPU computes per the profile's

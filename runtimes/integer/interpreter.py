@@ -234,8 +234,8 @@ class IntegerRuntime:
     def warn_once(arith: Arithmetic) -> None:
         """Log the run's fallbacks and overflows, once per distinct set per process."""
         stats = arith.stats
-        key = (arith.profile.name, tuple((op, tuple(n)) for op, n in sorted(stats.float_fallback.items())),
-               tuple(sorted(stats.overflows)))
+        key = (arith.profile.name, arith.profile.acc_bits, arith.profile.acc_overflow,  # (the message names both)
+               tuple((op, tuple(n)) for op, n in sorted(stats.float_fallback.items())), tuple(sorted(stats.overflows)))
         if key not in _REPORTED:
             _REPORTED.add(key)
             arith.report()

@@ -94,11 +94,12 @@ def format_report(report: dict[str, Any]) -> str:
                   f"fixed threshold(s); cost x{final['cost_vs_start']:.3f} of the start, "
                   f"x{final['cost_vs_int16']:.3f} of all-int16"]
     if ratio["raised"] is not None:
-        lines.append(f"ratio search: {ratio['raised']} of {ratio['units']} units raised in sensitivity order (ranked on "
-                     f"evaluation samples {ratio['sensitivity_samples']}); then greedy refinement and pruning")
+        lines.append(f"ratio search: {ratio['raised']} of {ratio['units']} units raised in order of loss per cost (ranked on "
+                     f"evaluation samples {ratio['sensitivity_samples']}), {ratio.get('cheap', 0)} cheap unit(s) raised "
+                     "with no search; then greedy refinement and pruning")
     lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
     lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
-    on = ratio["sensitivity_samples"]
+    on = r.get("attribution_samples")
     wide = max([34] + [len(c["change"]) + 2 for c in r["changes"]])
     lines += ["", "== changes (gain: the metric lost when this change alone is undone" +
               (f", on evaluation samples {on}" if on is not None else "") +

@@ -57,8 +57,9 @@ def add_commands(sub) -> None:
                    help="calibration method for a float model (default max)")
     p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
     p.add_argument("-d", "--data-num", type=positive_int, help="use at most N evaluation samples")
-    p.add_argument("--sensitivity-samples", type=positive_int, default=2,
-                   help="rank the quantizers on this many of the evaluation samples all-int16 scores worst (default 2)")
+    p.add_argument("--sensitivity-samples", type=positive_int,
+                   help="rank the quantizers on this many of the evaluation samples the upper bound scores worst "
+                        "(default: all of them)")
     p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
     p.add_argument("--no-integer", dest="integer", action="store_false",
                    help="skip running the result at the march's integer level (what the NPU computes; by default it "
