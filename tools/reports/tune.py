@@ -94,9 +94,11 @@ def format_report(report: dict[str, Any]) -> str:
                   f"fixed threshold(s); cost x{final['cost_vs_start']:.3f} of the start, "
                   f"x{final['cost_vs_int16']:.3f} of all-int16"]
     if ratio["raised"] is not None:
+        picked = ratio["sensitivity_samples"]
+        on = f"all {r['samples']} evaluation samples" if picked is None or len(picked) == r["samples"] else \
+            f"evaluation samples {picked}"
         lines.append(f"ratio search: {ratio['raised']} of {ratio['units']} units raised in order of loss per cost (ranked on "
-                     f"evaluation samples {ratio['sensitivity_samples']}), {ratio.get('cheap', 0)} cheap unit(s) raised "
-                     "with no search; then greedy refinement and pruning")
+                     f"{on}), {ratio.get('cheap', 0)} cheap unit(s) raised with no search; then greedy refinement and pruning")
     lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
     lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
     on = r.get("attribution_samples")
