@@ -3,7 +3,7 @@
 ``summarize`` turns what the search found into: the target and whether it was reached; the
 scores (mean, worst sample, margin, cost) of the calibrated start configuration, the start with
 its clipping fixes, the upper bound, all-int16, the ceiling, the reference the search worked down
-from when it is none of those (all-int16 raised further), and the final configuration; the
+from (the upper bound, else the ceiling), and the final configuration; the
 final FLOP-weighted cost against the start and against all-int16; each score's standard error
 (how far the mean on other samples may be); the changes with their reason
 and measured gain; the clipping fixes; every configuration tried (``history``) with the indices
@@ -53,8 +53,9 @@ def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
 
 
 def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per raised unit (its fixed threshold, if any, shown with it) and per fixed
-    threshold of a unit left at its start level; ``gain``: the loss when it alone is undone;
+    """One row per raised unit (its fixed threshold, if any, shown with it), one for the cheap
+    units together (``nodes``: their names), and one per fixed threshold of a unit left at its
+    start level; ``gain``: the loss when it alone is undone;
     ``per_image``: the same with each sample's change counted as a loss, as the search counts it
     (a raise whose mean gain is about nothing can still keep single images from moving far)."""
     space, final, start = ev.space, found["final"], found["plain_start"]
