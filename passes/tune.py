@@ -44,7 +44,7 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    (:func:`.lib.tune_search.changes_as_losses`: a lowering that improves a sample does so by
    chance, and chance of that size can as well lower an unseen image; luck on a few samples must
    not pay for losses elsewhere).
-   Stale single losses are estimated again on the bad cases first (the screen), on every sample
+   Unknown and stale single losses are estimated on the bad cases first (the screen), on every sample
    only when that proves too hopeful.
 7. **Verification** (:mod:`.lib.tune_verify`): the result emitted, re-imported and run in
    onnxruntime on the evaluation data, and at the march's integer level (``integer``); it must
@@ -102,6 +102,9 @@ CHEAP_SHARE = 1e-3
 #: The report's gains are measured on this many evaluation samples, those the result scores worst
 #: (a report, not a search step: on every sample they would take as long as the sensitivity).
 ATTRIBUTION_SAMPLES = 2
+#: Pruning estimates single losses on this many of the samples a configuration scores worst
+#: first (its screen), when the ranking ran on every sample.
+SCREEN_SAMPLES = 2
 #: Greedy rounds past the ratio search's last failing configuration, when the next one meets.
 GREEDY_ROUNDS_PAST_RATIO = 2
 
@@ -131,7 +134,8 @@ class TunePass(Pass):
     Options: ``calib_data`` (where the clipping fixes are looked for; none without it),
     ``march``, ``allow_float`` (float32, the CPU, as the last level), ``eval_num`` (use at most
     that many evaluation samples), ``runtime`` / ``threads`` (the engine's), ``points`` (ratio
-    values per search call), ``batch`` (moves re-measured per greedy round), ``max_rounds`` (of the greedy
+    values per search call; they run whole, one after another, so more per call only measures
+    ratios the next bracket drops), ``batch`` (moves re-measured per greedy round), ``max_rounds`` (of the greedy
     refinement and of pruning each: they refine a configuration the ratio search found),
     ``sensitivity_samples`` (the ranking runs on that many of the worst evaluation samples, as
     hmct ranks on one sample and QuantAnalysis on a bad case; None, the default: all of them. On
@@ -147,7 +151,7 @@ class TunePass(Pass):
 
     def __init__(self, target: Any, eval_data: Any, *, calib_data: Any = None, march: str = "nash-e",
                  allow_float: bool = False, eval_num: int | None = None, runtime: str = "ort",
-                 threads: int | None = None, points: int = 7, batch: int = 8, max_rounds: int = 12,
+                 threads: int | None = None, points: int = 2, batch: int = 8, max_rounds: int = 12,
                  sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
         self.target = parse_target(target)
@@ -348,12 +352,14 @@ class TunePass(Pass):
 
     def _screen(self, ev: Evaluator, space: Space):
         """Pruning's screen (:func:`.lib.tune_search.prune`): single losses estimated on the
-        ``sensitivity_samples`` samples the configuration scores worst (None: on every sample)."""
-        if self.sensitivity_samples is None or self.sensitivity_samples >= len(ev.samples):
+        ``sensitivity_samples`` samples the configuration scores worst (:data:`SCREEN_SAMPLES` when
+        the ranking used every sample; None, no screen, when that is all of them)."""
+        n = self.sensitivity_samples or SCREEN_SAMPLES
+        if n >= len(ev.samples):
             return None
 
         def screen(current: Config, configs: list[Config]) -> tuple[Score, list[Score]]:
-            scores = self._on_bad_cases(ev, space, self._bad_cases(ev, current), [current, *configs], "pruning", current)
+            scores = self._on_bad_cases(ev, space, self._bad_cases(ev, current, n), [current, *configs], "pruning", current)
             return scores[0], scores[1:]
         return screen
 

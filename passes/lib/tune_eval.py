@@ -39,6 +39,10 @@ KEEP = 2  # engines kept for other reference configurations (each holds its sess
 #: whole (one onnxruntime session of the configured model): re-executing the cones of many units
 #: step by step costs more than that (on PP-OCRv4 det, 0.78 s a sample against 0.25 s).
 WHOLE_FROM = 2
+#: An engine around a configuration it has not met yet first runs that configuration on every
+#: sample and builds its segments' sessions (on PP-OCRv4 det 8 s, four whole runs): fewer near
+#: configurations than this run whole instead.
+ENGINE_FROM = 4
 
 
 def config_key(config: Config) -> str:
@@ -98,6 +102,8 @@ class Evaluator:
             if self.engine:
                 whole = self.engine_options.get("runtime", "ort") == "ort"  # (whole runs are onnxruntime's)
                 near = [c for c in fresh if not whole or self._units_changed(c, around) <= WHOLE_FROM]
+                if whole and len(near) < ENGINE_FROM and not self._has_engine(around):
+                    near = []
                 engine_side = set(near)
                 far = [c for c in fresh if c not in engine_side]
                 scored = dict(zip(near, self._engine_scores(near, todo[near[0]], around) if near else []))
@@ -121,6 +127,10 @@ class Evaluator:
                              "worst_sample": worst_sample, "meets": self.target.met(score),
                              "levels": self.space.describe(config), "thresholds": len(config.thresholds),
                              "config": config})
+
+    def _has_engine(self, around: Config | None) -> bool:
+        """Whether an engine whose reference is ``around`` exists (the start's always does)."""
+        return around is None or around in self._engines or not self.space.changes(around)
 
     def _engine_around(self, around: Config | None) -> tuple[Engine, dict[str, str]]:
         """The engine whose reference is ``around`` (built once, the last :data:`KEEP` kept) and

@@ -3,7 +3,7 @@ scoring its candidates in batches through an :class:`~.tune_eval.Evaluator` (one
 batch: the candidates of a round are rows of the same batched calls).
 
 - :func:`ratio_search`: the tuning guide's binary search on the int16 ratio. Units are raised in
-  sensitivity order; ``config(k)`` raises the first ``k``. Each round scores ``points`` values of
+  the order given (loss per cost); ``config(k)`` raises the first ``k``. Each round scores ``points`` values of
   ``k`` spread over the open bracket ``(lo, hi)`` (``lo`` misses the target, ``hi`` meets it), so
   the bracket shrinks ``points + 1``-fold per call instead of twofold.
 - :func:`greedy`: forward selection with lazy re-scoring. A move raises one unit one level; its
@@ -204,8 +204,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     least that), without luck on some samples paying for losses on others. ``counted``: the score
     ``config`` itself counts at (it may be lowered from a configuration before it too).
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
-    measuring every raised unit first. ``screen``: stale losses are measured again there first
-    (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
+    measuring every raised unit first. ``screen``: unknown and stale losses are measured there
+    first (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
     the end is then "every remaining unit misses by its estimate or its measure". ``max_rounds``
     bounds the engine calls (the configuration reached by then is returned: it meets the target
     like every one before it)."""
@@ -219,9 +219,11 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     raised = space.raised(current, floor)
     loss = {i: prior[i] for i in raised if prior is not None and i in prior}
     unknown = [i for i in raised if i not in loss]
-    fresh = set(unknown)  # losses measured on `current`, on every sample
+    fresh: set[int] = set()  # losses measured on `current`, on every sample
     screened: set[int] = set()  # estimated on `current` by the screen
-    loss.update(_single_losses(ev, now, current, unknown, stage, judge) if unknown else {})
+    if unknown:
+        loss.update(_single_losses(ev, now, current, unknown, stage, judge, screen))
+        (screened if screen is not None else fresh).update(unknown)
     for _ in range(max_rounds):
         margin = target.margin(now)
         order = [i for i in space.raised(current, floor) if loss.get(i, math.inf) <= margin]

@@ -14,7 +14,7 @@ import qir
 from qir import metrics as qmetrics
 from qir.errors import InputError
 from qir.passes import get_pass
-from qir.passes.lib.tune_eval import WHOLE_FROM, Evaluator
+from qir.passes.lib.tune_eval import ENGINE_FROM, WHOLE_FROM, Evaluator
 from qir.passes.lib.tune_search import _prefix_sizes, by_loss_per_cost, changes_as_losses, prune, ratio_search
 from qir.passes.lib.tune_space import Space
 from qir.passes.lib.tune_target import SYNTAX, Score, Target, parse_target
@@ -264,6 +264,23 @@ def test_configurations_far_from_the_reference_run_whole_and_score_what_the_engi
             assert w.mean == pytest.approx(other.mean, rel=1e-5, abs=1e-9)
             assert np.allclose(w.samples, other.samples, rtol=1e-4, atol=1e-9)
     for ev in (whole, engine):
+        ev.close()
+
+
+def test_a_few_configurations_near_a_new_one_run_whole_rather_than_build_an_engine_around_it():
+    ir = _calibrated("percentile")
+    space = Space(ir, get_profile("nash-e"))
+    base, target, around = space.apply(ir.clone(), space.start()), parse_target("cosine>=0.5"), space.upper()
+    near = [space.move(around, {i: 0}) for i in space.searchable()[:ENGINE_FROM - 1]]
+    few = Evaluator(base, space, target, EVAL, progress=False)
+    got = few.score(near, "test", around)
+    assert not few._engines  # no engine was built around `around`: they ran whole
+    engine = Evaluator(base, space, target, EVAL, progress=False)
+    by_engine = engine._engine_scores(near, "test", around)
+    assert engine._engines  # (the engine's way builds one)
+    for w, e in zip(got, by_engine):
+        assert w.mean == pytest.approx(e.mean, rel=1e-5, abs=1e-9)
+    for ev in (few, engine):
         ev.close()
 
 
