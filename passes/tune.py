@@ -269,13 +269,14 @@ class TunePass(Pass):
     def _raise_further(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> dict[str, Any]:
         """Step 7's retry: the ratio search again, from the result that missed at the integer level,
         on the units it left below their reference level (in the search's order), for the
-        tightened target (``ev.target``); ``reached`` false when even all of them miss it."""
+        tightened target (``ev.target``), from one raise upward (the gap is small: few raises
+        likely make it up); ``reached`` false when even all of them miss it."""
         found = dict(found)
         reference = found.get("reference") or self._reference(ev, found)
         final = found["final"]
         order = [i for i in found.get("order") or space.searchable() if final.levels[i] < reference.levels[i]]
         met, _, _ = ratio_search(ev, final, order, {i: reference.levels[i] for i in order}, points=self.points,
-                                 counted=self._counted(ev, reference)) if order else (None, None, None)
+                                 counted=self._counted(ev, reference), upward=True) if order else (None, None, None)
         found["reached"] = met is not None
         found["final"] = met if met is not None else final
         return found

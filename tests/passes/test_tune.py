@@ -379,6 +379,20 @@ def test_the_ratio_search_judged_by_changes_as_losses_raises_at_least_as_many_an
     assert target.met(changes_as_losses(target, before, after))
 
 
+def test_the_ratio_search_upward_finds_the_bracket_from_one_raise():
+    ir = _calibrated("mse")
+    space = Space(ir, get_profile("nash-e"))
+    base, upper = space.apply(ir.clone(), space.start()), space.upper()
+    order = [i for i in space.searchable() if upper.levels[i] > 0]
+    step = {i: upper.levels[i] for i in order}
+    one = space.move(space.start(), {order[0]: step[order[0]]})
+    target = parse_target(f"cosine>={_plain(space.apply(ir.clone(), one)) - 1e-9!r}")  # one raise meets it
+    ev = Evaluator(base, space, target, EVAL, progress=False)
+    met, _, k = ratio_search(ev, space.start(), order, step, upward=True)
+    assert k == 1 and met == one and len(ev.history) == 1  # measured one configuration, the first probe
+    ev.close()
+
+
 def test_pruning_with_a_screen_measures_fewer_configurations_on_every_sample_and_still_meets_the_target():
     ir, space, base, upper, target = _pruning_case()
     every, full, few = (Evaluator(base, space, target, samples, progress=False) for samples in (EVAL, EVAL, EVAL[:4]))
