@@ -231,7 +231,7 @@ class TunePass(Pass):
         reference = found["reference"] = self._reference(ev, found)
         cheap = space.cheap(found["start"], reference, CHEAP_SHARE)
         floor = space.move(found["start"], {i: reference.levels[i] for i in cheap})
-        found.update(cheap=cheap, floor=floor)
+        found["cheap"] = cheap
         stages.update(1)
         loss = self._sensitivity(ev, space, reference, found)
         stages.update(1)
@@ -250,7 +250,6 @@ class TunePass(Pass):
         rounds = min(self.max_rounds, GREEDY_ROUNDS_PAST_RATIO) if met is not None else self.max_rounds
         refined = greedy(ev, below, loss, batch=self.batch, max_rounds=rounds, counted=counted,
                          allowed=lambda i, k: k <= reference.levels[i], budget=space.cost(met) if met else math.inf)
-        found["greedy_config"] = refined
         meeting = [c for c in (met, refined) if c is not None and ev.target.met(counted(ev.memo[c]))]
         stages.update(1)
         if not meeting:  # the greedy refinement did not get there (it stops at its rounds)
@@ -322,7 +321,7 @@ class TunePass(Pass):
                     "int8, %d at int16, of %d", ev.target.text, *shown, len(chosen.thresholds),
                     sum(m == "int16" for _, m in space.policy), len(fixes))
         return {"start": start, "plain_start": plain, "int16": int16, "upper": bound, "ceiling": ceiling,
-                "fixes": fixes, "best": best,
+                "fixes": fixes,
                 "reached": reached, "final": start if reached else best}
 
     @staticmethod
