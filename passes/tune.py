@@ -330,13 +330,12 @@ class TunePass(Pass):
         unit to any integer level, dual int16 included), else the ceiling."""
         return found["upper"] if ev.met(found["upper"]) else found["ceiling"]
 
-    def _bad_cases(self, ev: Evaluator, config: Config, n: int | None = -1) -> list[int]:
-        """The ``n`` (default ``sensitivity_samples``) evaluation samples that ``config`` scores
-        worst (all when None)."""
+    @staticmethod
+    def _bad_cases(ev: Evaluator, config: Config, n: int | None) -> list[int]:
+        """The ``n`` evaluation samples that ``config`` scores worst (all when None)."""
         values = ev.memo[config].samples
         worst_first = sorted((i for i, v in enumerate(values) if v == v),
                              key=lambda i: values[i] if ev.target.higher_is_better else -values[i])
-        n = self.sensitivity_samples if n == -1 else n
         return sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
 
     def _sensitivity(self, ev: Evaluator, space: Space, reference: Config, found: dict[str, Any]) -> dict[int, float]:
@@ -346,7 +345,7 @@ class TunePass(Pass):
         when None)."""
         units = [i for i in space.searchable() if reference.levels[i] > 0 and i not in found["cheap"]]
         lowered = [space.move(reference, {i: 0}) for i in units]
-        found["sensitivity_samples"] = picked = self._bad_cases(ev, reference)
+        found["sensitivity_samples"] = picked = self._bad_cases(ev, reference, self.sensitivity_samples)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
         return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
 

@@ -51,9 +51,8 @@ def by_loss_per_cost(space: Space, base: Config, step: Mapping[int, int], loss: 
     first whatever its loss; a costly one only when its loss pays for it. (Ordered by loss alone,
     a large convolution that loses a little more than a cheap Add is raised before it, and the
     binary search pays for it.) Ties keep ``loss``'s order."""
-    cost = space.cost(base)
-    added = {i: max(space.cost(space.move(base, {i: step[i]})) - cost, 0.0) for i in loss}
-    floor = 1e-9 * max(cost, 1.0)
+    added = space.added_costs(base, {i: step[i] for i in loss})
+    floor = 1e-9 * max(space.cost(base), 1.0)
     return sorted(loss, key=lambda i: -max(loss[i], 0.0) / max(added[i], floor))
 
 
@@ -114,7 +113,7 @@ def greedy(ev: Evaluator, config: Config, prior: Mapping[int, float], *, allowed
         if not moves:
             break
         cost = space.cost(current)
-        added = {i: max(space.cost(space.move(current, {i: current.levels[i] + 1})) - cost, 1e-9) for i in moves}
+        added = {i: max(c, 1e-9) for i, c in space.added_costs(current, {i: current.levels[i] + 1 for i in moves}).items()}
         moves = [i for i in moves if cost + added[i] < budget]
         if not moves:
             break  # every way on costs more than what already meets the target
@@ -244,8 +243,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
             loss.update(_single_losses(ev, now, current, stale, stage, judge, screen))
             (screened if screen is not None else fresh).update(stale)
             continue
-        cost = space.cost(current)
-        saving = {i: cost - space.cost(space.move(current, {i: current.levels[i] - 1})) for i in order}
+        saving = {i: -c for i, c in space.added_costs(current, {i: current.levels[i] - 1 for i in order}).items()}
         order.sort(key=lambda i: -saving[i] / max(loss[i], 1e-12))
         count = len(order)  # the sizes the losses predict, and a few shares of the order in case they are stale
         sizes = sorted({1, count, count // 2 or 1, count // 4 or 1, *_prefix_sizes([loss[i] for i in order], margin)})

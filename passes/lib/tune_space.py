@@ -161,9 +161,9 @@ class Space:
         """Units whose raise from ``base`` to their level in ``step`` adds less than ``share`` of
         ``base``'s cost: ops whose FLOPs are next to nothing beside the convolutions (an Add, a
         squeeze-excite branch's 1x1 convolution)."""
-        cost = self.cost(base)
-        return [i for i in self.searchable() if step.levels[i] > base.levels[i]
-                and self.cost(self.move(base, {i: step.levels[i]})) - cost < share * cost]
+        raised = [i for i in self.searchable() if step.levels[i] > base.levels[i]]
+        added = self.added_costs(base, {i: step.levels[i] for i in raised})
+        return [i for i in raised if added[i] < share * self.cost(base)]
 
     def level_named(self, config: Config, name: str) -> Config:
         """``config`` with every unit that has level ``name`` raised to it (none lowered)."""
@@ -215,6 +215,12 @@ class Space:
         """The FLOP-weighted cost of the IR as it is (its own calibration modes): how a model
         quantized elsewhere, imported, compares with the configurations of the search."""
         return self._cost({})
+
+    def added_costs(self, config: Config, levels: Mapping[int, int]) -> dict[int, float]:
+        """Unit ``i`` -> the cost ``config`` gains when that unit alone moves to ``levels[i]``
+        (negative: the cost it saves)."""
+        cost = self.cost(config)
+        return {i: self.cost(self.move(config, {i: k})) - cost for i, k in levels.items()}
 
     def _cost(self, modes: Mapping[str, str]) -> float:
         costs = self.profile.tune_costs
