@@ -72,6 +72,7 @@ class Evaluator:
             self.engine = Engine(base, samples, reference="quantized", metrics=[target.metric], progress=progress,
                                  **engine_options)
         self._engines: dict[Config, Engine] = {}  # around -> the engine whose reference it is
+        self._start_ran = False  # whether the start's engine has run (built its sessions)
         self._floats: list[dict] | None = None  # the float model's outputs, for whole runs
 
     def close(self) -> None:
@@ -129,8 +130,10 @@ class Evaluator:
                              "config": config})
 
     def _has_engine(self, around: Config | None) -> bool:
-        """Whether an engine whose reference is ``around`` exists (the start's always does)."""
-        return around is None or around in self._engines or not self.space.changes(around)
+        """Whether an engine whose reference is ``around`` has run (and holds its sessions)."""
+        if around is None or not self.space.changes(around):
+            return self._start_ran
+        return around in self._engines
 
     def _engine_around(self, around: Config | None) -> tuple[Engine, dict[str, str]]:
         """The engine whose reference is ``around`` (built once, the last :data:`KEEP` kept) and
@@ -146,6 +149,7 @@ class Evaluator:
 
     def _engine_scores(self, configs: list[Config], stage: str, around: Config | None = None) -> list[Score]:
         engine, near = self._engine_around(around)
+        self._start_ran |= engine is self.engine
         start = self.space.start_modes
         variants = []
         for k, c in enumerate(configs):

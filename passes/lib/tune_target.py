@@ -115,10 +115,13 @@ class Target:
         pick = min if self.higher_is_better else max
         return pick(finite, key=lambda iv: iv[1])
 
-    def tightened(self, by: float) -> Target:
-        """The same target ``by`` (>= 0) further on the good side (its floor too)."""
-        step = by if self.higher_is_better else -by
-        return Target(self.metric, self.op, self.threshold + step, None if self.floor is None else self.floor + step)
+    def tightened(self, by: float, floor_by: float | None = None) -> Target:
+        """The same target ``by`` (>= 0) further on the good side, its floor ``floor_by`` (default:
+        ``by`` too)."""
+        sign = 1.0 if self.higher_is_better else -1.0
+        floor_by = by if floor_by is None else floor_by
+        return Target(self.metric, self.op, self.threshold + sign * by,
+                      None if self.floor is None else self.floor + sign * floor_by)
 
     def tolerance(self, value: float) -> float:
         """How far two measurements of one configuration may differ and still agree (verification):

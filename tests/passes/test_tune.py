@@ -499,6 +499,23 @@ def test_a_result_that_misses_the_target_at_the_integer_level_is_not_verified():
     assert verify(ir, EVAL, between, searched, threads=1)["agrees"] is (fq > integer)  # without the integer level
 
 
+@pytest.mark.parametrize("op, sign", [(">=", 1.0), ("<=", -1.0)])
+def test_an_integer_miss_tightens_only_the_criterion_the_integer_level_loses_on(op, sign):
+    from qir.passes.tune import _integer_gaps
+
+    target = Target("cosine-similarity" if op == ">=" else "mse", op, 0.5, 0.5 - sign * 0.1)
+    fq = {"mean": 0.6, "worst": 0.41}
+    worse_worst = {"mean": 0.6 + sign * 0.01, "worst": 0.41 - sign * 0.02, "meets": False}  # the mean gains, the worst loses
+    checked = dict(fq, onnxruntime_agrees=True, integer=worse_worst)
+    mean_gap, worst_gap = _integer_gaps(target, checked)
+    assert mean_gap == 0 and worst_gap == pytest.approx(0.02)
+    tighter = target.tightened(mean_gap, worst_gap)
+    assert tighter.threshold == target.threshold and tighter.floor == pytest.approx(target.floor + sign * 0.02)
+    assert _integer_gaps(Target(target.metric, op, 0.5), checked) is None  # no floor: nothing lost where it counts
+    assert _integer_gaps(target, dict(checked, integer=dict(worse_worst, meets=True))) is None
+    assert _integer_gaps(target, dict(checked, onnxruntime_agrees=False)) is None
+
+
 def test_a_miss_at_the_integer_level_raises_the_result_further_for_a_tighter_target(monkeypatch):
     from qir.passes import tune as tune_pass
 
