@@ -200,8 +200,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     """Lower raised units while the target holds (see the module docstring); ``config`` must meet
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
-    the target's margin predicts (a few prefix sizes around it, measured in one call, the largest
-    that meets the target kept). A loss measured before other units went down is stale: when the
+    the target's margin predicts (a few prefix sizes around it, measured largest first until one
+    meets the target: that one is kept). A loss measured before other units went down is stale: when the
     first unit of the order misses, the first ``batch`` are measured again. It ends when every
     remaining unit misses the target one level down, as measured on the final configuration for
     each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
@@ -252,8 +252,12 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
 
         measured = ev.score([current], stage)[0]
-        judged = [judge(now, measured, s) for s in ev.score([lowered(n) for n in sizes], stage, current)]
-        accepted = max((k for k, s in enumerate(judged) if target.met(s)), key=lambda k: sizes[k], default=None)
+        accepted = judged = None  # the largest size that meets: tried largest first, so the smaller ones are
+        for n in sorted(sizes, reverse=True):  # measured only when it misses (each runs whole, one after another)
+            judged = judge(now, measured, ev.score([lowered(n)], stage, current)[0])
+            if target.met(judged):
+                accepted = n
+                break
         if accepted is None:  # stale or estimated losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]
             if not again:  # (a fresh loss within the margin meets the target alone: cannot happen)
@@ -262,8 +266,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
             loss.update(_single_losses(ev, now, current, again, stage, judge))
             fresh.update(again)
             continue
-        n = sizes[accepted]
-        current, now, fresh, screened = lowered(n), judged[accepted], set(), set()
+        n = accepted
+        current, now, fresh, screened = lowered(n), judged, set(), set()
         for i in order[:n]:
             loss.pop(i)  # its next level down is not measured yet
         logger.info("tune: pruning: %d unit(s) one level lower, %d raised", n, len(space.raised(current, floor)))
