@@ -143,14 +143,14 @@ class Arithmetic:
             return np.mod(acc - lo, span) + lo
         return acc
 
-    def report(self) -> None:
-        """Log what the run did that a user must know (overflows, float fallbacks)."""
+    def report(self, overflows: bool = True, fallbacks: bool = True) -> None:
+        """Log what the run did that a user must know (its overflows, its float fallbacks)."""
         stats = self.stats
-        if stats.overflows and self.profile.acc_overflow != "ignore":
+        if overflows and stats.overflows and self.profile.acc_overflow != "ignore":
             worst = ", ".join(f"{n} ({c})" for n, c in stats.overflows.most_common(5))
             logger.warning("accumulator overflow past %d bits (%s) in %d node(s): %s", self.profile.acc_bits,
                            self.profile.acc_overflow, len(stats.overflows), worst)
-        if stats.float_fallback:
+        if fallbacks and stats.float_fallback:
             ops = "; ".join(f"{op} ({len(names)}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                             for op, names in sorted(stats.float_fallback.items()))
             logger.warning("integer level (%s): these ops read quantized values but ran in float (no integer kernel "

@@ -232,13 +232,16 @@ class IntegerRuntime:
 
     @staticmethod
     def warn_once(arith: Arithmetic) -> None:
-        """Log the run's fallbacks and overflows, once per distinct set per process."""
-        stats = arith.stats
-        key = (arith.profile.name, arith.profile.acc_bits, arith.profile.acc_overflow,  # (the message names both)
-               tuple((op, tuple(n)) for op, n in sorted(stats.float_fallback.items())), tuple(sorted(stats.overflows)))
-        if key not in _REPORTED:
-            _REPORTED.add(key)
-            arith.report()
+        """Log the run's fallbacks, once per distinct set per process, and its overflows when a
+        node overflows that no run reported before (runs of one model on many samples overflow in
+        about the same nodes, each sample a few of its own: one warning, not one per sample)."""
+        stats, profile = arith.stats, arith.profile
+        fallback = (profile.name, tuple((op, tuple(n)) for op, n in sorted(stats.float_fallback.items())))
+        overflows = {(profile.name, profile.acc_bits, profile.acc_overflow, n) for n in stats.overflows}
+        new_fallback, new_overflow = fallback not in _REPORTED, not overflows <= _REPORTED
+        _REPORTED.update({fallback} | overflows)
+        if new_fallback or new_overflow:
+            arith.report(overflows=new_overflow, fallbacks=new_fallback)
 
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *, capture: Iterable[str] = (),
             forced: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:

@@ -269,3 +269,23 @@ def test_a_bias_past_31_bits_follows_the_accumulator_rule(digits_calibrated):
     assert _cos(fq, exact) > 0.99999
     saturating = IntegerRuntime(profile.with_overrides(acc_overflow="saturate"))
     assert _cos(fq, [saturating.run(ir, f)[out] for f in feeds]) < _cos(fq, exact) - 1e-6
+
+
+def test_overflows_in_nodes_already_reported_are_not_reported_again(caplog, monkeypatch):
+    """Runs of one model on many samples overflow in about the same nodes, each sample a few of
+    its own: a run warns only when a node overflows that no run reported before."""
+    from collections import Counter
+
+    from qir.runtimes.integer import interpreter
+    from qir.runtimes.integer.arithmetic import Arithmetic
+
+    monkeypatch.setattr(interpreter, "_REPORTED", set())
+    warned = []
+    for nodes in (["conv1", "conv2"], ["conv1"], ["conv2", "fc"], ["fc", "conv1"]):  # a sample's overflowing nodes
+        arith = Arithmetic(get_profile("nash-e"))
+        arith.stats.overflows = Counter(nodes)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            interpreter.IntegerRuntime.warn_once(arith)
+        warned.append([r.getMessage() for r in caplog.records if "accumulator overflow" in r.getMessage()])
+    assert [len(w) for w in warned] == [1, 0, 1, 0] and "fc" in warned[2][0]
