@@ -422,9 +422,8 @@ def _integer_gaps(target: Target, checked: dict[str, Any] | None) -> tuple[float
     """How much worse the integer level scores than fake quantization, on the mean and on the
     worst sample (each at least 0: a target is tightened only where the integer level loses),
     when verification failed only there (None otherwise: it passed, or failed for another
-    reason). On PP-OCRv4 det with a floor, the integer level lost 0.0017 on the worst image and
-    gained on the mean: tightened by the one gap both ways, the mean's threshold rose 0.0017 and 7
-    more units went to dual int16."""
+    reason). One gap of the margins would move both by whichever loses more: a floor missed by
+    one image would raise the mean's threshold as far."""
     integer = (checked or {}).get("integer")
     if not integer or integer["meets"] or not checked["onnxruntime_agrees"]:
         return None
