@@ -201,8 +201,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
     the target's margin predicts (a few prefix sizes around it, measured largest first until one
-    meets the target: that one is kept). A loss measured before other units went down is stale: when the
-    first unit of the order misses, the first ``batch`` are measured again. It ends when every
+    meets the target: that one is kept). A loss measured before other units went down is stale:
+    when the first unit of the order misses, the first ``batch`` are measured again. It ends when every
     remaining unit misses the target one level down, as measured on the final configuration for
     each unit whose last measured loss was within ``recheck`` times the margin left (losses add up
     about independently, so one well beyond it cannot fit; ``math.inf``: measure them all).

@@ -3,11 +3,10 @@
 The reference configuration runs once per sample, step by step (:mod:`.plan`); every value
 crossing a step boundary is kept in a :class:`.cache.ValueCache` (``memory_budget`` bytes,
 spilled to disk past it). Fake-quantized values are kept as their integer codes where memory
-is short (:class:`.cache.ValueCache`); the float
-input of an integer quantizer is not kept at all but recomputed from its producer by the one
-variant that needs it. Samples are processed one at a time, so the cache holds one sample.
-When only batched variants read it, the reference runs segment by segment instead and keeps
-just the values crossing segments.
+is short (:class:`.cache.ValueCache`); the float input of an integer quantizer is not kept at
+all but recomputed from its producer by the one variant that needs it. Samples are processed
+one at a time, so the cache holds one sample. When only batched variants read it, the reference
+runs segment by segment instead and keeps just the values crossing segments.
 
 The first step-by-step pass also measures what each step costs, and runs each onnxruntime
 segment once to check it against its steps and time it (the step path runs a segment whole
@@ -45,8 +44,8 @@ def _scale_of(rec: CalibRecord, ir: QIR) -> np.ndarray:
 def values_to_recompute(plan: Plan, code_scale: Mapping[int, np.ndarray]) -> dict[str, int]:
     """``{value: producing step}`` for values that only integer-mode calibration nodes read
     (the steps of ``code_scale``, in the reference): the cache keeps only the quantized values
-    (as codes where memory is short), and a variant that needs the float value (it changes that node) recomputes it
-    from its producer."""
+    (as codes where memory is short), and a variant that needs the float value (it changes that
+    node) recomputes it from its producer."""
     readers: dict[str, list[int]] = {}
     for step in plan.steps:
         for v in step.inputs:
