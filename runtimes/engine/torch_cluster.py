@@ -64,10 +64,6 @@ def in_process_group() -> bool:
     return bool(dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
-class _Stopped(Exception):
-    """SIGTERM while rank 0 waits: torchrun stops the job (a rank failed)."""
-
-
 class TorchExecutor(Executor):
     """Shards on torchrun's ranks (see the module docstring)."""
 
@@ -209,11 +205,16 @@ class TorchExecutor(Executor):
 
     def _follow(self, messages: queue.Queue, world: int) -> Iterator[tuple[int, tuple]]:
         """Rank 0's loop over the ranks' messages until every rank is done; a lost rank, or
-        SIGTERM from torchrun, is an ExecutionError."""
+        SIGTERM from torchrun, is an ExecutionError (raised here, where the loop looks, never in
+        the code that consumes the messages: a signal can arrive while that runs)."""
         done = 0
-        installed, previous = _on_sigterm()
+        stopped = threading.Event()
+        installed, previous = _on_sigterm(stopped)
         try:
             while done < world:
+                if stopped.is_set():
+                    raise ExecutionError("this torchrun job was stopped (SIGTERM: torchrun stops every rank when one "
+                                         "fails; its report names the rank)")
                 try:
                     k, message = messages.get(timeout=0.5)
                 except queue.Empty:
@@ -227,21 +228,18 @@ class TorchExecutor(Executor):
                     done += 1
                     continue
                 yield k, message
-        except _Stopped:
-            raise ExecutionError("this torchrun job was stopped (SIGTERM: torchrun stops every rank when one fails; "
-                                 "its report names the rank)") from None
         finally:
             if installed:
                 signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _on_sigterm() -> tuple[bool, Any]:
-    """Make SIGTERM raise :class:`_Stopped` in the main thread: ``(True, the handler replaced)``;
+def _on_sigterm(stopped: threading.Event) -> tuple[bool, Any]:
+    """Make SIGTERM set ``stopped`` (in the main thread): ``(True, the handler replaced)``;
     ``(False, None)`` off the main thread, where nothing is changed."""
     if threading.current_thread() is not threading.main_thread():
         return False, None
 
     def stop(signum, frame):
-        raise _Stopped()
+        stopped.set()
 
     return True, signal.signal(signal.SIGTERM, stop)

@@ -89,6 +89,26 @@ def test_a_dead_rank_ends_the_job_with_a_clear_error_and_resume_completes_it(cal
     assert (tmp_path / "torch" / "variants.csv").read_text() == (tmp_path / "here" / "variants.csv").read_text()
 
 
+def test_sigterm_while_rank_0_handles_a_message_ends_in_the_clear_error():
+    """torchrun stops every rank with SIGTERM when one dies; the signal may come while rank 0 is busy
+    with a message, outside the loop that waits for them: the loop still raises the clear error."""
+    import queue
+    import signal
+
+    from qir.errors import ExecutionError
+    from qir.runtimes.engine.torch_cluster import TorchExecutor
+
+    before = signal.getsignal(signal.SIGTERM)
+    messages = queue.Queue()
+    messages.put((1, ("rows", [])))
+    follow = TorchExecutor._follow(TorchExecutor.__new__(TorchExecutor), messages, 2)
+    assert next(follow) == (1, ("rows", []))
+    os.kill(os.getpid(), signal.SIGTERM)  # (while this test, the consumer, runs)
+    with pytest.raises(ExecutionError, match="torchrun job was stopped"):
+        next(follow)
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is given back
+
+
 @pytest.mark.slow
 def test_torchrun_gives_the_local_results_on_a_real_model(tmp_path, capsys):
     ir, samples = calibrated_real("ppocr_cls", [1, 3, 48, 192])
