@@ -516,6 +516,28 @@ def test_an_integer_miss_tightens_only_the_criterion_the_integer_level_loses_on(
     assert _integer_gaps(target, dict(checked, onnxruntime_agrees=False)) is None
 
 
+def test_a_miss_at_the_integer_level_first_goes_back_along_prunings_path(monkeypatch):
+    from qir.passes import tune as tune_pass
+
+    ir = _calibrated()
+    space = Space(ir, get_profile("nash-e"))
+    start, upper = space.start(), space.upper()
+    between = space.level_named(start, "int16")
+    tune = get_pass("tune", target="cosine>=0.5", eval_data=EVAL, progress=False, threads=1)
+    ev = Evaluator(space.apply(ir.clone(), start), space, tune.target, EVAL, progress=False, threads=1)
+    found = {"path": [upper, between, start], "final": start}  # pruning's path, down to the result that missed
+    back, checked = tune._backtrack(ev, space, ir, EVAL, found)
+    assert back["final"] == between and back["backtracked"] == 1 and checked["agrees"] and checked["integer"]["meets"]
+    assert back["score"] == ev.memo[between]
+
+    verified = []
+    monkeypatch.setattr(tune_pass, "verify", lambda tuned, *a, **k: verified.append(_plain(tuned)) or {"agrees": False})
+    longer = {"path": [upper] * 3 + [between, start], "final": start}
+    assert tune._backtrack(ev, space, ir, EVAL, longer) is None  # none passes: the raise further comes next
+    assert len(verified) == tune_pass.BACKTRACK_STEPS and verified[0] == pytest.approx(_plain(space.apply(ir.clone(), between)))
+    ev.close()
+
+
 def test_a_miss_at_the_integer_level_raises_the_result_further_for_a_tighter_target(monkeypatch):
     from qir.passes import tune as tune_pass
 

@@ -45,6 +45,9 @@ def outcome(report: dict[str, Any]) -> str:
         checked += f", and at {integer['march']}'s integer level: {integer['mean']:.6g}"
     if report.get("search_target"):
         checked += f" (searched for {report['search_target']}, so that it holds at the integer level)"
+    if report.get("backtracked"):
+        checked += (f" (the configuration {report['backtracked']} pruning step(s) before the cheapest: that one "
+                    "missed at the integer level)")
     return f"reached: {head}{checked}" + _thin_margin(report) + _unseen(report)
 
 
