@@ -246,19 +246,18 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
         saving = {i: -c for i, c in space.added_costs(current, {i: current.levels[i] - 1 for i in order}).items()}
         order.sort(key=lambda i: -saving[i] / max(loss[i], 1e-12))
         count = len(order)  # the sizes the losses predict, and a few shares of the order in case they are stale
-        sizes = sorted({1, count, count // 2 or 1, count // 4 or 1, *_prefix_sizes([loss[i] for i in order], margin)})
+        sizes = sorted({1, count, count // 2 or 1, count // 4 or 1, *_prefix_sizes([loss[i] for i in order], margin)},
+                       reverse=True)
 
         def lowered(n: int) -> Config:
             return space.move(current, {i: current.levels[i] - 1 for i in order[:n]})
 
         measured = ev.score([current], stage)[0]
-        accepted = judged = None  # the largest size that meets: tried largest first, so the smaller ones are
-        for n in sorted(sizes, reverse=True):  # measured only when it misses (each runs whole, one after another)
+        for n in sizes:  # the largest that meets: a smaller one is measured only when it misses (each runs whole)
             judged = judge(now, measured, ev.score([lowered(n)], stage, current)[0])
             if target.met(judged):
-                accepted = n
                 break
-        if accepted is None:  # stale or estimated losses were too hopeful: measure the first few again
+        else:  # stale or estimated losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]
             if not again:  # (a fresh loss within the margin meets the target alone: cannot happen)
                 loss[order[0]] = math.inf
@@ -266,7 +265,6 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
             loss.update(_single_losses(ev, now, current, again, stage, judge))
             fresh.update(again)
             continue
-        n = accepted
         current, now, fresh, screened = lowered(n), judged, set(), set()
         if path is not None:
             path.append(current)
