@@ -98,9 +98,10 @@ class ValueCache:
     """``name -> array``. Arrays are kept in memory while the total stays within ``budget``
     bytes; past it, new arrays are written to ``.npy`` files in a private temporary folder (under
     ``spill_dir`` when given) and read back on each access. An array given with its quantization
-    ``scale`` that would not fit as it is is kept as integer codes (4x smaller for int8) and
-    decoded on access, bit-exact (within the budget, encoding and decoding would only cost time:
-    on PP-OCRv4 det, 3 s of a 45-s tune sensitivity stage).
+    ``scale`` is kept as integer codes (4x smaller for int8) and decoded on access, bit-exact,
+    unless everything put since the last ``clear()`` fitted the budget as it was: the cache holds
+    one sample at a time, and where a sample's values fit, encoding and decoding only cost time
+    (on PP-OCRv4 det, 3 s of a 45-s tune sensitivity stage).
     One array stored under several names (a pass-through calibration node's input and output)
     is counted once. ``peak`` is the most bytes ever held in memory, ``spilled`` the bytes ever
     written to disk. ``clear()`` forgets everything."""
@@ -113,6 +114,8 @@ class ValueCache:
         self._disk: dict[str, Path] = {}
         self._users: dict[int, int] = {}  # id of a held object -> names holding it
         self.held = self.peak = self.spilled = 0
+        self._as_is = 0  # bytes put since the last clear(), counted as given
+        self._fits = False  # whether the last fill fitted as given (then nothing is encoded)
 
     def __contains__(self, name: str) -> bool:
         return name in self._mem or name in self._disk
@@ -122,7 +125,8 @@ class ValueCache:
         if name in self:
             self.drop(name)
         item: np.ndarray | _Codes = array
-        if scale is not None and array.dtype.kind == "f" and self.held + array.nbytes > self.budget:
+        self._as_is += array.nbytes
+        if scale is not None and array.dtype.kind == "f" and not self._fits:
             item = encode(array, scale) or array
         if id(item) in self._users:  # already held under another name
             self._users[id(item)] += 1
@@ -162,6 +166,8 @@ class ValueCache:
             self._disk.pop(name).unlink(missing_ok=True)
 
     def clear(self) -> None:
+        if self._as_is:
+            self._fits, self._as_is = self._as_is <= self.budget, 0
         self._mem.clear()
         self._users.clear()
         self.held = 0
