@@ -200,10 +200,7 @@ class TunePass(Pass):
                     break
                 if attempt:
                     stages.update(1)
-                found["score"] = ev.score([found["final"]], "verification")[0]
-                tuned = space.apply(ir.clone(), found["final"])
-                checked = verify(tuned, samples, self.target, found["score"].mean, threads=self.threads,
-                                 march=self.profile.name if self.integer else None) if self.verify else None
+                found["score"], checked = self._verified(ev, space, ir, samples, found["final"])
                 stages.update(1)
                 stages.close()
                 gaps = _integer_gaps(self.target, checked)
@@ -285,6 +282,14 @@ class TunePass(Pass):
         self._trim_thresholds(ev, space, found)
         return found
 
+    def _verified(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
+                  config: Config) -> tuple[Score, dict[str, Any] | None]:
+        """``config``'s score in the search and its verification (step 7; None without ``verify``)."""
+        score = ev.score([config], "verification")[0]
+        checked = verify(space.apply(ir.clone(), config), samples, self.target, score.mean, threads=self.threads,
+                         march=self.profile.name if self.integer else None) if self.verify else None
+        return score, checked
+
     def _backtrack(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
                    found: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """Step 7's first answer to a miss at the integer level only: the configurations pruning
@@ -294,9 +299,7 @@ class TunePass(Pass):
         final = found["final"]
         tried = [c for c in reversed(found.get("path", [])[:-1]) if c != final][:BACKTRACK_STEPS]
         for steps, config in enumerate(tried, 1):
-            score = ev.score([config], "verification")[0]
-            checked = verify(space.apply(ir.clone(), config), samples, self.target, score.mean, threads=self.threads,
-                             march=self.profile.name)
+            score, checked = self._verified(ev, space, ir, samples, config)
             if checked["agrees"]:
                 logger.info("tune: the result misses %s at %s's integer level; the configuration pruning reached %d "
                             "step(s) before it meets it there", self.target.text, self.profile.name, steps)
