@@ -516,7 +516,7 @@ def test_an_integer_miss_tightens_only_the_criterion_the_integer_level_loses_on(
     assert _integer_gaps(target, dict(checked, onnxruntime_agrees=False)) is None
 
 
-def test_a_miss_at_the_integer_level_first_goes_back_along_prunings_path(monkeypatch):
+def test_a_miss_at_the_integer_level_first_raises_back_one_unit_of_the_last_step_then_goes_back_the_path(monkeypatch):
     from qir.passes import tune as tune_pass
 
     ir = _calibrated()
@@ -526,15 +526,28 @@ def test_a_miss_at_the_integer_level_first_goes_back_along_prunings_path(monkeyp
     tune = get_pass("tune", target="cosine>=0.5", eval_data=EVAL, progress=False, threads=1)
     ev = Evaluator(space.apply(ir.clone(), start), space, tune.target, EVAL, progress=False, threads=1)
     found = {"path": [upper, between, start], "final": start}  # pruning's path, down to the result that missed
+    moved = space.raised(between, start)  # what the last step lowered
+    singles = sorted((space.move(start, {i: between.levels[i]}) for i in moved), key=space.cost)
     back, checked = tune._backtrack(ev, space, ir, EVAL, found)
-    assert back["final"] == between and back["backtracked"] == 1 and checked["agrees"] and checked["integer"]["meets"]
-    assert back["score"] == ev.memo[between]
+    (raised,) = space.raised(back["final"], start)  # the cheapest single raise back
+    assert back["final"] == singles[0] and back["backtracked"] == {"steps": 0, "raised_back": [space.units[raised].name]}
+    assert checked["agrees"] and checked["integer"]["meets"] and back["score"] == ev.memo[singles[0]]
 
     verified = []
     monkeypatch.setattr(tune_pass, "verify", lambda tuned, *a, **k: verified.append(_plain(tuned)) or {"agrees": False})
     longer = {"path": [upper] * 3 + [between, start], "final": start}
     assert tune._backtrack(ev, space, ir, EVAL, longer) is None  # none passes: the raise further comes next
-    assert len(verified) == tune_pass.BACKTRACK_STEPS and verified[0] == pytest.approx(_plain(space.apply(ir.clone(), between)))
+    assert len(verified) == tune_pass.BACKTRACK_SINGLES + tune_pass.BACKTRACK_STEPS  # the singles, then the path
+    expected = singles[:tune_pass.BACKTRACK_SINGLES] + [between]
+    assert verified[:len(expected)] == pytest.approx([_plain(space.apply(ir.clone(), c)) for c in expected])
+
+    # a single raise back that misses the target in fake quantization is not verified
+    cheapest = ev.memo[singles[0]].mean
+    ev.target = tune.target = Target("cosine-similarity", ">=", math.nextafter(cheapest, 1.0))
+    assert ev.target.met(ev.memo[between]) and not ev.target.met(ev.memo[singles[0]])
+    verified.clear()
+    tune._backtrack(ev, space, ir, EVAL, found)
+    assert _plain(space.apply(ir.clone(), singles[0])) not in verified and len(verified) >= 1
     ev.close()
 
 

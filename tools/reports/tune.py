@@ -45,9 +45,11 @@ def outcome(report: dict[str, Any]) -> str:
         checked += f", and at {integer['march']}'s integer level: {integer['mean']:.6g}"
     if report.get("search_target"):
         checked += f" (searched for {report['search_target']}, so that it holds at the integer level)"
-    if report.get("backtracked"):
-        checked += (f" (the configuration {report['backtracked']} pruning step(s) before the cheapest: that one "
-                    "missed at the integer level)")
+    back = report.get("backtracked")
+    if back:
+        where = (f"pruning's cheapest with {back['raised_back'][0]} raised back to where its last step found it"
+                 if back["raised_back"] else f"the configuration {back['steps']} pruning step(s) before the cheapest")
+        checked += f" ({where}: the cheapest missed at the integer level)"
     return f"reached: {head}{checked}" + _thin_margin(report) + _unseen(report)
 
 
