@@ -8,10 +8,11 @@ metric against the float model, or a task metric; :mod:`.lib.tune_target`) is me
 over the **evaluation** samples, never the calibration ones; the worst sample is reported too.
 
 1. **Bounds.** One engine call scores the start configuration (every unit at its first level:
-   all-int8 on nash-e/m; GEMM inputs int8 and every other op fp16 on nash-p), the upper bound
+   all-int8 on nash-e/m; GEMM inputs int8 and every other op fp16 on nash-p) and the upper bound
    (every unit at its last integer level: all-int16, dual int16 where the profile allows it),
-   the ceiling (every unit at its last level: fp16, float with ``allow_float``), each also with
-   every clipping fix, and the start with each clipping fix alone.
+   each also with every clipping fix, and the start with each clipping fix alone; the ceiling
+   (every unit at its last level: fp16, float with ``allow_float``) only when the upper bound
+   misses the target (it is then the reference, step 3; the report shows it where measured).
 2. **Clipping** (:mod:`.lib.tune_clip`): a fixed threshold covering the data, where the
    calibrated range clips it (the advisor's rule), is kept where it measurably helps, before any
    precision is raised. If the start then meets the target, nothing is raised. If neither the
@@ -84,7 +85,7 @@ from qir.passes.lib.tune_report import summarize
 from qir.passes.lib.tune_search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.lib.tune_space import Config, Space
 from qir.passes.lib.tune_target import Score, Target, parse_target
-from qir.passes.lib.tune_verify import check_unseen, verify
+from qir.passes.lib.tune_verify import check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
 from qir.runtimes.progress import task
@@ -183,6 +184,7 @@ class TunePass(Pass):
         self.verify, self.integer, self.store, self.progress = verify, integer, store, progress
         self.sensitivity_samples, self.check_data = sensitivity_samples, check_data
         self.options = {"target": self.target.text, "march": self.profile.name, "allow_float": allow_float}
+        self._floats: list[dict] | None = None  # the float model's outputs on the evaluation data, once verified
 
     # ------------------------------------------------------------------ run
     def run(self, ir: QIR) -> PassResult:
@@ -191,6 +193,7 @@ class TunePass(Pass):
             raise InputError(f"{ir.name!r} has no calibration nodes; calibrate it first (qir calibrate), or give "
                              "qir tune the float model and calibration data")
         samples = checked_samples(ir, self.eval_data, self.eval_num)
+        self._floats = None
         space = Space(ir, self.profile, allow_float=self.allow_float)
         base = space.apply(ir.clone(), space.start())
         ev = Evaluator(base, space, self.target, samples, store=self.store, progress=self.progress,
@@ -219,7 +222,7 @@ class TunePass(Pass):
                     found, checked = back
                     break
                 tighter = ev.target.tightened(*(INTEGER_GAP_FACTOR * g for g in gaps))
-                if not any(tighter.met(ev.memo[c]) for c in (found["upper"], found["ceiling"])):
+                if not any(tighter.met(ev.memo[c]) for c in (found["upper"], found["ceiling"]) if c in ev.memo):
                     break  # beyond every bound: the integer level loses more than any configuration can make up
                 logger.info("tune: the result meets %s in fake quantization but not at %s's integer level (%.6g lower "
                             "on the mean, %.6g on the worst sample): raising it further for %s", ev.target.text,
@@ -294,8 +297,13 @@ class TunePass(Pass):
                   config: Config) -> tuple[Score, dict[str, Any] | None]:
         """``config``'s score in the search and its verification (step 7; None without ``verify``)."""
         score = ev.score([config], "verification")[0]
-        checked = verify(space.apply(ir.clone(), config), samples, self.target, score.mean, threads=self.threads,
-                         march=self.profile.name if self.integer else None) if self.verify else None
+        if not self.verify:
+            return score, None
+        tuned = space.apply(ir.clone(), config)
+        if self._floats is None:  # (the float model's outputs: the same for every configuration verified)
+            self._floats = float_outputs(tuned, samples)
+        checked = verify(tuned, samples, self.target, score.mean, threads=self.threads, floats=self._floats,
+                         march=self.profile.name if self.integer else None)
         return score, checked
 
     def _backtrack(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
@@ -371,14 +379,15 @@ class TunePass(Pass):
         chosen = max(options, key=lambda x: (ev.target.gain(ev.memo[x], ev.memo[plain]), -len(x.thresholds)))
         space.policy.update({(n, "int8"): t for n, t in chosen.thresholds})
         start, int16, upper, ceiling = space.start(), space.level_named(space.start(), "int16"), space.upper(), space.ceiling()
-        ev.score([start, int16, upper, ceiling], "bounds")
+        ev.score([start, int16, upper], "bounds")
+        bound = max((int16, upper), key=lambda x: ev.target.standing(ev.memo[x]))
+        if not ev.met(bound):  # the ceiling matters only where no integer level reaches the target
+            ev.score([ceiling], "bounds")
         for f in fixes:
             f["kept"] = [m for m in ("int8", "int16") if (f["node"], m) in space.policy]
-        reachable = [x for x in (int16, upper, ceiling) if ev.met(x)]
-        reached = True if ev.met(start) else (None if reachable else False)
+        reached = True if ev.met(start) else (None if ev.met(bound) or ev.met(ceiling) else False)
         best = max(ev.memo, key=lambda x: ev.target.standing(ev.memo[x]))
-        bound = max((int16, upper), key=lambda x: ev.target.standing(ev.memo[x]))
-        shown = [ev.target.shown(ev.memo[x]) for x in (start, int16, upper, ceiling)]
+        shown = [ev.target.shown(ev.memo[x]) if x in ev.memo else "not needed" for x in (start, int16, upper, ceiling)]
         logger.info("tune: start %s %s, all-int16 %s, upper bound %s, ceiling %s; clipping fixes kept: %d at "
                     "int8, %d at int16, of %d", ev.target.text, *shown, len(chosen.thresholds),
                     sum(m == "int16" for _, m in space.policy), len(fixes))

@@ -132,7 +132,8 @@ def summarize(ev: Evaluator, found: dict[str, Any], profile: MarchProfile, allow
         "samples": len(ev.samples), "units": len(space.units), "searchable_units": len(space.searchable()),
         "calibrated": _score(ev, found["plain_start"]), "start": _score(ev, found["start"]),
         "upper_bound": _score(ev, found["upper"]),
-        "all_int16": _score(ev, found["int16"]), "ceiling": _score(ev, found["ceiling"]),
+        "all_int16": _score(ev, found["int16"]),
+        "ceiling": _score(ev, found["ceiling"]) if found["ceiling"] in ev.memo else None,  # (measured where needed)
         **({"reference": _score(ev, found["reference"])} if "reference" in found else {}),
         "final": {**_score(ev, final), "cost_vs_start": costs["final"] / costs["start"] if costs["start"] else None,
                   "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None},

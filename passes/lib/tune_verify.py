@@ -37,7 +37,7 @@ from qir.passes.lib.tune_target import Score, Target
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.ort.backend import new_session
 
-__all__ = ["verify", "sample_values", "check_unseen"]
+__all__ = ["verify", "sample_values", "check_unseen", "float_outputs"]
 
 
 def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequence[dict]) -> tuple[float, tuple[float, ...]]:
@@ -75,14 +75,16 @@ def _roundtrip(ir: QIR, back: QIR) -> list[str]:
 
 
 def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *, march: str | None = None,
-           threads: int | None = None) -> dict[str, Any]:
+           threads: int | None = None, floats: Sequence[dict] | None = None) -> dict[str, Any]:
     """Emit ``ir``, re-import it, run it on ``samples`` (see the module docstring). Returns
     ``{"mean", "worst", "worst_sample", "margin", "searched", "agrees", "onnxruntime_agrees",
     "roundtrip", ...}`` (``agrees``: all of it, the integer level included);
-    ``model`` is the emitted ``ModelProto``."""
+    ``model`` is the emitted ``ModelProto``. ``floats``: :func:`float_outputs` of ``samples``,
+    when a configuration of the same model was verified on them before."""
     model = export_qdq(ir)
     back = import_onnx(model)
-    floats, outs = _onnxruntime_outputs(ir, model, samples, threads)
+    floats = float_outputs(ir, samples) if floats is None else floats
+    outs = _onnxruntime_outputs(model, [check_feeds(ir, s) for s in samples], threads)
     score = Score(*sample_values(ir, target, floats, outs))
     roundtrip = _roundtrip(ir, back)
     agrees = abs(score.mean - searched) <= target.tolerance(searched)  # (False when either is NaN)
@@ -97,23 +99,22 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
     return report
 
 
-def _onnxruntime_outputs(ir: QIR, model, samples: Sequence[dict], threads: int | None) -> tuple[list[dict], list[dict]]:
-    """The float model's outputs (``ir`` run as float) and the emitted ``model``'s, in onnxruntime,
-    on each of ``samples``."""
+def float_outputs(ir: QIR, samples: Sequence[dict]) -> list[dict]:
+    """The outputs of ``ir`` run as float in onnxruntime, on each of ``samples``."""
+    rt = get_runtime("ort", level="float")
+    return [rt.run(ir, check_feeds(ir, sample)) for sample in samples]
+
+
+def _onnxruntime_outputs(model, feeds: Sequence[dict], threads: int | None) -> list[dict]:
+    """The emitted ``model``'s outputs in onnxruntime, on each of ``feeds``."""
     session = new_session(model, threads=threads, what="the emitted model")
     names = [o.name for o in session.get_outputs()]
-    float_rt = get_runtime("ort", level="float")
-    floats, outs = [], []
-    for sample in samples:
-        feeds = check_feeds(ir, sample)
-        floats.append(float_rt.run(ir, feeds))
-        outs.append(dict(zip(names, session.run(names, feeds))))
-    return floats, outs
+    return [dict(zip(names, session.run(names, f))) for f in feeds]
 
 
 def check_unseen(ir: QIR, model, samples: Sequence[dict], target: Target, *, threads: int | None = None) -> dict[str, Any]:
     """The emitted ``model`` (of the tuned ``ir``) on ``samples`` the search never saw, in
     onnxruntime as :func:`verify` runs it: ``{"samples", "mean", "worst", "worst_sample",
     "margin", "meets"}``. Whether the result holds beyond the evaluation data it was picked on."""
-    floats, outs = _onnxruntime_outputs(ir, model, samples, threads)
+    floats, outs = float_outputs(ir, samples), _onnxruntime_outputs(model, [check_feeds(ir, s) for s in samples], threads)
     return {"samples": len(samples), **target.judged(Score(*sample_values(ir, target, floats, outs)))}

@@ -195,6 +195,19 @@ def test_an_unreachable_target_stops_with_the_best_configuration_and_the_upper_b
     assert _plain(result.ir) == pytest.approx(report["final"]["mean"], abs=1e-6)
 
 
+def test_the_ceiling_is_measured_only_where_the_upper_bound_misses_the_target():
+    ir = _calibrated()
+    space = Space(ir, get_profile("nash-e"), allow_float=True)
+    assert space.ceiling() != space.upper()  # float32 beyond the integer levels
+    upper = _plain(space.apply(ir.clone(), space.upper()))
+    met = _tune(ir, "cosine>=0.5", allow_float=True, verify=False).report
+    assert met["upper_bound"]["meets"] and met["ceiling"] is None
+    assert space.describe(space.ceiling()) not in [h["levels"] for h in met["history"]]
+    beyond = _tune(ir, f"cosine>={1 - (1 - upper) / 10!r}", allow_float=True, verify=False).report
+    assert not beyond["upper_bound"]["meets"] and beyond["ceiling"]["meets"]
+    assert beyond["ceiling"]["mean"] == pytest.approx(_plain(space.apply(ir.clone(), space.ceiling())), abs=1e-6)
+
+
 def test_when_all_int16_just_misses_the_search_works_down_from_the_upper_bound_with_its_int16_weights():
     ir = _calibrated()
     space = Space(ir, get_profile("nash-e"))

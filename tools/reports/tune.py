@@ -77,7 +77,8 @@ def _thin_margin(report: dict[str, Any]) -> str:
 
 def _bounds_lines(r: dict[str, Any]) -> list[str]:
     rows = [("calibrated (start)", r["calibrated"]), ("with clipping fixes", r["start"]),
-            ("all-int16 activations", r["all_int16"]), ("upper bound", r["upper_bound"]), ("ceiling", r["ceiling"]),
+            ("all-int16 activations", r["all_int16"]), ("upper bound", r["upper_bound"]),
+            *([("ceiling", r["ceiling"])] if r["ceiling"] else []),
             *([("reference (searched from)", r["reference"])] if "reference" in r else []), ("result", r["final"])]
     base = r["calibrated"]["cost"] or 1.0
     lines = [f"  {'configuration':<27}{'mean':>12}{'std error':>11}{'worst':>12}{'cost':>8}  levels"]
