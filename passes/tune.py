@@ -439,7 +439,8 @@ class TunePass(Pass):
         if picked is None or len(picked) == len(ev.samples):
             return ev.score(configs, stage, around)
         sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
-                        prefix=f"samples {picked}: ", progress=self.progress, **ev.engine_options)
+                        prefix=f"samples {picked}: ", progress=self.progress, floats=[ev.floats()[i] for i in picked],
+                        **ev.engine_options)
         try:
             return sub.score(configs, stage, around)
         finally:

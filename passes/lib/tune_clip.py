@@ -50,16 +50,21 @@ class _Stats:
 
     def update(self, x: np.ndarray) -> None:
         x = x.ravel()
-        if not np.isfinite(x).all():
-            x = x[np.isfinite(x)]
         if not x.size:
             return
+        top, bottom = float(x.max()), float(x.min())
+        if not (math.isfinite(top) and math.isfinite(bottom)):  # (non-finite values are left out)
+            x = x[np.isfinite(x)]
+            if not x.size:
+                return
+            top, bottom = float(x.max()), float(x.min())
         self.signal += float(np.square(x).sum(dtype=np.float64))  # (no BLAS: its threads would fight the runtime's)
-        above, below = x[x > self.hi], x[x < self.lo]
-        self.lost += float(np.sum(np.square(above - self.hi, dtype=np.float64))) + \
-            float(np.sum(np.square(below - self.lo, dtype=np.float64)))
+        if top > self.hi:  # (the range clips: most do not, and their masks are not built)
+            self.lost += float(np.sum(np.square(x[x > self.hi] - self.hi, dtype=np.float64)))
+        if bottom < self.lo:
+            self.lost += float(np.sum(np.square(x[x < self.lo] - self.lo, dtype=np.float64)))
         self.nonzero += int(np.count_nonzero(x))
-        self.amax = max(self.amax, float(np.max(np.abs(x))))
+        self.amax = max(self.amax, top, -bottom)
 
 
 def _better(stats: _Stats, threshold: float, qmax: int) -> bool:

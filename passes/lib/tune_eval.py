@@ -28,6 +28,7 @@ from qir.passes.lib.tune_target import Score, Target
 from qir.passes.lib.tune_verify import sample_values
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine import Engine, Variant, configured_clone
+from qir.runtimes.engine.options import optimization_level
 from qir.runtimes.engine.variants import run_whole
 
 __all__ = ["Score", "Evaluator", "config_key"]
@@ -59,7 +60,7 @@ class Evaluator:
 
     def __init__(self, base: QIR, space: Space, target: Target, samples: Sequence[dict], *,
                  store: MutableMapping[str, Any] | None = None, prefix: str = "", progress: bool = True,
-                 **engine_options: Any) -> None:
+                 floats: Sequence[dict] | None = None, **engine_options: Any) -> None:
         self.base, self.space, self.target, self.samples = base, space, target, samples
         self.store = store if store is not None else {}
         self.prefix = prefix  # of the store's keys: evaluators on other samples share a store
@@ -74,7 +75,7 @@ class Evaluator:
                                  **engine_options)
         self._engines: dict[Config, Engine] = {}  # around -> the engine whose reference it is
         self._start_ran = False  # whether the start's engine has run (built its sessions)
-        self._floats: list[dict] | None = None  # the float model's outputs, for whole runs
+        self._floats = None if floats is None else list(floats)  # (:meth:`floats`)
 
     def close(self) -> None:
         for engine in [self.engine, *self._engines.values()]:
@@ -148,8 +149,21 @@ class Evaluator:
                                            progress=self.progress, reference_changes=changes, **self.engine_options)
         return self._engines[around], changes
 
+    def floats(self) -> list[dict]:
+        """The float model's outputs on each sample, computed once (given by the evaluator a
+        sub-evaluator's samples come from) and compared with by every whole run and engine:
+        whole runs, on one core, at the engines' optimization level, as an engine computes its
+        float baselines."""
+        if self._floats is None:
+            level = optimization_level(self.base, self.engine_options.get("optimization", "auto"))
+            rt = get_runtime("ort", level="float", threads=1, optimization=level, layout_stable=True)
+            self._floats = [run_whole(self.base, s, self.base.outputs, rt) for s in self.samples]
+        return self._floats
+
     def _engine_scores(self, configs: list[Config], stage: str, around: Config | None = None) -> list[Score]:
         engine, near = self._engine_around(around)
+        if self.engine_options.get("runtime", "ort") == "ort":
+            engine.float_baselines = dict(enumerate(self.floats()))
         self._start_ran |= engine is self.engine
         start = self.space.start_modes
         variants = []
@@ -181,16 +195,14 @@ class Evaluator:
         """Each configuration a clone of the base run whole in onnxruntime (fake quantization,
         written as the engine writes it: ``layout_stable``), against the float model's outputs,
         averaged as the engine averages (:func:`.tune_verify.sample_values`)."""
-        options = {"threads": self.engine_options.get("threads"), "layout_stable": True}
-        if self._floats is None:
-            rt = get_runtime("ort", level="float", **options)
-            self._floats = [run_whole(self.base, s, self.base.outputs, rt) for s in self.samples]
-        rt = get_runtime("ort", level="fakequant", **options)
+        level = optimization_level(self.base, self.engine_options.get("optimization", "auto"))
+        rt = get_runtime("ort", level="fakequant", threads=self.engine_options.get("threads"), optimization=level,
+                         layout_stable=True)
         out = []
         for c in configs:
             model = configured_clone(self.base, "quantized", self.space.changes(c))
             outs = [run_whole(model, s, model.outputs, rt) for s in self.samples]
-            out.append(Score(*sample_values(self.base, self.target, self._floats, outs)))
+            out.append(Score(*sample_values(self.base, self.target, self.floats(), outs)))
         return out
 
     def _plain_scores(self, configs: list[Config]) -> list[Score]:

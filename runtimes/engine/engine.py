@@ -178,6 +178,9 @@ class Engine:
         self.ref_cache = ReferenceCache(ir, self.plan, self.runner, self.records, self.constants, rounding, self.cache)
         self.rows = Rows(self.plan, self.runner, self.ref_cache, self.variant_records, self.compare, batch)
         self._baselines: dict[int, dict[str, np.ndarray]] = {}
+        #: The float model's compared values of some samples (by index), when the caller has them
+        #: computed as :meth:`_float_baselines` computes them: those runs are then saved.
+        self.float_baselines: dict[int, Mapping[str, np.ndarray]] = {}
         self._left_out: dict[int, str] = {}  # samples left out of the current evaluate, and why
         self._ill: dict[int, dict[str, str]] = {}  # sample -> compared value -> why relative metrics are noise
         self._bounds = ({v: qmetrics.output_bound(ir, v) for v in self.compare}
@@ -464,7 +467,9 @@ class Engine:
                    "layout_stable": True} if self.runtime == "ort" else {}
         rt = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options)
         for s, sample in samples.items():
-            self._baselines[s] = run_whole(float_ir, check_feeds(self.ir, sample), self.compare, rt)
+            given = self.float_baselines.get(s, {})
+            self._baselines[s] = ({v: given[v] for v in self.compare} if all(v in given for v in self.compare)
+                                  else run_whole(float_ir, check_feeds(self.ir, sample), self.compare, rt))
 
     def _cut_segments(self, count: int | None) -> None:
         """Segments of about equal FLOPs (every step also counts a tenth of the mean, so that
