@@ -52,7 +52,9 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    meet the target in both and agree with the search. When only the integer level misses, the
    result with one unit of pruning's last step raised back (:data:`BACKTRACK_SINGLES`), then the
    configurations pruning went through just before the result (:data:`BACKTRACK_STEPS`) are
-   verified first, and the cheapest that passes is the result; failing that, the
+   verified first, and the cheapest that passes is the result (the result's integer level and
+   theirs run the samples fake quantization scores worst first and stop at the first that misses
+   a floor, which settles it; the result's runs in full once nothing replaces it); failing that, the
    ratio search goes on from the result, on the units it left lower, for the target tightened
    by the gap between the two (:data:`INTEGER_GAP_FACTOR`; the mean's threshold by the mean's
    gap, a floor by the worst sample's), at most :data:`INTEGER_RETRIES` times; the report names
@@ -211,15 +213,19 @@ class TunePass(Pass):
                     break
                 if attempt:
                     stages.update(1)
-                found["score"], checked = self._verified(ev, space, ir, samples, found["final"])
+                found["score"], checked = self._verified(ev, space, ir, samples, found["final"], quick=not attempt)
                 stages.update(1)
                 stages.close()
-                gaps = _integer_gaps(self.target, checked)
-                if not found["reached"] or gaps is None or attempt == INTEGER_RETRIES:
-                    break
-                back = None if attempt else self._backtrack(ev, space, ir, samples, found)
+                back = None
+                if found["reached"] and not attempt and _integer_gaps(self.target, checked) is not None:
+                    back = self._backtrack(ev, space, ir, samples, found)
                 if back is not None:
                     found, checked = back
+                    break
+                if checked and checked.get("integer") and not checked["integer"]["complete"]:  # (stopped early)
+                    found["score"], checked = self._verified(ev, space, ir, samples, found["final"])
+                gaps = _integer_gaps(self.target, checked)
+                if not found["reached"] or gaps is None or attempt == INTEGER_RETRIES:
                     break
                 tighter = ev.target.tightened(*(INTEGER_GAP_FACTOR * g for g in gaps))
                 if not any(tighter.met(ev.memo[c]) for c in (found["upper"], found["ceiling"]) if c in ev.memo):
@@ -293,9 +299,11 @@ class TunePass(Pass):
         self._trim_thresholds(ev, space, found)
         return found
 
-    def _verified(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
-                  config: Config) -> tuple[Score, dict[str, Any] | None]:
-        """``config``'s score in the search and its verification (step 7; None without ``verify``)."""
+    def _verified(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict], config: Config,
+                  quick: bool = False) -> tuple[Score, dict[str, Any] | None]:
+        """``config``'s score in the search and its verification (step 7; None without ``verify``);
+        ``quick``: the integer level stops at the first sample that misses the floor (what
+        backtracking needs to know; the numbers over every sample then need another call)."""
         score = ev.score([config], "verification")[0]
         if not self.verify:
             return score, None
@@ -303,7 +311,7 @@ class TunePass(Pass):
         if self._floats is None:  # (the float model's outputs: the same for every configuration verified)
             self._floats = float_outputs(tuned, samples)
         checked = verify(tuned, samples, self.target, score.mean, threads=self.threads, floats=self._floats,
-                         march=self.profile.name if self.integer else None)
+                         march=self.profile.name if self.integer else None, stop_at_floor=quick)
         return score, checked
 
     def _backtrack(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
@@ -328,7 +336,7 @@ class TunePass(Pass):
             tried[:0] = [(f"the result with {name} raised back", c, {"steps": 0, "raised_back": [name]})
                          for (c, name), s in zip(singles, scores) if ev.target.met(s)]
         for what, config, backtracked in tried:
-            score, checked = self._verified(ev, space, ir, samples, config)
+            score, checked = self._verified(ev, space, ir, samples, config, quick=True)
             if checked["agrees"]:
                 logger.info("tune: the result misses %s at %s's integer level; %s meets it there", self.target.text,
                             self.profile.name, what)

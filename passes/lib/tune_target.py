@@ -81,6 +81,13 @@ class Target:
         worst = self.worst(score.samples)[1]
         return min(margin, self._above(worst, self.floor)) if worst == worst else margin
 
+    def misses_floor(self, values: Sequence[float]) -> bool:
+        """Whether some sample of ``values`` misses the floor (a NaN one does); never without one."""
+        if self.floor is None:
+            return False
+        worst = self.worst(values)[1]
+        return any(v != v for v in values) or self._above(worst, self.floor) < 0
+
     def met(self, score: Score) -> bool:
         """Whether ``score`` meets the target; NaN never does."""
         margin = self.margin(score)

@@ -75,12 +75,14 @@ def _roundtrip(ir: QIR, back: QIR) -> list[str]:
 
 
 def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *, march: str | None = None,
-           threads: int | None = None, floats: Sequence[dict] | None = None) -> dict[str, Any]:
+           threads: int | None = None, floats: Sequence[dict] | None = None, stop_at_floor: bool = False) -> dict[str, Any]:
     """Emit ``ir``, re-import it, run it on ``samples`` (see the module docstring). Returns
     ``{"mean", "worst", "worst_sample", "margin", "searched", "agrees", "onnxruntime_agrees",
     "roundtrip", ...}`` (``agrees``: all of it, the integer level included);
     ``model`` is the emitted ``ModelProto``. ``floats``: :func:`float_outputs` of ``samples``,
-    when a configuration of the same model was verified on them before."""
+    when a configuration of the same model was verified on them before. ``stop_at_floor``: the
+    integer level stops at the first sample that misses the target's floor
+    (:func:`_integer_level`)."""
     model = export_qdq(ir)
     back = import_onnx(model)
     floats = float_outputs(ir, samples) if floats is None else floats
@@ -93,10 +95,35 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
               "model": model}
     report["agrees"] = report["onnxruntime_agrees"] = bool(agrees and not roundtrip and report["meets"])
     if march is not None:
-        ints = [get_runtime("numpy", level="integer", march=march).run(back, check_feeds(back, s)) for s in samples]
-        report["integer"] = {"march": march, **target.judged(Score(*sample_values(ir, target, floats, ints)))}
+        report["integer"] = _integer_level(ir, back, samples, target, floats, march, score, stop_at_floor)
         report["agrees"] = report["agrees"] and report["integer"]["meets"]
     return report
+
+
+def _integer_level(ir: QIR, back: QIR, samples: Sequence[dict], target: Target, floats: Sequence[dict], march: str,
+                   fake: Score, stop_at_floor: bool) -> dict[str, Any]:
+    """The re-imported model ``back`` at ``march``'s integer level on ``samples``, those
+    fake quantization (``fake``) scores worst first: ``{"march", "mean", "worst", ..., "complete"}``.
+    With ``stop_at_floor``, it stops at the first sample that misses the target's floor: the
+    target is then missed whatever the others score (a sample that misses the floor among some
+    misses it among all: a relative metric's ill-conditioned sample is NaN among others, and NaN
+    misses a floor), and the numbers are over the samples run (``complete`` false)."""
+    rt = get_runtime("numpy", level="integer", march=march)
+    sign = 1.0 if target.higher_is_better else -1.0
+    order = sorted(range(len(samples)), key=lambda i: (fake.samples[i] == fake.samples[i], sign * fake.samples[i]))
+    outs: dict[int, dict] = {}
+    for i in order:
+        outs[i] = rt.run(back, check_feeds(back, samples[i]))
+        if stop_at_floor and target.floor is not None and len(outs) < len(samples):
+            done = sorted(outs)
+            part = Score(*sample_values(ir, target, [floats[j] for j in done], [outs[j] for j in done]))
+            if target.misses_floor(part.samples):
+                judged = target.judged(part)
+                worst = judged["worst_sample"]
+                return {"march": march, **judged, "worst_sample": None if worst is None else done[worst], "meets": False,
+                        "complete": False, "samples_run": len(done)}
+    ints = [outs[i] for i in range(len(samples))]
+    return {"march": march, **target.judged(Score(*sample_values(ir, target, floats, ints))), "complete": True}
 
 
 def float_outputs(ir: QIR, samples: Sequence[dict]) -> list[dict]:

@@ -512,6 +512,23 @@ def test_a_result_that_misses_the_target_at_the_integer_level_is_not_verified():
     assert verify(ir, EVAL, between, searched, threads=1)["agrees"] is (fq > integer)  # without the integer level
 
 
+def test_the_integer_level_can_stop_at_the_first_sample_that_misses_the_floor():
+    from qir.passes.lib.tune_verify import verify
+
+    ir = _calibrated("kl")
+    searched = _plain(ir)
+    loose = Target("cosine-similarity", ">=", 0.5, 0.0)
+    full = verify(ir, EVAL, loose, searched, march="nash-e", threads=1)
+    quick = verify(ir, EVAL, loose, searched, march="nash-e", threads=1, stop_at_floor=True)
+    assert full["integer"]["meets"] and full["integer"]["complete"]
+    assert quick["integer"] == full["integer"]  # every sample passes: it runs them all
+    strict = Target("cosine-similarity", ">=", 0.5, 1.0 - 1e-9)  # no sample is that close at the integer level
+    missed = verify(ir, EVAL, strict, searched, march="nash-e", threads=1, stop_at_floor=True)["integer"]
+    assert not missed["meets"] and not missed["complete"] and missed["samples_run"] == 1
+    everything = verify(ir, EVAL, strict, searched, march="nash-e", threads=1)["integer"]
+    assert not everything["meets"] and everything["complete"] and "samples_run" not in everything
+
+
 @pytest.mark.parametrize("op, sign", [(">=", 1.0), ("<=", -1.0)])
 def test_an_integer_miss_tightens_only_the_criterion_the_integer_level_loses_on(op, sign):
     from qir.passes.tune import _integer_gaps
@@ -527,6 +544,28 @@ def test_an_integer_miss_tightens_only_the_criterion_the_integer_level_loses_on(
     assert _integer_gaps(Target(target.metric, op, 0.5), checked) is None  # no floor: nothing lost where it counts
     assert _integer_gaps(target, dict(checked, integer=dict(worse_worst, meets=True))) is None
     assert _integer_gaps(target, dict(checked, onnxruntime_agrees=False)) is None
+
+
+def test_a_verification_stopped_at_the_floor_is_completed_when_nothing_replaces_its_result(monkeypatch):
+    from qir.passes import tune as tune_pass
+
+    real, calls = tune_pass.verify, []
+
+    def verify(ir, samples, target, searched, **options):  # the first run stops at a sample that misses the floor
+        out = real(ir, samples, target, searched, **options)
+        calls.append((options["stop_at_floor"], _plain(ir)))
+        if len(calls) == 1:
+            out = dict(out, agrees=False, integer=dict(out["integer"], meets=False, complete=False, samples_run=1))
+        return out
+
+    monkeypatch.setattr(tune_pass, "verify", verify)
+    monkeypatch.setattr(tune_pass.TunePass, "_backtrack", lambda *a: None)  # (nothing goes back)
+    ir = _calibrated()
+    space = Space(ir, get_profile("nash-e"))
+    start = _plain_score(space.apply(ir.clone(), space.start()))
+    report = _tune(ir, Target("cosine-similarity", ">=", min(start.samples) / 2, min(start.samples) / 2)).report
+    assert [quick for quick, _ in calls] == [True, False] and calls[0][1] == calls[1][1]  # the same result, in full
+    assert report["verification"]["agrees"] and report["verification"]["integer"]["complete"]
 
 
 def test_a_miss_at_the_integer_level_first_raises_back_one_unit_of_the_last_step_then_goes_back_the_path(monkeypatch):
