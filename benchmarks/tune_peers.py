@@ -374,7 +374,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--target-cosine", type=float, default=0.99, help="mean cosine to reach on the eval images")
     p.add_argument("--eval-num", type=int, default=None, help="only the first N eval images (cheap runs)")
     p.add_argument("--march", default="nash-e", help="march of qir's runs and of the cost (default: %(default)s)")
-    p.add_argument("--worst", type=float, default=0.985, help="the floor of qir+worst for every eval image "
+    p.add_argument("--worst", type=float, default=0.98, help="the floor of qir+worst for every eval image "
                    "(default: %(default)s)")
     p.add_argument("--peers-python", default="/work/peers-venv/bin/python", help="Python with nncf and aimet-onnx")
     for name in RUNS:

@@ -449,7 +449,7 @@ class TunePass(Pass):
             return ev.score(configs, stage, around)
         sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
                         prefix=f"samples {picked}: ", progress=self.progress, floats=[ev.floats()[i] for i in picked],
-                        **ev.engine_options)
+                        costs=ev.costs, **ev.engine_options)
         try:
             return sub.score(configs, stage, around)
         finally:

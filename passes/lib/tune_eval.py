@@ -60,7 +60,7 @@ class Evaluator:
 
     def __init__(self, base: QIR, space: Space, target: Target, samples: Sequence[dict], *,
                  store: MutableMapping[str, Any] | None = None, prefix: str = "", progress: bool = True,
-                 floats: Sequence[dict] | None = None, **engine_options: Any) -> None:
+                 floats: Sequence[dict] | None = None, costs: dict | None = None, **engine_options: Any) -> None:
         self.base, self.space, self.target, self.samples = base, space, target, samples
         self.store = store if store is not None else {}
         self.prefix = prefix  # of the store's keys: evaluators on other samples share a store
@@ -76,6 +76,9 @@ class Evaluator:
         self._engines: dict[Config, Engine] = {}  # around -> the engine whose reference it is
         self._start_ran = False  # whether the start's engine has run (built its sessions)
         self._floats = None if floats is None else list(floats)  # (:meth:`floats`)
+        #: The step and segment costs the first engine timed, adopted by the next ones (shared
+        #: with the evaluators of the bad cases: :meth:`.Engine.adopt_costs`).
+        self.costs = costs if costs is not None else {}
 
     def close(self) -> None:
         for engine in [self.engine, *self._engines.values()]:
@@ -171,7 +174,10 @@ class Evaluator:
             changes = self.space.changes(c)
             variants.append(Variant(f"config {k}", {**{n: start[n] for n in near if n not in changes}, **changes}))
         engine.progress = f"tune: {stage}" if self.progress else False
+        engine.adopt_costs(self.costs)
         result = engine.evaluate(variants)
+        if not self.costs:
+            self.costs.update(engine.measured_costs() or {})
         metric = self.target.metric
         by_variant: dict[str, dict[int, float]] = {}
         for row in result.rows:

@@ -287,6 +287,27 @@ class Engine:
     def close(self) -> None:
         self.cache.close()
 
+    def measured_costs(self) -> dict[str, Any] | None:
+        """The step and segment costs its first step-level reference pass timed (None before one,
+        or on a runtime without segments), for :meth:`adopt_costs` of another engine."""
+        ref = self.ref_cache
+        if ref.step_cost is None or not getattr(self.runner, "segments", False):
+            return None
+        return {"steps": ref.step_cost, "segments": dict(ref.segment_cost), "plan": self.plan.segments}
+
+    def adopt_costs(self, costs: dict[str, Any] | None) -> None:
+        """Take ``costs`` (:meth:`measured_costs` of an engine of the same model and compared
+        values, whatever its reference configuration) instead of timing its own: its first
+        reference pass then neither times its steps nor runs each segment twice to check and time
+        it. A segment that differed from its steps there is run step by step here too: whether
+        one does is a matter of the ops onnxruntime fuses inside it, not of the modes of its
+        calibration nodes (no QuantizeLinear/DequantizeLinear pair is fused, with
+        ``session.disable_quant_qdq``). Costs of another plan are ignored."""
+        ref = self.ref_cache
+        if (costs and ref.step_cost is None and getattr(self.runner, "segments", False)
+                and costs["plan"] == self.plan.segments and len(costs["steps"]) == len(self.plan.steps)):
+            ref.step_cost, ref.segment_cost = costs["steps"], dict(costs["segments"])
+
     # ------------------------------------------------------------------ orchestration
     def _evaluate_missing(self, variants: list[Variant], done: set[tuple[str, int]], pool,
                           emit: Callable[..., None]) -> None:

@@ -106,6 +106,32 @@ def test_float_baselines_the_caller_gives_are_used_instead_of_runs(calibrated, s
     engine.close()
 
 
+def test_an_engine_adopts_the_costs_another_of_the_same_model_timed(calibrated, samples, monkeypatch):
+    from qir.runtimes.engine.reference import ReferenceCache
+
+    ir = calibrated
+    acts = [c.name for c in ir.calibrations("activation")]
+    weight = ir.calibrations("weight")[1].name  # (a weight change runs cone by cone on a step-level reference: timed)
+    options = dict(runtime="ort", reference="quantized", metrics="mse", progress=False, threads=1, segments=3)
+    variants = [Variant("one", {acts[1]: "int8", weight: "int16"}), Variant("two", {acts[2]: "int8", acts[3]: "float"})]
+    first = Engine(ir, samples[:2], reference_changes={acts[0]: "int16"}, **options)
+    first.evaluate([Variant("x", {acts[4]: "int16", weight: "int16"})])
+    costs = first.measured_costs()
+    assert costs and len(costs["steps"]) == len(first.plan.steps) and costs["segments"]
+    around = {a: "int16" for a in acts[1:4]}
+    own = Engine(ir, samples[:2], reference_changes=around, **options).evaluate(variants).per_variant()
+    timed = []
+    monkeypatch.setattr(ReferenceCache, "_calibrate_costs", lambda self, *a: timed.append(1))
+    adopting = Engine(ir, samples[:2], reference_changes=around, **options)
+    adopting.adopt_costs(costs)
+    assert adopting.evaluate(variants).per_variant() == own and not timed  # the same, and nothing timed
+    other = Engine(ir, samples[:2], reference_changes=around, **dict(options, segments=2))
+    other.adopt_costs(costs)  # another plan: its own costs
+    assert other.measured_costs() is None and other.ref_cache.step_cost is None
+    for e in (first, adopting, other):
+        e.close()
+
+
 def test_memory_budget_spills_and_gives_the_same_results(calibrated, samples, tmp_path):
     ir = calibrated
     variants = variants_of(ir, "int8")
