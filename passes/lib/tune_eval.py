@@ -175,6 +175,7 @@ class Evaluator:
             variants.append(Variant(f"config {k}", {**{n: start[n] for n in near if n not in changes}, **changes}))
         engine.progress = f"tune: {stage}" if self.progress else False
         engine.adopt_costs(self.costs)
+        engine.steps_when_mixed = True  # (the search's neighbours mostly change weights: one reference pass)
         result = engine.evaluate(variants)
         if not self.costs:
             self.costs.update(engine.measured_costs() or {})

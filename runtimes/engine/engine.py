@@ -181,6 +181,11 @@ class Engine:
         #: The float model's compared values of some samples (by index), when the caller has them
         #: computed as :meth:`_float_baselines` computes them: those runs are then saved.
         self.float_baselines: dict[int, Mapping[str, np.ndarray]] = {}
+        #: When some variants of a call run step by step anyway (a weight change, a mode no switch
+        #: takes), run the batched ones step by step too: one reference pass a sample instead of two.
+        #: Off by default: which way a variant runs would then depend on the variants evaluated with
+        #: it, and a sharded analysis must compute the same whatever each shard's mix.
+        self.steps_when_mixed = False
         self._left_out: dict[int, str] = {}  # samples left out of the current evaluate, and why
         self._ill: dict[int, dict[str, str]] = {}  # sample -> compared value -> why relative metrics are noise
         self._bounds = ({v: qmetrics.output_bound(ir, v) for v in self.compare}
@@ -322,6 +327,8 @@ class Engine:
         pending = {s: sample for s, sample in enumerate(self.samples)
                    if any((v.name, s) not in done for v in variants)}
         batched, single = self.rows.route(variants)
+        if self.steps_when_mixed and batched and single:
+            batched, single = [], list(variants)
         baselines = pool.submit(self._float_baselines, pending) if pool else None
         if baselines is None:
             self._float_baselines(pending)

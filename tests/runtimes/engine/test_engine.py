@@ -132,6 +132,32 @@ def test_an_engine_adopts_the_costs_another_of_the_same_model_timed(calibrated, 
         e.close()
 
 
+def test_a_mixed_call_can_run_every_variant_step_by_step_on_one_reference_pass(calibrated, samples, monkeypatch):
+    from qir.runtimes.engine.reference import ReferenceCache
+
+    ir = calibrated
+    acts = [c.name for c in ir.calibrations("activation")]
+    weight = ir.calibrations("weight")[1].name
+    variants = [Variant("rows", {acts[2]: "int16"}), Variant("steps", {acts[1]: "int16", weight: "int16"})]
+    options = dict(runtime="ort", reference="quantized", metrics="mse", progress=False, threads=1, segments=3)
+    loads = []
+    real = ReferenceCache.load
+    monkeypatch.setattr(ReferenceCache, "load", lambda self, s, sample, pool=None, steps=True:
+                        loads.append(steps) or real(self, s, sample, pool, steps))
+    split = Engine(ir, samples[:2], **options).evaluate(variants).per_variant()
+    assert sorted(loads) == [False, False, True, True]  # a segment-level and a step-level pass a sample
+    loads.clear()
+    engine = Engine(ir, samples[:2], **options)
+    engine.steps_when_mixed = True
+    together = engine.evaluate(variants).per_variant()
+    assert loads == [True, True]  # one pass a sample
+    for v in split:
+        assert together[v]["mse"] == pytest.approx(split[v]["mse"], rel=1e-5, abs=1e-12)
+    loads.clear()
+    engine.evaluate(variants[:1])  # not mixed: the rows as rows
+    assert loads == [False, False]
+
+
 def test_memory_budget_spills_and_gives_the_same_results(calibrated, samples, tmp_path):
     ir = calibrated
     variants = variants_of(ir, "int8")
