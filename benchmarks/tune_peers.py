@@ -17,9 +17,10 @@ what NNCF and AIMET get, so that they can quantize weights per channel).
 **Runs** (each a subprocess with ``OMP_NUM_THREADS=1`` and the BLAS thread variables at 1; each
 script in ``benchmarks/peers/`` makes every onnxruntime session one-thread): ``qir`` (``qir.tune``
 with ``cosine>=T``, march nash-e, mse calibration of the float model), ``qir+float`` (the same
-with ``allow_float``) and ``qir+worst`` (the same with a floor for every eval image,
-``cosine>=T,worst>=W``, ``--worst``: what a user who cares about the worst image asks for; the
-peers have no such option) under this Python; ``nncf`` (``quantize_with_accuracy_control``,
+with ``allow_float``), ``qir+worst`` (the same with a floor for every eval image,
+``cosine>=T,worst>=W``, ``--worst``, default the 0.98 hold line: what a user who cares about the
+worst image asks for; the peers have no such option) and ``qir+worst+float`` (that with
+``allow_float``) under this Python; ``nncf`` (``quantize_with_accuracy_control``,
 ``max_drop = 1 - T`` absolute: the like-for-like comparison for ``qir+float``) and ``aimet``
 (AMP, int8/int16 candidates, ``allowed_accuracy_drop = 1 - T``) under ``--peers-python``, a
 virtualenv with ``nncf==3.4.0 onnx onnxruntime aimet-onnx==2.42.0 torch==2.13.0``. ``--only``
@@ -70,10 +71,11 @@ RUNS = {  # run -> (script, python: "qir" or "peers", extra options, model: "sta
     "qir": ("qir_tune.py", "qir", [], "static"),
     "qir+float": ("qir_tune.py", "qir", ["--allow-float"], "static"),
     "qir+worst": ("qir_tune.py", "qir", [], "static"),  # (--worst W added from the command line)
+    "qir+worst+float": ("qir_tune.py", "qir", ["--allow-float"], "static"),  # (and here)
     "nncf": ("nncf_ac.py", "peers", [], "op13"),
     "aimet": ("aimet_amp.py", "peers", [], "op13"),
 }
-TOOLS = {"qir": ["qir", "qir+float", "qir+worst"], "nncf": ["nncf"], "aimet": ["aimet"]}
+TOOLS = {"qir": ["qir", "qir+float", "qir+worst", "qir+worst+float"], "nncf": ["nncf"], "aimet": ["aimet"]}
 GEMMS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 PRECISIONS = ("int8", "int16", "fp16", "float32")  # cheapest first: an op counts at its highest input
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -366,7 +368,8 @@ def table(rows: list[dict]) -> str:
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default="qir,nncf,aimet",
-                   help="tools or runs to run: qir (the three qir runs), qir+float, qir+worst, nncf, aimet")
+                   help="tools or runs to run: qir (the four qir runs), qir+float, qir+worst, qir+worst+float, "
+                   "nncf, aimet")
     p.add_argument("--out", default="tune_peers_out", help="output folder (default: %(default)s)")
     p.add_argument("--data", default=None, help="folder for the data and models (default: a temp dir)")
     p.add_argument("--reuse", action="store_true", help="skip a run whose model.onnx and result.json exist")
@@ -386,9 +389,10 @@ def parse(argv=None) -> argparse.Namespace:
         p.error(f"--only: unknown {', '.join(unknown)}; choose from {', '.join([*TOOLS, *RUNS])}")
     args.runs = list(dict.fromkeys(runs))
     args.extra = {name: getattr(args, f"{name.replace('+', '_')}_args").split() for name in RUNS}
-    for name in ("qir", "qir+float", "qir+worst"):
+    for name in TOOLS["qir"]:
         args.extra[name] = [*args.extra[name], "--march", args.march]
-    args.extra["qir+worst"] += ["--worst", str(args.worst)]
+        if "worst" in name:
+            args.extra[name] += ["--worst", str(args.worst)]
     return args
 
 
