@@ -217,7 +217,7 @@ class TunePass(Pass):
                 found["score"], checked = self._verified(ev, space, ir, samples, found["final"], quick=not attempt)
                 stages.update(1)
                 stages.close()
-                back = None
+                back = None  # (gaps: it missed at the integer level only; their size needs every sample)
                 if found["reached"] and not attempt and _integer_gaps(self.target, checked) is not None:
                     back = self._backtrack(ev, space, ir, samples, found)
                 if back is not None:
