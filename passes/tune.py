@@ -120,12 +120,12 @@ SCREEN_SAMPLES = 2
 #: There one step back met the target at 0.665x all-int16 (unseen images: mean 0.9951, worst
 #: 0.9899), where raising further for the tightened target had ended at 0.714x.
 BACKTRACK_STEPS = 2
-#: Before those, the result with one of the units pruning's last step lowered raised back alone,
-#: for this many of them (those that leave it cheapest, each meeting the target in fake
-#: quantization). A step lowers several units at once, and the integer level's miss may come from
-#: one: on PP-OCRv4 det with a floor of 0.98, the last step lowered two; with one of them back the
-#: result passed at 0.662x all-int16 (unseen images: mean 0.9948, worst 0.9895), where the whole
-#: step back cost 0.665x.
+#: Before those, the result with one of the units pruning's last step lowered raised back alone:
+#: the this-many that leave it cheapest, each verified only if it meets the target as pruning
+#: counts a configuration lowered from the one before the step. A step lowers several units at
+#: once, and the integer level's miss may come from one: on PP-OCRv4 det with a floor of 0.98, the
+#: last step lowered two; with one of them back the result passed at 0.662x all-int16 (unseen
+#: images: mean 0.9948, worst 0.9895), where the whole step back cost 0.665x.
 BACKTRACK_SINGLES = 2
 #: Greedy rounds past the ratio search's last failing configuration, when the next one meets.
 GREEDY_ROUNDS_PAST_RATIO = 1
@@ -229,7 +229,9 @@ class TunePass(Pass):
                 if not found["reached"] or gaps is None or attempt == INTEGER_RETRIES:
                     break
                 tighter = ev.target.tightened(*(INTEGER_GAP_FACTOR * g for g in gaps))
-                if not any(tighter.met(ev.memo[c]) for c in (found["upper"], found["ceiling"]) if c in ev.memo):
+                if not tighter.met(ev.memo[found["upper"]]):
+                    ev.score([found["ceiling"]], "bounds")  # (not needed until now)
+                if not any(tighter.met(ev.memo[c]) for c in (found["upper"], found["ceiling"])):
                     break  # beyond every bound: the integer level loses more than any configuration can make up
                 logger.info("tune: the result meets %s in fake quantization but not at %s's integer level (%.6g lower "
                             "on the mean, %.6g on the worst sample): raising it further for %s", ev.target.text,
@@ -292,7 +294,7 @@ class TunePass(Pass):
         # a unit's sensitivity is its loss down to the start level: an estimate of its loss one level down
         # only where that is the start level (dual int16 goes down to int16 first, and loses far less)
         prior = {i: v for i, v in loss.items() if best.levels[i] - 1 == floor.levels[i]}
-        found["path"] = [best]  # every configuration pruning went through, each meeting the target
+        found["path"] = [(best, counted(ev.memo[best]))]  # what pruning went through, each meeting the target as it counts
         found["final"] = prune(ev, best, floor, prior=prior, counted=counted, max_rounds=self.max_rounds,
                                screen=self._screen(ev, space), path=found["path"])
         found["reached"] = True
@@ -326,18 +328,20 @@ class TunePass(Pass):
         :data:`BACKTRACK_SINGLES` cheapest), then the last :data:`BACKTRACK_STEPS` configurations
         of the path."""
         final = found["final"]
-        previous = [c for c in reversed(found.get("path", [])[:-1]) if c != final][:BACKTRACK_STEPS]
+        previous = [(c, now) for c, now in reversed(found.get("path", [])[:-1]) if c != final][:BACKTRACK_STEPS]
         tried = [(f"the configuration pruning reached {k} step(s) before it", c, {"steps": k, "raised_back": []})
-                 for k, c in enumerate(previous, 1)]
+                 for k, (c, _) in enumerate(previous, 1)]
         if previous:
-            moved = [i for i, (a, b) in enumerate(zip(final.levels, previous[0].levels)) if a != b]
-            singles = sorted(((space.move(final, {i: previous[0].levels[i]}), space.units[i].name) for i in moved),
+            last, counted = previous[0]  # (the last step lowered `moved` from there)
+            moved = [i for i, (a, b) in enumerate(zip(final.levels, last.levels)) if a != b]
+            singles = sorted(((space.move(final, {i: last.levels[i]}), space.units[i].name) for i in moved),
                              key=lambda x: space.cost(x[0]))[:BACKTRACK_SINGLES] if len(moved) > 1 else []
             tried[:0] = [(f"the result with {name} raised back", c, {"steps": 0, "raised_back": [name]})
                          for c, name in singles]
         for what, config, backtracked in tried:
-            if backtracked["raised_back"] and not ev.target.met(ev.score([config], "backtracking", final)[0]):
-                continue  # (it misses in fake quantization: nothing to verify)
+            if backtracked["raised_back"] and not ev.target.met(
+                    changes_as_losses(ev.target, ev.memo[last], ev.score([config], "backtracking", final)[0], counted)):
+                continue  # (lowered from `last`, it misses the target as pruning counts: not tried)
             score, checked = self._verified(ev, space, ir, samples, config, quick=True)
             if checked["agrees"]:
                 logger.info("tune: the result misses %s at %s's integer level; %s meets it there", self.target.text,
@@ -449,8 +453,8 @@ class TunePass(Pass):
         if picked is None or len(picked) == len(ev.samples):
             return ev.score(configs, stage, around)
         sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
-                        prefix=f"samples {picked}: ", progress=self.progress, floats=[ev.floats()[i] for i in picked],
-                        costs=ev.costs, **ev.engine_options)
+                        prefix=f"samples {picked}: ", progress=self.progress, costs=ev.costs,
+                        floats=[ev.floats()[i] for i in picked] if ev.whole_runs else None, **ev.engine_options)
         try:
             return sub.score(configs, stage, around)
         finally:

@@ -106,7 +106,7 @@ class Evaluator:
             self.calls += 1
             started = time.perf_counter()
             if self.engine:
-                whole = self.engine_options.get("runtime", "ort") == "ort"  # (whole runs are onnxruntime's)
+                whole = self.whole_runs
                 near = [c for c in fresh if not whole or self._units_changed(c, around) <= WHOLE_FROM]
                 if whole and len(near) < ENGINE_FROM and not self._has_engine(around):
                     near = []
@@ -152,6 +152,12 @@ class Evaluator:
                                            progress=self.progress, reference_changes=changes, **self.engine_options)
         return self._engines[around], changes
 
+    @property
+    def whole_runs(self) -> bool:
+        """Whether configurations far from the engine's reference run whole (a metric target on
+        onnxruntime), compared with :meth:`floats`, as the engines are."""
+        return self.engine is not None and self.engine_options.get("runtime", "ort") == "ort"
+
     def floats(self) -> list[dict]:
         """The float model's outputs on each sample, computed once (given by the evaluator a
         sub-evaluator's samples come from) and compared with by every whole run and engine:
@@ -165,7 +171,7 @@ class Evaluator:
 
     def _engine_scores(self, configs: list[Config], stage: str, around: Config | None = None) -> list[Score]:
         engine, near = self._engine_around(around)
-        if self.engine_options.get("runtime", "ort") == "ort":
+        if self.whole_runs:
             engine.float_baselines = dict(enumerate(self.floats()))
         self._start_ran |= engine is self.engine
         start = self.space.start_modes
@@ -175,7 +181,9 @@ class Evaluator:
             variants.append(Variant(f"config {k}", {**{n: start[n] for n in near if n not in changes}, **changes}))
         engine.progress = f"tune: {stage}" if self.progress else False
         engine.adopt_costs(self.costs)
-        engine.steps_when_mixed = True  # (the search's neighbours mostly change weights: one reference pass)
+        # (the search's neighbours mostly change weights: one reference pass; in this process only,
+        # where no shard's mix can move a result)
+        engine.steps_when_mixed = engine.cluster is None
         result = engine.evaluate(variants)
         if not self.costs:
             self.costs.update(engine.measured_costs() or {})

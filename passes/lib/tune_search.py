@@ -196,7 +196,7 @@ def _prefix_sizes(losses: Sequence[float], margin: float, fractions: Sequence[fl
 def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning", batch: int = 8,
           recheck: float = 2.0, prior: Mapping[int, float] | None = None, max_rounds: int = 200,
           screen: Screen | None = None, as_measured: bool = False,
-          counted: Callable[[Score], Score] = _as_measured, path: list[Config] | None = None) -> Config:
+          counted: Callable[[Score], Score] = _as_measured, path: list[tuple[Config, Score]] | None = None) -> Config:
     """Lower raised units while the target holds (see the module docstring); ``config`` must meet
     the target, and units never go below their ``floor`` level. Each unit's loss one level down is
     measured alone; units are then lowered in order of cost saved per loss, as many at a time as
@@ -216,7 +216,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     first (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
     the end is then "every remaining unit misses by its estimate or its measure". ``max_rounds``
     bounds the engine calls (the configuration reached by then is returned: it meets the target
-    like every one before it). ``path``: a list each configuration it lowers to is appended to."""
+    like every one before it). ``path``: a list each configuration it lowers to is appended to, with
+    the score it counts at."""
     space, target = ev.space, ev.target
 
     def judge(counted_parent: Score, parent: Score, child: Score) -> Score:
@@ -267,7 +268,7 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
             continue
         current, now, fresh, screened = lowered(n), judged, set(), set()
         if path is not None:
-            path.append(current)
+            path.append((current, now))
         for i in order[:n]:
             loss.pop(i)  # its next level down is not measured yet
         logger.info("tune: pruning: %d unit(s) one level lower, %d raised", n, len(space.raised(current, floor)))

@@ -577,7 +577,8 @@ def test_a_miss_at_the_integer_level_first_raises_back_one_unit_of_the_last_step
     between = space.level_named(start, "int16")
     tune = get_pass("tune", target="cosine>=0.5", eval_data=EVAL, progress=False, threads=1)
     ev = Evaluator(space.apply(ir.clone(), start), space, tune.target, EVAL, progress=False, threads=1)
-    found = {"path": [upper, between, start], "final": start}  # pruning's path, down to the result that missed
+    path = [(c, ev.score([c], "test")[0]) for c in (upper, between, start)]  # (each counting as measured)
+    found = {"path": path, "final": start}  # pruning's path, down to the result that missed
     moved = space.raised(between, start)  # what the last step lowered
     singles = sorted((space.move(start, {i: between.levels[i]}) for i in moved), key=space.cost)
     back, checked = tune._backtrack(ev, space, ir, EVAL, found)
@@ -587,7 +588,7 @@ def test_a_miss_at_the_integer_level_first_raises_back_one_unit_of_the_last_step
 
     verified = []
     monkeypatch.setattr(tune_pass, "verify", lambda tuned, *a, **k: verified.append(_plain(tuned)) or {"agrees": False})
-    longer = {"path": [upper] * 3 + [between, start], "final": start}
+    longer = {"path": path[:1] * 3 + path[1:], "final": start}
     assert tune._backtrack(ev, space, ir, EVAL, longer) is None  # none passes: the raise further comes next
     assert len(verified) == tune_pass.BACKTRACK_SINGLES + tune_pass.BACKTRACK_STEPS  # the singles, then the path
     expected = singles[:tune_pass.BACKTRACK_SINGLES] + [between]
@@ -601,6 +602,28 @@ def test_a_miss_at_the_integer_level_first_raises_back_one_unit_of_the_last_step
     tune._backtrack(ev, space, ir, EVAL, found)
     assert _plain(space.apply(ir.clone(), singles[0])) not in verified and len(verified) >= 1
     ev.close()
+
+
+def test_a_tighter_target_beyond_the_upper_bound_measures_the_ceiling_then(monkeypatch):
+    from qir.passes import tune as tune_pass
+
+    real, calls = tune_pass.verify, []
+    ir = _calibrated()
+    space = Space(ir, get_profile("nash-e"), allow_float=True)
+    upper = _plain(space.apply(ir.clone(), space.upper()))
+
+    def verify(tuned, samples, target, searched, **options):  # the start "misses" at the integer level, by a lot
+        out = real(tuned, samples, target, searched, **options)
+        calls.append(out)
+        if len(calls) == 1:
+            gap = upper / 2  # cosine>=0.5 tightened to (1 + upper) / 2: past the upper bound, short of float
+            out = dict(out, agrees=False, integer=dict(out["integer"], mean=out["mean"] - gap, meets=False))
+        return out
+
+    monkeypatch.setattr(tune_pass, "verify", verify)
+    report = _tune(ir, "cosine>=0.5", allow_float=True).report  # the start meets it: no search, no ceiling yet
+    assert report["ceiling"] is not None and report["ceiling"]["mean"] > upper  # measured when the retry needed it
+    assert len(calls) >= 2 and parse_target(report["search_target"]).threshold > upper
 
 
 def test_a_miss_at_the_integer_level_raises_the_result_further_for_a_tighter_target(monkeypatch):
