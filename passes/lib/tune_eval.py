@@ -28,7 +28,6 @@ from qir.passes.lib.tune_target import Score, Target
 from qir.passes.lib.tune_verify import sample_values
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine import Engine, Variant, configured_clone
-from qir.runtimes.engine.options import optimization_level
 from qir.runtimes.engine.variants import run_whole
 
 __all__ = ["Score", "Evaluator", "config_key"]
@@ -164,8 +163,7 @@ class Evaluator:
         whole runs, on one core, at the engines' optimization level, as an engine computes its
         float baselines."""
         if self._floats is None:
-            level = optimization_level(self.base, self.engine_options.get("optimization", "auto"))
-            rt = get_runtime("ort", level="float", threads=1, optimization=level, layout_stable=True)
+            rt = get_runtime("ort", level="float", threads=1, optimization=self.engine.optimization, layout_stable=True)
             self._floats = [run_whole(self.base, s, self.base.outputs, rt) for s in self.samples]
         return self._floats
 
@@ -210,9 +208,8 @@ class Evaluator:
         """Each configuration a clone of the base run whole in onnxruntime (fake quantization,
         written as the engine writes it: ``layout_stable``), against the float model's outputs,
         averaged as the engine averages (:func:`.tune_verify.sample_values`)."""
-        level = optimization_level(self.base, self.engine_options.get("optimization", "auto"))
-        rt = get_runtime("ort", level="fakequant", threads=self.engine_options.get("threads"), optimization=level,
-                         layout_stable=True)
+        rt = get_runtime("ort", level="fakequant", threads=self.engine_options.get("threads"),
+                         optimization=self.engine.optimization, layout_stable=True)
         out = []
         for c in configs:
             model = configured_clone(self.base, "quantized", self.space.changes(c))
