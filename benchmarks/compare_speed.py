@@ -27,7 +27,7 @@ def main() -> None:
 
     import qir
     from qir.passes import PassManager, get_pass
-    from qir.tools.quant_analysis import QuantAnalysis
+    from qir.tools.compat.quant_analysis import QuantAnalysis
 
     rm = realmodels()
 

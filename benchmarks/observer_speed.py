@@ -32,8 +32,8 @@ def main() -> None:
 
     import numpy as np
 
-    from qir.passes.lib.observers import AbsHistogram, AbsMaxObserver
-    from qir.passes.lib.thresholds import METHODS, compute_threshold
+    from qir.passes.calibrate.observers import AbsHistogram, AbsMaxObserver
+    from qir.passes.calibrate.thresholds import METHODS, compute_threshold
 
     def timed(fn, repeat=args.repeat) -> float:
         fn()

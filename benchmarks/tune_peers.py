@@ -255,7 +255,7 @@ class Costs:
     def __init__(self, float_model: Path, march: str) -> None:
         import qir
         from qir.passes import PassManager
-        from qir.passes.lib.tune_space import Space
+        from qir.passes.tune.space import Space
         from qir.runtimes.march import get_profile
 
         self.profile = get_profile(march)
@@ -268,7 +268,7 @@ class Costs:
     def of(self, path) -> dict[str, float]:
         """Cost of the emitted model at ``path``: absolute, and relative to all-int8 / all-int16."""
         import qir
-        from qir.passes.lib.tune_space import Space
+        from qir.passes.tune.space import Space
 
         total = Space(qir.load(str(path)), self.profile).cost_of_ir()
         return {"cost": total, "x_int8": total / self.int8, "x_int16": total / self.int16}
@@ -296,7 +296,7 @@ def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, fol
     from qir.io.qdq_export import export_qdq
     from qir.kinds import CalibMode
     from qir.passes import get_pass
-    from qir.passes.lib.tune_space import Space
+    from qir.passes.tune.space import Space
 
     ir = costs.reference.clone()
     get_pass("calibrate", data=[{INPUT: np.load(sorted(data["calib"].glob("*.npy"))[0])}], method="max", progress=False)(ir)

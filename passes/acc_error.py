@@ -17,7 +17,7 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.6), computed by the analy
    it is so on every sample (:class:`qir.runtimes.engine.EngineResult`).
 4. One PNG with a curve per variant, and the numbers as CSV and JSON: written from the report by
    ``qir.tools.reports.acc_error`` (the pass only computes); hmct's ``plot_acc_error`` lives in
-   ``qir.tools.hmct``.
+   ``qir.tools.compat.hmct``.
 """
 from __future__ import annotations
 

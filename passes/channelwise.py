@@ -16,7 +16,7 @@ The pass only computes: it returns a :class:`~qir.passes.lib.capture.PlotResult`
 hold each node's ``channels`` (a ``channels x values`` array). ``qir.tools.reports.channelwise``
 draws the box plots (one box per channel), summarizes the outlier channels in
 ``channelwise.txt`` and writes ``channelwise.json`` (schema ``qir.channelwise`` v1); hmct's
-``get_channelwise_data_distribution`` lives in ``qir.tools.hmct``.
+``get_channelwise_data_distribution`` lives in ``qir.tools.compat.hmct``.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ Values are gathered over the first ``data_num`` samples. The pass only computes:
 ``float``/``calibrated`` for a general node). ``qir.tools.reports.distribution`` draws one PNG
 per node (log-scale counts; the threshold as a red dashed line, max |x| as a blue triangle) and
 writes ``distribution.json`` (schema ``qir.distribution`` v1); hmct's ``plot_distribution``
-lives in ``qir.tools.hmct``.
+lives in ``qir.tools.compat.hmct``.
 """
 from __future__ import annotations
 

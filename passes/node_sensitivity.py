@@ -30,7 +30,7 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analy
 
 The pass only computes: the table text and the ``.txt``/``.csv``/``.json`` files are written by
 ``qir.tools.reports.node_sensitivity``, and hmct's ``get_sensitivity_of_nodes`` lives in
-``qir.tools.hmct``.
+``qir.tools.compat.hmct``.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ Rule (``../shared/reference/horizon-semantics.md`` §1.7), on the analysis engin
 4. ``partial_quantization.png``: the cumulative curve (red), the single values (green crosses)
    and the float baseline (blue dashed), over "none" and then the nodes in order: drawn from the
    report, with the CSV and JSON, by ``qir.tools.reports.sensitivity_analysis`` (the pass only
-   computes); hmct's ``sensitivity_analysis`` lives in ``qir.tools.hmct``.
+   computes); hmct's ``sensitivity_analysis`` lives in ``qir.tools.compat.hmct``.
 """
 from __future__ import annotations
 

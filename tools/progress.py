@@ -4,8 +4,8 @@ The library reports progress through :mod:`qir.runtimes.progress` and never prin
 the only one that uses tqdm, gives it a reporter (:func:`terminal_reporter`) that draws a tqdm
 bar on stderr when stderr is a terminal and otherwise keeps the library's log lines (INFO on the
 ``qir.progress`` logger, which the command line shows). Importing :mod:`qir.tools` installs it
-(:func:`install`), so the command line and the Python facades (``qir.tools.hmct``,
-``qir.tools.runall``, ``qir.tools.quant_analysis``) show bars on terminals. A bar appears once
+(:func:`install`), so the command line and the Python facades (``qir.tools.compat.hmct``,
+``qir.tools.runall``, ``qir.tools.compat.quant_analysis``) show bars on terminals. A bar appears once
 its task has run ``DELAY`` seconds.
 """
 from __future__ import annotations

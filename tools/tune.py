@@ -36,8 +36,8 @@ from qir.api import as_ir, load
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.passes import get_pass
-from qir.passes.lib.tune_target import parse_target
 from qir.passes.tune import checked_samples
+from qir.passes.tune.target import parse_target
 from qir.runtimes.engine.results import data_digest, fingerprint
 from qir.tools.emit import write_model
 from qir.tools.reports import tune as tune_report

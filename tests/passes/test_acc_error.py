@@ -10,7 +10,7 @@ import qir
 from qir import metrics as M
 from qir.errors import InputError, NotFoundError
 from qir.passes import get_pass
-from qir.tools.hmct import plot_acc_error
+from qir.tools.compat.hmct import plot_acc_error
 
 from ..conftest import REPO
 

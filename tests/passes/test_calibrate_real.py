@@ -72,7 +72,7 @@ def test_max_thresholds_equal_the_max_of_every_observed_tensor(prepared):
     """The fast max path (in-graph min/max, derived ranges for monotone ops) gives exactly
     max |x| over the full captured tensors; through Sigmoid/Tanh/HardSigmoid, within
     onnxruntime's own approximation of those functions."""
-    from qir.passes.lib.range_propagation import APPROXIMATED, derivations
+    from qir.passes.calibrate.range_propagation import APPROXIMATED, derivations
     from qir.runtimes.base import get_runtime
 
     name, base, calib, _ = prepared

@@ -10,7 +10,7 @@ import pytest
 import qir
 from qir.passes.acc_error import AccErrorPass
 from qir.tools.cli import main
-from qir.tools.hmct import get_channelwise_data_distribution, get_sensitivity_of_nodes, plot_distribution
+from qir.tools.compat.hmct import get_channelwise_data_distribution, get_sensitivity_of_nodes, plot_distribution
 from qir.tools.runall import runall
 
 from ..conftest import calibrated_real

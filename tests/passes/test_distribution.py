@@ -9,7 +9,7 @@ import pytest
 import qir
 from qir.errors import InputError, NotFoundError
 from qir.runtimes.numerics import apply_calibration
-from qir.tools.hmct import get_channelwise_data_distribution, plot_distribution
+from qir.tools.compat.hmct import get_channelwise_data_distribution, plot_distribution
 
 from ..conftest import REPO
 

@@ -11,7 +11,7 @@ import qir
 from qir import metrics as M
 from qir.errors import InputError, NotFoundError
 from qir.passes import PassManager, get_pass
-from qir.tools.hmct import get_sensitivity_of_nodes
+from qir.tools.compat.hmct import get_sensitivity_of_nodes
 from qir.tools.reports.node_sensitivity import format_table, write_report
 
 from ..conftest import REPO

@@ -10,8 +10,8 @@ import qir
 from qir import metrics as M
 from qir.data import model_samples
 from qir.errors import InputError
-from qir.passes.lib.sensitivity_table import load_report, select_sensitive
 from qir.passes.op_sensitivity import op_sensitivity
+from qir.passes.set_mode.sensitivity_table import load_report, select_sensitive
 from qir.runtimes.engine import configured_clone
 from qir.tools.cli import main
 from qir.tools.reports.op_sensitivity import write_report

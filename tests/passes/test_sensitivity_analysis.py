@@ -9,7 +9,7 @@ import pytest
 import qir
 from qir import metrics as M
 from qir.errors import InputError
-from qir.tools.hmct import get_sensitivity_of_nodes, sensitivity_analysis
+from qir.tools.compat.hmct import get_sensitivity_of_nodes, sensitivity_analysis
 
 from ..conftest import REPO
 

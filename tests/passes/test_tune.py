@@ -14,11 +14,11 @@ import qir
 from qir import metrics as qmetrics
 from qir.errors import InputError
 from qir.passes import get_pass
-from qir.passes.lib.tune_eval import ENGINE_FROM, WHOLE_FROM, Evaluator
-from qir.passes.lib.tune_search import _prefix_sizes, by_loss_per_cost, changes_as_losses, prune, ratio_search
-from qir.passes.lib.tune_space import Space
-from qir.passes.lib.tune_target import SYNTAX, Score, Target, parse_target
 from qir.passes.tune import STAGES
+from qir.passes.tune.evaluator import ENGINE_FROM, WHOLE_FROM, Evaluator
+from qir.passes.tune.search import _prefix_sizes, by_loss_per_cost, changes_as_losses, prune, ratio_search
+from qir.passes.tune.space import Space
+from qir.passes.tune.target import SYNTAX, Score, Target, parse_target
 from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import get_profile
 
@@ -497,8 +497,8 @@ def test_float_is_the_last_resort_only_when_allowed():
 def test_a_result_that_misses_the_target_at_the_integer_level_is_not_verified():
     """The emitted model must meet the target as the NPU computes it too: with the target between
     its integer-level and its fake-quant score, verification fails (and passes below both)."""
-    from qir.passes.lib.tune_target import Target
-    from qir.passes.lib.tune_verify import verify
+    from qir.passes.tune.target import Target
+    from qir.passes.tune.verify import verify
 
     ir = _calibrated("kl")  # kl clips: integer and fake-quant scores differ enough to put a target between
     searched = _plain(ir)
@@ -513,7 +513,7 @@ def test_a_result_that_misses_the_target_at_the_integer_level_is_not_verified():
 
 
 def test_the_integer_level_can_stop_at_the_first_sample_that_misses_the_floor():
-    from qir.passes.lib.tune_verify import verify
+    from qir.passes.tune.verify import verify
 
     ir = _calibrated("kl")
     searched = _plain(ir)

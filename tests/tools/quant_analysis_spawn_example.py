@@ -31,7 +31,7 @@ from torch.ao.quantization import DeQuantStub, QuantStub, disable_observer, get_
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from qir.tools.quant_analysis import QuantAnalysis
+from qir.tools.compat.quant_analysis import QuantAnalysis
 
 
 # Example dataset. Please use the evaluation dataset when debugging

@@ -9,7 +9,7 @@ import pytest
 import qir
 from qir.errors import InputError
 from qir.tools.cli import main
-from qir.tools.quant_analysis import QuantAnalysis, metric_name
+from qir.tools.compat.quant_analysis import QuantAnalysis, metric_name
 
 from ..conftest import DIGITS, DIGITS_DATA, calibrated_real
 

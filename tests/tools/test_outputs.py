@@ -233,11 +233,11 @@ def test_outputs_checks_unplanned_writes_and_rewrites_its_own(tmp_path):
 
 
 def _api_cases():
-    from qir.tools import hmct
+    from qir.tools.compat import hmct
+    from qir.tools.compat.quant_analysis import compare
     from qir.tools.emit import emit_model
     from qir.tools.model_check import check_model
     from qir.tools.profiler import profile_model
-    from qir.tools.quant_analysis import compare
     from qir.tools.runall import runall
 
     return {  # name -> (call writing into folder d, a file it writes there)

@@ -18,7 +18,7 @@ pytest.importorskip("torch.distributed")
 
 from torch.utils.data import DataLoader, Subset  # noqa: E402
 
-from qir.tools.quant_analysis import QuantAnalysis  # noqa: E402
+from qir.tools.compat.quant_analysis import QuantAnalysis  # noqa: E402
 
 from .quant_analysis_spawn_example import ExampleDataset, load_models, make_checkpoints  # noqa: E402
 

@@ -151,7 +151,7 @@ def test_qir_tune_in_python_takes_a_calibrated_ir_and_leaves_it_alone_and_runs_t
 def test_a_margin_within_two_standard_errors_is_reached_with_a_caution():
     import statistics
 
-    from qir.passes.lib.tune_report import standard_error
+    from qir.passes.tune.report import standard_error
     from qir.tools.reports.tune import outcome
 
     values = [0.991, 0.985, 0.996, 0.990, float("nan"), 0.993]

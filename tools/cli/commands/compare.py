@@ -67,7 +67,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from qir.tools.advice import fix_line
-    from qir.tools.quant_analysis import compare
+    from qir.tools.compat.quant_analysis import compare
 
     runtime, level, march = resolve_level(args, march_alone=args.consistency)
     analysis = None if _same_file(args.baseline, args.analysis) else args.analysis

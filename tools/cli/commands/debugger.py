@@ -1,7 +1,7 @@
 """The hmct debugger commands: ``sensitivity``, ``acc-error``, ``distribution``, ``channelwise``,
 ``sensitivity-analysis`` and ``runall``; the first four also under their hmct names (e.g.
 ``get-sensitivity-of-nodes``), which take hmct's own flags (see :mod:`qir.tools.cli.options`).
-Each calls its facade in ``qir.tools.hmct`` (``runall``: ``qir.tools.runall``) and prints a summary."""
+Each calls its facade in ``qir.tools.compat.hmct`` (``runall``: ``qir.tools.runall``) and prints a summary."""
 from __future__ import annotations
 
 import argparse
@@ -33,7 +33,7 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
 
 
 def _sensitivity(args: argparse.Namespace) -> int:
-    from qir.tools.hmct import get_sensitivity_of_nodes
+    from qir.tools.compat.hmct import get_sensitivity_of_nodes
 
     runtime, level, march = resolve_level(args)
     table = get_sensitivity_of_nodes(
@@ -50,7 +50,7 @@ def _sensitivity(args: argparse.Namespace) -> int:
 
 
 def cmd_acc_error(args: argparse.Namespace) -> int:
-    from qir.tools.hmct import plot_acc_error
+    from qir.tools.compat.hmct import plot_acc_error
 
     curves = plot_acc_error(args.data, args.model, quantize_node=parse_list(args.quantize_node),
                             non_quantize_node=parse_list(args.non_quantize_node), metric=args.metric,
@@ -65,7 +65,7 @@ def cmd_acc_error(args: argparse.Namespace) -> int:
 
 
 def cmd_distribution(args: argparse.Namespace) -> int:
-    from qir.tools.hmct import plot_distribution
+    from qir.tools.compat.hmct import plot_distribution
 
     nodes = plot_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
                               data_num=args.data_num, runtime=args.runtime, overwrite=args.force)
@@ -75,7 +75,7 @@ def cmd_distribution(args: argparse.Namespace) -> int:
 
 
 def cmd_channelwise(args: argparse.Namespace) -> int:
-    from qir.tools.hmct import get_channelwise_data_distribution
+    from qir.tools.compat.hmct import get_channelwise_data_distribution
 
     nodes = get_channelwise_data_distribution(args.save_dir, args.model, args.data, parse_list(args.nodes_list),
                                               args.axis, data_num=args.data_num, runtime=args.runtime,
@@ -88,7 +88,7 @@ def cmd_channelwise(args: argparse.Namespace) -> int:
 
 
 def cmd_sensitivity_analysis(args: argparse.Namespace) -> int:
-    from qir.tools.hmct import sensitivity_analysis
+    from qir.tools.compat.hmct import sensitivity_analysis
 
     result = sensitivity_analysis(args.model, args.data, metric=args.metric, pick_threshold=args.pick_threshold,
                                   data_num=args.data_num, sensitive_nodes=parse_list(args.sensitive_nodes),

@@ -1,4 +1,4 @@
-"""qir.passes.lib.torch_hooks against torch's own Numeric Suite (torch.ao.ns._numeric_suite): same keys,
+"""qir.passes.numeric_suite.torch_hooks against torch's own Numeric Suite (torch.ao.ns._numeric_suite): same keys,
 SQNR within 0.1 dB (torch's tensors scored with torch.ao.ns.fx.utils.compute_sqnr), accumulation
 over several inputs, the user's models left untouched, and clear errors."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torch.ao import quantization as tq  # noqa: E402
 from torch.ao.ns import _numeric_suite as ns  # noqa: E402
 from torch.ao.ns.fx.utils import compute_sqnr  # noqa: E402
 
-from qir.passes.lib.torch_hooks import compare_model_outputs, compare_model_stub, compare_weights, sqnr_db  # noqa: E402
+from qir.passes.numeric_suite.torch_hooks import compare_model_outputs, compare_model_stub, compare_weights, sqnr_db  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),

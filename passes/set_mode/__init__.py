@@ -61,7 +61,7 @@ class SetModePass(Pass):
             raise InputError(f"role must be 'weight' or 'activation', got {role!r}")
         self.nodes = as_name_list(nodes) + (_names_from_file(from_file) if from_file else [])
         if sensitive is not None:
-            from qir.passes.lib.sensitivity_table import load_report, select_sensitive
+            from qir.passes.set_mode.sensitivity_table import load_report, select_sensitive
 
             self.nodes += select_sensitive(load_report(sensitive), top_k, ratio)
         elif top_k is not None or ratio is not None:

@@ -26,9 +26,9 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from qir.passes.lib.tune_eval import Evaluator
-from qir.passes.lib.tune_space import Config, Space
-from qir.passes.lib.tune_target import Score, Target
+from qir.passes.tune.evaluator import Evaluator
+from qir.passes.tune.space import Config, Space
+from qir.passes.tune.target import Score, Target
 
 __all__ = ["ratio_search", "greedy", "prune", "spread", "changes_as_losses", "per_image_loss", "by_loss_per_cost"]
 

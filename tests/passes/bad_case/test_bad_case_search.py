@@ -1,11 +1,11 @@
-"""Rank shares of the bad-case search (:func:`qir.passes.lib.bad_case_search.search_on_cluster`)
+"""Rank shares of the bad-case search (:func:`qir.passes.bad_case.search.search_on_cluster`)
 when one rank fails: every rank hears of it instead of waiting, whatever the error was."""
 from __future__ import annotations
 
 import pytest
 
 from qir.errors import QirError
-from qir.passes.lib import bad_case_search
+from qir.passes.bad_case import search as bad_case_search
 
 
 class TwoRanks:

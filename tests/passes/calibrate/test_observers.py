@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from qir.passes.lib.observers import (
+from qir.passes.calibrate.observers import (
     ZERO_DATA_THRESHOLD,
     AbsHistogram,
     AbsMaxObserver,
@@ -21,7 +21,7 @@ from qir.passes.lib.observers import (
     ObserverWarning,
     channel_abs_max,
 )
-from qir.passes.lib.thresholds import (
+from qir.passes.calibrate.thresholds import (
     METHODS,
     compute_threshold,
     expected_quant_mse,
@@ -541,7 +541,7 @@ def test_max_calibration_derives_monotone_ranges_exactly():
 
     import qir
     from qir.passes import get_pass
-    from qir.passes.lib.range_propagation import derivations
+    from qir.passes.calibrate.range_propagation import derivations
     from qir.runtimes.base import get_runtime
 
     model = onnx.parser.parse_model(MONOTONE)

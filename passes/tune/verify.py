@@ -33,7 +33,7 @@ from qir.calibration import QRANGE, calib_scale
 from qir.graph import QIR
 from qir.io.onnx_import import import_onnx
 from qir.io.qdq_export import export_qdq
-from qir.passes.lib.tune_target import Score, Target
+from qir.passes.tune.target import Score, Target
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.ort.backend import new_session
 

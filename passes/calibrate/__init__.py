@@ -14,9 +14,9 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.observers import AbsHistogram, AbsMaxObserver, channel_abs_max
-from qir.passes.lib.range_propagation import derivations, derive
-from qir.passes.lib.thresholds import compute_threshold
+from qir.passes.calibrate.observers import AbsHistogram, AbsMaxObserver, channel_abs_max
+from qir.passes.calibrate.range_propagation import derivations, derive
+from qir.passes.calibrate.thresholds import compute_threshold
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import fake_quant

@@ -23,9 +23,9 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.graph import QIR
-from qir.passes.lib.tune_space import Config, Space
-from qir.passes.lib.tune_target import Score, Target
-from qir.passes.lib.tune_verify import sample_values
+from qir.passes.tune.space import Config, Space
+from qir.passes.tune.target import Score, Target
+from qir.passes.tune.verify import sample_values
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine import Engine, Variant, configured_clone
 from qir.runtimes.engine.variants import run_whole

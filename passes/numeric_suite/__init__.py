@@ -1,7 +1,7 @@
 """Numeric-suite comparisons (PyTorch Numeric Suite jobs, seed 004) on any float/quantized pair.
 
 Each function takes two models: two ``torch.nn.Module`` (an eager model and its
-``torch.ao``-quantized version: done by :mod:`qir.passes.lib.torch_hooks`, with qir's own hooks and the
+``torch.ao``-quantized version: done by :mod:`qir.passes.numeric_suite.torch_hooks`, with qir's own hooks and the
 same results as ``torch.ao.ns._numeric_suite``), or anything :func:`qir.api.as_ir` imports (a
 float ONNX model and a calibrated or QDQ model; ``float_model=None`` compares a calibrated
 model run in float with itself fake-quantized). Every entry is ``{"float": [...], "quantized":
@@ -59,9 +59,9 @@ def _key(op: OpRecord, k: int = 0) -> str:
 
 def compare_weights(float_model: Any, quantized_model: Any) -> dict[str, dict]:
     """Per quantized weight: float vs quantized array and SQNR (see the module docstring).
-    Two PyTorch models (or their state dicts) go to :func:`qir.passes.lib.torch_hooks.compare_weights`."""
+    Two PyTorch models (or their state dicts) go to :func:`qir.passes.numeric_suite.torch_hooks.compare_weights`."""
     if _is_torch(quantized_model) or isinstance(quantized_model, dict):
-        from qir.passes.lib.torch_hooks import compare_weights as torch_weights
+        from qir.passes.numeric_suite.torch_hooks import compare_weights as torch_weights
 
         sd = [m if isinstance(m, dict) else m.state_dict() for m in (float_model, quantized_model)]
         return torch_weights(*sd)
@@ -134,7 +134,7 @@ def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, 
     ``allow_list`` (IR: op types) restricts the layers. Inputs on which the float model's
     outputs hold NaN or Inf are left out, with a warning, into ``left_out`` (``{index: why}``)."""
     if _is_torch(quantized_model):
-        from qir.passes.lib.torch_hooks import compare_model_outputs as torch_outputs
+        from qir.passes.numeric_suite.torch_hooks import compare_model_outputs as torch_outputs
 
         return torch_outputs(float_model, quantized_model, *inputs, allow_list=allow_list)
     found: dict[str, dict] = {}
@@ -157,7 +157,7 @@ def compare_model_stub(float_model: Any, quantized_model: Any, module_swap_list=
     IR, op types (None: every layer with a quantized input). ``left_out`` as in
     :func:`compare_model_outputs`."""
     if _is_torch(quantized_model):
-        from qir.passes.lib.torch_hooks import compare_model_stub as torch_stub
+        from qir.passes.numeric_suite.torch_hooks import compare_model_stub as torch_stub
 
         return torch_stub(float_model, quantized_model, module_swap_list, *inputs)
     found: dict[str, dict] = {}

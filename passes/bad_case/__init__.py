@@ -32,8 +32,8 @@ from typing import Any, Callable
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.graph import QIR
+from qir.passes.bad_case.search import RankShares, SampleSearch, Score, search_on_cluster
 from qir.passes.base import AnalysisPass, PassResult, register_pass
-from qir.passes.lib.bad_case_search import RankShares, SampleSearch, Score, search_on_cluster
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
 from qir.runtimes.engine.cluster import Cluster, current_cluster, executor_for, parse_cluster
 from qir.runtimes.progress import task, track
@@ -55,11 +55,11 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     ``replay_discrete``: the analysis model takes the indices of its sort/top-k/arg-max ops from
     the baseline's run (:mod:`.discrete`). ``level="integer"`` (numpy runtime, ``march``): the
     analysis model computes what that NPU does (:func:`.model_pair.model_pair`). ``cluster``: the
-    samples are dealt to its workers (:mod:`.lib.bad_case_search`; default: the one set by
+    samples are dealt to its workers (:mod:`.search`; default: the one set by
     :func:`qir.runtimes.engine.cluster.use_cluster`, else here); the report is the same. Ranks of
     a torchrun job (or of a program's own process group) that each hold their own share of the
     data (a ``DataLoader`` over a ``DistributedSampler``) search all the shares as one
-    (:class:`.lib.bad_case_search.RankShares`: ``num_steps`` samples per rank, in the sampler's
+    (:class:`.search.RankShares`: ``num_steps`` samples per rank, in the sampler's
     order); the report's ``data`` then holds the bad cases only."""
     if metric not in BAD_CASE_METRICS:
         raise InputError(f"unknown bad-case metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
@@ -99,7 +99,7 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
 
 
 def _record(i: int, score: Score, values: dict, left_out: dict[int, str], ill: dict[str, dict[int, str]]) -> None:
-    """Sample ``i``'s :data:`.lib.bad_case_search.Score` into ``values`` (its metrics per output,
+    """Sample ``i``'s :data:`.search.Score` into ``values`` (its metrics per output,
     NaN when it is left out), ``left_out`` and ``ill``, with the warnings that name it."""
     note, metrics, ill_here = score
     if note is not None:

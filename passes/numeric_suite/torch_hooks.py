@@ -99,7 +99,7 @@ def _is_torch_tensor(value) -> bool:
 
 def _tensor_to_numpy(t) -> np.ndarray:
     """A torch tensor (quantized ones dequantized) as a numpy array; half types become float32."""
-    torch = _torch("qir.passes.lib.torch_hooks")
+    torch = _torch("qir.passes.numeric_suite.torch_hooks")
     t = t.detach()
     if t.is_quantized:
         t = t.dequantize()

@@ -1,5 +1,5 @@
 """Threshold methods: a symmetric threshold ``T`` from an observer's statistics
-(:mod:`qir.passes.lib.observers`); the node's scale is ``T / qmax``.
+(:mod:`qir.passes.calibrate.observers`); the node's scale is ``T / qmax``.
 
 Threshold methods (``METHODS``)
 -------------------------------
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from qir.errors import did_you_mean
-from qir.passes.lib.observers import ZERO_DATA_THRESHOLD, AbsHistogram, AbsMaxObserver, ObserverError, ObserverWarning
+from qir.passes.calibrate.observers import ZERO_DATA_THRESHOLD, AbsHistogram, AbsMaxObserver, ObserverError, ObserverWarning
 
 __all__ = [
     "METHODS", "compute_threshold", "make_observer",

@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from qir.passes.lib.tune_eval import Evaluator
-from qir.passes.lib.tune_space import TUNE_LEVELS, Config
+from qir.passes.tune.evaluator import Evaluator
+from qir.passes.tune.space import TUNE_LEVELS, Config
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 
 __all__ = ["summarize", "pareto", "standard_error"]

@@ -2,7 +2,7 @@
 
 Pure numpy, no IR knowledge. The ``calibrate`` pass feeds every tensor that will be quantized to
 an observer (``update`` once per sample), then asks for a symmetric threshold ``T`` with
-:func:`qir.passes.lib.thresholds.compute_threshold`; the node's scale is ``T / qmax`` (qmax = 127
+:func:`qir.passes.calibrate.thresholds.compute_threshold`; the node's scale is ``T / qmax`` (qmax = 127
 for int8, 32767 for int16). Memory is bounded: an observer holds a fixed number of integer bins
 and a few scalars, never a tensor.
 

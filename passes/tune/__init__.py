@@ -3,8 +3,8 @@ march allows (the mixed-precision pipelines of the accuracy tuning guide, seed 0
 
 The pipeline is the march profile's data (``tune_ladder``: the levels each activation
 calibration node may take, cheapest first; ``tune_costs``: their cost per FLOP), never a branch
-on the march name; the pieces are in ``passes/lib/tune_*``. The target (``"cosine>=0.99"``, a
-metric against the float model, or a task metric; :mod:`.lib.tune_target`) is met by the *mean*
+on the march name; the pieces are in the modules of this package. The target (``"cosine>=0.99"``, a
+metric against the float model, or a task metric; :mod:`.target`) is met by the *mean*
 over the **evaluation** samples, never the calibration ones; the worst sample is reported too.
 
 1. **Bounds.** One engine call scores the start configuration (every unit at its first level:
@@ -13,7 +13,7 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    each also with every clipping fix, and the start with each clipping fix alone; the ceiling
    (every unit at its last level: fp16, float with ``allow_float``) only when the upper bound
    misses the target (it is then the reference, step 3; the report shows it where measured).
-2. **Clipping** (:mod:`.lib.tune_clip`): a fixed threshold covering the data, where the
+2. **Clipping** (:mod:`.clip`): a fixed threshold covering the data, where the
    calibrated range clips it (the advisor's rule), is kept where it measurably helps, before any
    precision is raised. If the start then meets the target, nothing is raised. If neither the
    upper bound nor the ceiling meets it, the target is unreachable: the pass stops with the best
@@ -30,24 +30,24 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    to help the bad cases must not rank last), on every evaluation sample (or, with
    ``sensitivity_samples``, on the few the reference scores worst: a ranking only orders a
    search, which measures every step on all samples).
-4. **Ratio search** (:func:`.lib.tune_search.ratio_search`): the guide's binary search on the
+4. **Ratio search** (:func:`.search.ratio_search`): the guide's binary search on the
    share of units raised to their reference level, from the floor, in order of loss per cost
-   added (:func:`.lib.tune_search.by_loss_per_cost`, AIMET's Pareto order: a large convolution
+   added (:func:`.search.by_loss_per_cost`, AIMET's Pareto order: a large convolution
    that loses a little more than a small one is raised after it). Steps 4 to 6 judge every
    configuration below the reference by the reference's score less each sample's change.
-5. **Greedy refinement with lazy re-scoring** (:func:`.lib.tune_search.greedy`): from the largest
+5. **Greedy refinement with lazy re-scoring** (:func:`.search.greedy`): from the largest
    failing configuration of the ratio search, the moves (one unit one level up, to at most its
    reference level) with the best gain per cost, re-measured a few at a time. That configuration
    is one unit short of the one that meets, so :data:`GREEDY_ROUNDS_PAST_RATIO` rounds look for
    a cheaper way past it.
-6. **Backward pruning** (:func:`.lib.tune_search.prune`): each raised unit back down while the
+6. **Backward pruning** (:func:`.search.prune`): each raised unit back down while the
    target holds, a lowered configuration counting each sample's change, up or down, as a loss
-   (:func:`.lib.tune_search.changes_as_losses`: a lowering that improves a sample does so by
+   (:func:`.search.changes_as_losses`: a lowering that improves a sample does so by
    chance, and chance of that size can as well lower an unseen image; luck on a few samples must
    not pay for losses elsewhere).
    Unknown and stale single losses are estimated on the bad cases first (the screen), on every sample
    only when that proves too hopeful.
-7. **Verification** (:mod:`.lib.tune_verify`): the result emitted, re-imported and run in
+7. **Verification** (:mod:`.verify`): the result emitted, re-imported and run in
    onnxruntime on the evaluation data, and at the march's integer level (``integer``); it must
    meet the target in both and agree with the search. When only the integer level misses, the
    result with one unit of pruning's last step raised back (:data:`BACKTRACK_SINGLES`), then the
@@ -81,13 +81,13 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.passes.base import Pass, PassResult, register_pass
 from qir.passes.layer_compare import CLIP_SQNR_DB
-from qir.passes.lib.tune_clip import clipping_fixes
-from qir.passes.lib.tune_eval import Evaluator
-from qir.passes.lib.tune_report import summarize
-from qir.passes.lib.tune_search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
-from qir.passes.lib.tune_space import Config, Space
-from qir.passes.lib.tune_target import Score, Target, parse_target
-from qir.passes.lib.tune_verify import check_unseen, float_outputs, verify
+from qir.passes.tune.clip import clipping_fixes
+from qir.passes.tune.evaluator import Evaluator
+from qir.passes.tune.report import summarize
+from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
+from qir.passes.tune.space import Config, Space
+from qir.passes.tune.target import Score, Target, parse_target
+from qir.passes.tune.verify import check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
 from qir.runtimes.progress import task
@@ -167,7 +167,7 @@ class TunePass(Pass):
     image 0.06),
     ``verify``, ``integer`` (also run the result at the march's integer level), ``check_data``
     (samples the search never sees: the verified result is run on them too and the report says
-    whether it holds there, :func:`.lib.tune_verify.check_unseen`), ``store`` (a
+    whether it holds there, :func:`.verify.check_unseen`), ``store`` (a
     mapping keeping every score, for resuming), ``progress``.
     """
 
@@ -366,7 +366,7 @@ class TunePass(Pass):
 
     def _counted(self, ev: Evaluator, reference: Config):
         """How a configuration below ``reference`` counts against the target: the reference's score
-        less each sample's change (:func:`.lib.tune_search.changes_as_losses`)."""
+        less each sample's change (:func:`.search.changes_as_losses`)."""
         def counted(score: Score) -> Score:
             return changes_as_losses(ev.target, ev.memo[reference], score)
         return counted
@@ -435,7 +435,7 @@ class TunePass(Pass):
         return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
 
     def _screen(self, ev: Evaluator, space: Space):
-        """Pruning's screen (:func:`.lib.tune_search.prune`): single losses estimated on the
+        """Pruning's screen (:func:`.search.prune`): single losses estimated on the
         ``sensitivity_samples`` samples the configuration scores worst (:data:`SCREEN_SAMPLES` when
         the ranking used every sample; None, no screen, when that is all of them)."""
         n = self.sensitivity_samples or SCREEN_SAMPLES
@@ -483,7 +483,7 @@ class TunePass(Pass):
         (the cheap units together, their fixed thresholds with them), on the
         :data:`ATTRIBUTION_SAMPLES` evaluation samples the result scores worst (its bad cases): as
         measured (``gains``), and per image (``per_image``,
-        :func:`.lib.tune_search.per_image_loss`, as the search counts a change). Keys:
+        :func:`.search.per_image_loss`, as the search counts a change). Keys:
         ``("unit", i)``, ``("threshold", name)``, ``("cheap", None)``."""
         final, start = found["final"], found["plain_start"]
         cheap = [i for i in found.get("cheap", []) if final.levels[i] > start.levels[i]]
