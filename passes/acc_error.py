@@ -86,13 +86,10 @@ class AccErrorPass(AnalysisPass):
         for reference, variants in (("float", self._whitelist(ir)), ("quantized", self._blacklist(ir))):
             if not variants:
                 continue
-            engine = Engine(ir, self.data, runtime=self.runtime, reference=reference, compare=values,
-                            metrics=[self.metric], data_num=self.data_num, threads=self.threads,
-                            progress=self.progress and f"accumulated error (from {reference})")
-            try:
+            with Engine(ir, self.data, runtime=self.runtime, reference=reference, compare=values,
+                        metrics=[self.metric], data_num=self.data_num, threads=self.threads,
+                        progress=self.progress and f"accumulated error (from {reference})") as engine:
                 result = engine.evaluate(variants)
-            finally:
-                engine.close()
             stats[reference] = result.stats
             left_out.update({str(s): why for s, why in result.left_out.items()})
             for v in variants:

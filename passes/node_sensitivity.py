@@ -146,15 +146,12 @@ class NodeSensitivityPass(AnalysisPass):
         return PassResult(ir, False, report)
 
     def _evaluate(self, ir: QIR, variants: list[Variant], compare):
-        engine = Engine(ir, self.data, runtime=self.runtime, reference=self.start, compare=compare,
-                        metrics=self.metrics, data_num=self.data_num, threads=self.threads,
-                        progress=self.progress and f"node sensitivity ({self.node_type})", level=self.level,
-                        march=self.march)
-        try:
+        with Engine(ir, self.data, runtime=self.runtime, reference=self.start, compare=compare,
+                    metrics=self.metrics, data_num=self.data_num, threads=self.threads,
+                    progress=self.progress and f"node sensitivity ({self.node_type})", level=self.level,
+                    march=self.march) as engine:
             result = engine.evaluate(variants)
             return result, len(engine.samples) - len(result.left_out)
-        finally:
-            engine.close()
 
     # ------------------------------------------------------------------ pieces
     def _mode(self, cal: CalibRecord) -> str:

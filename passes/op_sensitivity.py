@@ -86,12 +86,9 @@ def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", re
         from qir.passes.lib.discrete import with_replay
 
         sample = with_replay(ir, "float", [sample], replay, runtime)[0]
-    engine = Engine(model, [dict(sample)], runtime=runtime, reference="float", metrics=[qname], threads=threads,
-                    progress=progress and "op sensitivity")
-    try:
+    with Engine(model, [dict(sample)], runtime=runtime, reference="float", metrics=[qname], threads=threads,
+                progress=progress and "op sensitivity") as engine:
         result = engine.evaluate(variants)
-    finally:
-        engine.close()
     per = {row["variant"]: row["values"] for row in result.rows}
     total = sum(op_flops(model, op) for op in model.ops()) or 1
     outputs = {}

@@ -94,13 +94,10 @@ class SensitivityAnalysisPass(AnalysisPass):
         for node in nodes:
             changes.update({c.name: self._raised(c) for c in calibrations_of(ir, node)})
             variants.append(Variant(node, dict(changes)))
-        engine = Engine(ir, self.data, runtime=self.runtime, reference="quantized", metrics=[self.metric],
-                        data_num=self.data_num, threads=self.threads,
-                        progress=self.progress and "sensitivity analysis (raised together)")
-        try:
+        with Engine(ir, self.data, runtime=self.runtime, reference="quantized", metrics=[self.metric],
+                    data_num=self.data_num, threads=self.threads,
+                    progress=self.progress and "sensitivity analysis (raised together)") as engine:
             result = engine.evaluate(variants)
-        finally:
-            engine.close()
         table = result.per_variant()
         report = {"metric": self.metric, "qtype": self.qtype, "pick_threshold": self.pick_threshold,
                   "nodes": nodes, "single": {n: single[n] for n in nodes},

@@ -7,13 +7,15 @@ from typing import Iterable, Mapping, Protocol, runtime_checkable
 import numpy as np
 
 from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.execution import LEVEL_NAMES, Execution
+from qir.execution import Runtime as RuntimeName
 from qir.graph import QIR
 
 __all__ = ["Runtime", "get_runtime", "RUNTIMES", "check_feeds", "check_capture", "LEVELS"]
 
 logger = logging.getLogger(__name__)
 
-LEVELS = ("float", "fakequant", "integer")
+LEVELS = LEVEL_NAMES
 
 
 @runtime_checkable
@@ -29,29 +31,28 @@ class Runtime(Protocol):
             capture: Iterable[str] = ()) -> dict[str, np.ndarray]: ...
 
 
-def get_runtime(name: str, **options) -> Runtime:
-    """A runtime by name: ``numpy`` (reference interpreter) or ``ort`` (onnxruntime). The numpy
-    runtime's ``level="integer"`` is :class:`qir.runtimes.integer.IntegerRuntime` (``march``:
-    the profile it emulates, default ``generic``)."""
-    if name not in RUNTIMES:
-        raise InputError(f"unknown runtime {name!r}; choose one of {sorted(RUNTIMES)}")
-    module_name, cls_name = RUNTIMES[name]
-    march = options.pop("march", None)
-    if options.get("level") == "integer" and name == "numpy":
-        module_name, cls_name = INTEGER_RUNTIME
-        options = {"march": march or "generic"}
-    elif march is not None:
-        raise InputError(f"a march applies to the integer level only (runtime {name!r}, level "
-                         f"{options.get('level', 'fakequant')!r})")
+def get_runtime(name: str | Execution, **options) -> Runtime:
+    """A runtime for an :class:`~qir.execution.Execution` (or a runtime name, with ``level`` and
+    ``march`` among the options, resolved by :meth:`Execution.resolve <qir.execution.Execution.resolve>`):
+    ``numpy`` (reference interpreter) or ``ort`` (onnxruntime); the numpy runtime's integer level is
+    :class:`qir.runtimes.integer.IntegerRuntime` with the execution's march. The other options go to
+    the runtime's constructor."""
+    if isinstance(name, Execution):
+        execution = name
+    else:
+        execution = Execution.resolve(name, options.pop("level", None), options.pop("march", None))
     import importlib
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(**options)
+    if execution.integer:
+        module_name, cls_name = INTEGER_RUNTIME
+        return getattr(importlib.import_module(module_name), cls_name)(march=execution.march)
+    module_name, cls_name = RUNTIMES[execution.runtime]
+    return getattr(importlib.import_module(module_name), cls_name)(level=execution.level, **options)
 
 
 INTEGER_RUNTIME = ("qir.runtimes.integer.interpreter", "IntegerRuntime")
 RUNTIMES = {
-    "numpy": ("qir.runtimes.numpy_ref.interpreter", "NumpyRuntime"),
-    "ort": ("qir.runtimes.ort.backend", "OrtRuntime"),
+    RuntimeName.NUMPY: ("qir.runtimes.numpy_ref.interpreter", "NumpyRuntime"),
+    RuntimeName.ORT: ("qir.runtimes.ort.backend", "OrtRuntime"),
 }
 
 

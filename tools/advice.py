@@ -141,12 +141,9 @@ def measure(ir: QIR, data: Any, changes: Sequence[Mapping[str, str]], *, data_nu
     from qir.runtimes.engine import Engine, Variant
 
     variants = [Variant("as it is", {})] + [Variant(f"fix {i}", dict(ch)) for i, ch in enumerate(changes)]
-    engine = Engine(ir, data, runtime=runtime, reference="quantized", metrics=[METRIC], data_num=data_num,
-                    progress=progress and "measure fixes")
-    try:
+    with Engine(ir, data, runtime=runtime, reference="quantized", metrics=[METRIC], data_num=data_num,
+                progress=progress and "measure fixes") as engine:
         result = engine.evaluate(variants)
-    finally:
-        engine.close()
     table = result.per_variant()
     return {"before": table["as it is"][METRIC], "after": [table[v.name][METRIC] for v in variants[1:]],
             "samples": len(engine.samples), "left_out": len(result.left_out)}

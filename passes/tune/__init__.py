@@ -74,6 +74,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from typing import Any, MutableMapping
 
 from qir.data import model_samples
@@ -86,6 +87,7 @@ from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.tune.space import Config, Space
+from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, Target, parse_target
 from qir.passes.tune.verify import check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
@@ -207,31 +209,31 @@ class TunePass(Pass):
                 stages = task("tune", len(STAGES) if not attempt else 2, unit="stages", enabled=self.progress)
                 previous = (found, checked)
                 found = self._search(ev, space, base, stages) if not attempt else self._raise_further(ev, space, found)
-                found["search_target"] = ev.target
-                if attempt and not found["reached"]:  # the tightened target is out of reach: keep what was verified
+                found.search_target = ev.target
+                if attempt and not found.reached:  # the tightened target is out of reach: keep what was verified
                     stages.close()
                     found, checked = previous
                     break
                 if attempt:
                     stages.update(1)
-                found["score"], checked = self._verified(ev, space, ir, samples, found["final"], quick=not attempt)
+                found.score, checked = self._verified(ev, space, ir, samples, found.final, quick=not attempt)
                 stages.update(1)
                 stages.close()
                 back = None  # (gaps: it missed at the integer level only; their size needs every sample)
-                if found["reached"] and not attempt and _integer_gaps(self.target, checked) is not None:
+                if found.reached and not attempt and _integer_gaps(self.target, checked) is not None:
                     back = self._backtrack(ev, space, ir, samples, found)
                 if back is not None:
                     found, checked = back
                     break
                 if checked and checked.get("integer") and not checked["integer"]["complete"]:  # (stopped early)
-                    found["score"], checked = self._verified(ev, space, ir, samples, found["final"])
+                    found.score, checked = self._verified(ev, space, ir, samples, found.final)
                 gaps = _integer_gaps(self.target, checked)
-                if not found["reached"] or gaps is None or attempt == INTEGER_RETRIES:
+                if not found.reached or gaps is None or attempt == INTEGER_RETRIES:
                     break
                 tighter = ev.target.tightened(*(INTEGER_GAP_FACTOR * g for g in gaps))
-                if not tighter.met(ev.memo[found["upper"]]):
-                    ev.score([found["ceiling"]], "bounds")  # (not needed until now)
-                if not any(tighter.met(ev.memo[c]) for c in (found["upper"], found["ceiling"])):
+                if not tighter.met(ev.memo[found.upper]):
+                    ev.score([found.ceiling], "bounds")  # (not needed until now)
+                if not any(tighter.met(ev.memo[c]) for c in (found.upper, found.ceiling)):
                     break  # beyond every bound: the integer level loses more than any configuration can make up
                 logger.info("tune: the result meets %s in fake quantization but not at %s's integer level (%.6g lower "
                             "on the mean, %.6g on the worst sample): raising it further for %s", ev.target.text,
@@ -241,12 +243,12 @@ class TunePass(Pass):
             self._attribute(ev, space, found)
         finally:
             ev.close()
-        space.apply(ir, found["final"])
+        space.apply(ir, found.final)
         report = summarize(ev, found, self.profile, self.allow_float)
-        if found["search_target"] != self.target:
-            report["search_target"] = found["search_target"].text
-        if found.get("backtracked"):
-            report["backtracked"] = found["backtracked"]
+        if found.search_target != self.target:
+            report["search_target"] = found.search_target.text
+        if found.backtracked:
+            report["backtracked"] = found.backtracked
         if checked is not None:
             report["verification"] = checked
             if self.check_data is not None:
@@ -256,18 +258,18 @@ class TunePass(Pass):
         return PassResult(ir, True, report)
 
     # ------------------------------------------------------------------ the stages
-    def _search(self, ev: Evaluator, space: Space, base: QIR, stages) -> dict[str, Any]:
+    def _search(self, ev: Evaluator, space: Space, base: QIR, stages) -> TuneState:
         found = self._bounds(ev, space, base)
         stages.update(1)
-        if found["reached"] is not None:  # the start meets the target, or nothing can
+        if found.reached is not None:  # the start meets the target, or nothing can
             stages.update(5)
-            if found["reached"]:
+            if found.reached:
                 self._trim_thresholds(ev, space, found)
             return found
-        reference = found["reference"] = self._reference(ev, found)
-        cheap = space.cheap(found["start"], reference, CHEAP_SHARE)
-        floor = space.move(found["start"], {i: reference.levels[i] for i in cheap})
-        found["cheap"] = cheap
+        reference = found.reference = self._reference(ev, found)
+        cheap = space.cheap(found.start, reference, CHEAP_SHARE)
+        floor = space.move(found.start, {i: reference.levels[i] for i in cheap})
+        found.cheap = cheap
         stages.update(1)
         loss = self._sensitivity(ev, space, reference, found)
         stages.update(1)
@@ -278,7 +280,7 @@ class TunePass(Pass):
         else:
             met, below, _ = ratio_search(ev, floor, order, {i: reference.levels[i] for i in order},
                                          points=self.points, counted=counted)
-        found.update(order=order, loss=loss, ratio_config=met if met is not None else below)
+        found.order, found.loss, found.ratio_config = order, loss, (met if met is not None else below)
         stages.update(1)
         # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference;
         # that ratio is one unit short of the one that meets, so a cheaper way is one move: more rounds only cost
@@ -294,10 +296,10 @@ class TunePass(Pass):
         # a unit's sensitivity is its loss down to the start level: an estimate of its loss one level down
         # only where that is the start level (dual int16 goes down to int16 first, and loses far less)
         prior = {i: v for i, v in loss.items() if best.levels[i] - 1 == floor.levels[i]}
-        found["path"] = [(best, counted(ev.memo[best]))]  # what pruning went through, each meeting the target as it counts
-        found["final"] = prune(ev, best, floor, prior=prior, counted=counted, max_rounds=self.max_rounds,
-                               screen=self._screen(ev, space), path=found["path"])
-        found["reached"] = True
+        found.path = [(best, counted(ev.memo[best]))]  # what pruning went through, each meeting the target as it counts
+        found.final = prune(ev, best, floor, prior=prior, counted=counted, max_rounds=self.max_rounds,
+                               screen=self._screen(ev, space), path=found.path)
+        found.reached = True
         stages.update(1)
         self._trim_thresholds(ev, space, found)
         return found
@@ -318,17 +320,17 @@ class TunePass(Pass):
         return score, checked
 
     def _backtrack(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
-                   found: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+                   found: TuneState) -> tuple[TuneState, dict[str, Any]] | None:
         """Step 7's first answer to a miss at the integer level only: configurations between the
         result and those pruning went through before it, each meeting the target in fake
         quantization, verified as the result was, cheapest first; the first that passes both
-        levels, as ``(found, verification)`` (``found["backtracked"]``: ``steps`` back along
+        levels, as ``(found, verification)`` (``found.backtracked``: ``steps`` back along
         pruning's path, the units ``raised_back`` to where that step found them); None when none
         does. First the result with one unit of pruning's last step raised back (the
         :data:`BACKTRACK_SINGLES` cheapest), then the last :data:`BACKTRACK_STEPS` configurations
         of the path."""
-        final = found["final"]
-        previous = [(c, now) for c, now in reversed(found.get("path", [])[:-1]) if c != final][:BACKTRACK_STEPS]
+        final = found.final
+        previous = [(c, now) for c, now in reversed(found.path[:-1]) if c != final][:BACKTRACK_STEPS]
         tried = [(f"the configuration pruning reached {k} step(s) before it", c, {"steps": k, "raised_back": []})
                  for k, (c, _) in enumerate(previous, 1)]
         if previous:
@@ -346,22 +348,22 @@ class TunePass(Pass):
             if checked["agrees"]:
                 logger.info("tune: the result misses %s at %s's integer level; %s meets it there", self.target.text,
                             self.profile.name, what)
-                return dict(found, final=config, score=score, backtracked=backtracked), checked
+                return replace(found, final=config, score=score, backtracked=backtracked), checked
         return None
 
-    def _raise_further(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> dict[str, Any]:
+    def _raise_further(self, ev: Evaluator, space: Space, found: TuneState) -> TuneState:
         """Step 7's retry: the ratio search again, from the result that missed at the integer level,
         on the units it left below their reference level (in the search's order), for the
         tightened target (``ev.target``), from one raise upward (the gap is small: few raises
         likely make it up); ``reached`` false when even all of them miss it."""
-        found = dict(found)
-        reference = found.get("reference") or self._reference(ev, found)
-        final = found["final"]
-        order = [i for i in found.get("order") or space.searchable() if final.levels[i] < reference.levels[i]]
+        found = replace(found)
+        reference = found.reference or self._reference(ev, found)
+        final = found.final
+        order = [i for i in found.order or space.searchable() if final.levels[i] < reference.levels[i]]
         met, _, _ = ratio_search(ev, final, order, {i: reference.levels[i] for i in order}, points=self.points,
                                  counted=self._counted(ev, reference), upward=True) if order else (None, None, None)
-        found["reached"] = met is not None
-        found["final"] = met if met is not None else final
+        found.reached = met is not None
+        found.final = met if met is not None else final
         return found
 
     def _counted(self, ev: Evaluator, reference: Config):
@@ -371,7 +373,7 @@ class TunePass(Pass):
             return changes_as_losses(ev.target, ev.memo[reference], score)
         return counted
 
-    def _bounds(self, ev: Evaluator, space: Space, base: QIR) -> dict[str, Any]:
+    def _bounds(self, ev: Evaluator, space: Space, base: QIR) -> TuneState:
         """Steps 1 and 2 of the module docstring: the clipping fixes, measured, and the bounds."""
         fixes = []
         if self.calib_data is not None:
@@ -405,15 +407,14 @@ class TunePass(Pass):
         logger.info("tune: start %s %s, all-int16 %s, upper bound %s, ceiling %s; clipping fixes kept: %d at "
                     "int8, %d at int16, of %d", ev.target.text, *shown, len(chosen.thresholds),
                     sum(m == "int16" for _, m in space.policy), len(fixes))
-        return {"start": start, "plain_start": plain, "int16": int16, "upper": bound, "ceiling": ceiling,
-                "fixes": fixes,
-                "reached": reached, "final": start if reached else best}
+        return TuneState(start=start, plain_start=plain, int16=int16, upper=bound, ceiling=ceiling, fixes=fixes,
+                         reached=reached, final=start if reached else best)
 
     @staticmethod
-    def _reference(ev: Evaluator, found: dict[str, Any]) -> Config:
+    def _reference(ev: Evaluator, found: TuneState) -> Config:
         """Step 3's reference: the upper bound when it meets the target (the search may then raise a
         unit to any integer level, dual int16 included), else the ceiling."""
-        return found["upper"] if ev.met(found["upper"]) else found["ceiling"]
+        return found.upper if ev.met(found.upper) else found.ceiling
 
     @staticmethod
     def _bad_cases(ev: Evaluator, config: Config, n: int | None) -> list[int]:
@@ -423,14 +424,14 @@ class TunePass(Pass):
                              key=lambda i: values[i] if ev.target.higher_is_better else -values[i])
         return sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
 
-    def _sensitivity(self, ev: Evaluator, space: Space, reference: Config, found: dict[str, Any]) -> dict[int, float]:
+    def _sensitivity(self, ev: Evaluator, space: Space, reference: Config, found: TuneState) -> dict[int, float]:
         """Unit -> the loss when it alone goes back to its start level from ``reference``, each
         sample's change counted as a loss, for every unit not cheap, measured on the
         ``sensitivity_samples`` samples that ``reference`` scores worst (the bad cases; all samples
         when None)."""
-        units = [i for i in space.searchable() if reference.levels[i] > 0 and i not in found["cheap"]]
+        units = [i for i in space.searchable() if reference.levels[i] > 0 and i not in found.cheap]
         lowered = [space.move(reference, {i: 0}) for i in units]
-        found["sensitivity_samples"] = picked = self._bad_cases(ev, reference, self.sensitivity_samples)
+        found.sensitivity_samples = picked = self._bad_cases(ev, reference, self.sensitivity_samples)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
         return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
 
@@ -461,11 +462,11 @@ class TunePass(Pass):
             sub.close()
             ev.calls += sub.calls
 
-    def _trim_thresholds(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> None:
+    def _trim_thresholds(self, ev: Evaluator, space: Space, found: TuneState) -> None:
         """Fixed thresholds of units left at their start level that gain nothing are dropped
         together, when that keeps the result meeting the target (a threshold that comes with a
         raise is the policy's, measured with the bounds)."""
-        final, start = found["final"], found["plain_start"]
+        final, start = found.final, found.plain_start
         alone = [name for name, _ in final.thresholds if final.levels[space.index[name]] == start.levels[space.index[name]]]
         if not alone:
             return
@@ -476,17 +477,17 @@ class TunePass(Pass):
         if useless:
             trimmed = final.with_thresholds(useless)
             if ev.target.met(ev.score([trimmed], "attribution", final)[0]):
-                found["final"] = trimmed
+                found.final = trimmed
 
-    def _attribute(self, ev: Evaluator, space: Space, found: dict[str, Any]) -> None:
+    def _attribute(self, ev: Evaluator, space: Space, found: TuneState) -> None:
         """Step 8: the measured gain of each change of the result, the loss when it alone is undone
         (the cheap units together, their fixed thresholds with them), on the
         :data:`ATTRIBUTION_SAMPLES` evaluation samples the result scores worst (its bad cases): as
         measured (``gains``), and per image (``per_image``,
         :func:`.search.per_image_loss`, as the search counts a change). Keys:
         ``("unit", i)``, ``("threshold", name)``, ``("cheap", None)``."""
-        final, start = found["final"], found["plain_start"]
-        cheap = [i for i in found.get("cheap", []) if final.levels[i] > start.levels[i]]
+        final, start = found.final, found.plain_start
+        cheap = [i for i in found.cheap if final.levels[i] > start.levels[i]]
         raised = [i for i in space.raised(final, start) if i not in cheap]
         fixed = [name for name, _ in final.thresholds if space.index[name] not in cheap]  # (the cheap ones: with them)
         undo = [space.move(final, {i: start.levels[i]}) for i in raised]
@@ -495,10 +496,10 @@ class TunePass(Pass):
         if cheap:
             undo.append(space.move(final, {i: start.levels[i] for i in cheap}))
             keys.append(("cheap", None))
-        found["attribution_samples"] = picked = self._bad_cases(ev, final, ATTRIBUTION_SAMPLES)
+        found.attribution_samples = picked = self._bad_cases(ev, final, ATTRIBUTION_SAMPLES)
         scores = self._on_bad_cases(ev, space, picked, [final] + undo, "attribution", around=final)
-        found["gains"] = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
-        found["per_image"] = {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])}
+        found.gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
+        found.per_image = {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])}
 
 
 def _integer_gaps(target: Target, checked: dict[str, Any] | None) -> tuple[float, float] | None:

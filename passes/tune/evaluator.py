@@ -22,12 +22,14 @@ from typing import Any, MutableMapping, Sequence
 import numpy as np
 
 from qir import metrics as qmetrics
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.tune.space import Config, Space
 from qir.passes.tune.target import Score, Target
 from qir.passes.tune.verify import sample_values
 from qir.runtimes.base import get_runtime
-from qir.runtimes.engine import Engine, Variant, configured_clone
+from qir.runtimes.engine import Engine, EngineOptions, Variant, configured_clone
+from qir.runtimes.engine.options import optimization_level
 from qir.runtimes.engine.variants import run_whole
 
 __all__ = ["Score", "Evaluator", "config_key"]
@@ -69,15 +71,24 @@ class Evaluator:
         self.progress = progress
         self.calls = 0
         self.engine = None
-        if isinstance(target.metric, str):
-            self.engine = Engine(base, samples, reference="quantized", metrics=[target.metric], progress=progress,
-                                 **engine_options)
-        self._engines: dict[Config, Engine] = {}  # around -> the engine whose reference it is
-        self._start_ran = False  # whether the start's engine has run (built its sessions)
         self._floats = None if floats is None else list(floats)  # (:meth:`floats`)
         #: The step and segment costs the first engine timed, adopted by the next ones (shared
         #: with the evaluators of the bad cases: :meth:`.Engine.adopt_costs`).
         self.costs = costs if costs is not None else {}
+        if isinstance(target.metric, str):
+            self.engine = self._new_engine({})
+        self._engines: dict[Config, Engine] = {}  # around -> the engine whose reference it is
+        self._start_ran = False  # whether the start's engine has run (built its sessions)
+
+    def _new_engine(self, reference_changes: dict[str, str]) -> Engine:
+        """An engine whose reference is the start with ``reference_changes``: compared with
+        :meth:`floats` when configurations also run whole, sharing :attr:`costs`, and (the search's
+        neighbours mostly change weights) running a call's batched variants step by step when
+        some run so anyway (in this process only: :class:`~qir.runtimes.engine.EngineOptions`)."""
+        options = EngineOptions(reference="quantized", metrics=[self.target.metric], progress=self.progress,
+                                reference_changes=reference_changes, steps_when_mixed=True, **self.engine_options)
+        floats = self.floats if options.checked().runtime == Runtime.ORT else None
+        return Engine(self.base, self.samples, options, float_baselines=floats, costs=self.costs)
 
     def close(self) -> None:
         for engine in [self.engine, *self._engines.values()]:
@@ -147,15 +158,14 @@ class Evaluator:
         if around not in self._engines:
             while len(self._engines) >= KEEP:
                 self._engines.pop(next(iter(self._engines))).close()
-            self._engines[around] = Engine(self.base, self.samples, reference="quantized", metrics=[self.target.metric],
-                                           progress=self.progress, reference_changes=changes, **self.engine_options)
+            self._engines[around] = self._new_engine(changes)
         return self._engines[around], changes
 
     @property
     def whole_runs(self) -> bool:
         """Whether configurations far from the engine's reference run whole (a metric target on
         onnxruntime), compared with :meth:`floats`, as the engines are."""
-        return self.engine is not None and self.engine_options.get("runtime", "ort") == "ort"
+        return self.engine is not None and self.engine.runtime == Runtime.ORT
 
     def floats(self) -> list[dict]:
         """The float model's outputs on each sample, computed once (given by the evaluator a
@@ -163,28 +173,24 @@ class Evaluator:
         whole runs, on one core, at the engines' optimization level, as an engine computes its
         float baselines."""
         if self._floats is None:
-            rt = get_runtime("ort", level="float", threads=1, optimization=self.engine.optimization, layout_stable=True)
+            rt = get_runtime(Runtime.ORT, level=Level.FLOAT, threads=1, optimization=self._optimization(),
+                             layout_stable=True)
             self._floats = [run_whole(self.base, s, self.base.outputs, rt) for s in self.samples]
         return self._floats
 
+    def _optimization(self) -> str:
+        """The onnxruntime optimization level the engines run at (:func:`.optimization_level`)."""
+        return optimization_level(self.base, self.engine_options.get("optimization", "auto"))
+
     def _engine_scores(self, configs: list[Config], stage: str, around: Config | None = None) -> list[Score]:
         engine, near = self._engine_around(around)
-        if self.whole_runs:
-            engine.float_baselines = dict(enumerate(self.floats()))
         self._start_ran |= engine is self.engine
         start = self.space.start_modes
         variants = []
         for k, c in enumerate(configs):
             changes = self.space.changes(c)
             variants.append(Variant(f"config {k}", {**{n: start[n] for n in near if n not in changes}, **changes}))
-        engine.progress = f"tune: {stage}" if self.progress else False
-        engine.adopt_costs(self.costs)
-        # (the search's neighbours mostly change weights: one reference pass; in this process only,
-        # where no shard's mix can move a result)
-        engine.steps_when_mixed = engine.cluster is None
-        result = engine.evaluate(variants)
-        if not self.costs:
-            self.costs.update(engine.measured_costs() or {})
+        result = engine.evaluate(variants, progress=f"tune: {stage}" if self.progress else False)
         metric = self.target.metric
         by_variant: dict[str, dict[int, float]] = {}
         for row in result.rows:

@@ -19,6 +19,7 @@ import numpy as np
 
 from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.space import TUNE_LEVELS, Config
+from qir.passes.tune.state import TuneState
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 
 __all__ = ["summarize", "pareto", "standard_error"]
@@ -52,24 +53,24 @@ def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
     return front
 
 
-def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
+def _changes(ev: Evaluator, found: TuneState) -> list[dict[str, Any]]:
     """One row per raised unit (its fixed threshold, if any, shown with it), one for the cheap
     units together (``nodes``: their names), and one per fixed threshold of a unit left at its
     start level; ``gain``: the loss when it alone is undone;
     ``per_image``: the same with each sample's change counted as a loss, as the search counts it
     (a raise whose mean gain is about nothing can still keep single images from moving far)."""
-    space, final, start = ev.space, found["final"], found["plain_start"]
-    order, ratio = found.get("order") or [], found.get("ratio_config")
+    space, final, start = ev.space, found.final, found.plain_start
+    order, ratio = found.order or [], found.ratio_config
     rank = {i: r + 1 for r, i in enumerate(order)}
     thresholds = dict(final.thresholds)
-    clip = {f["node"]: f for f in found["fixes"]}
-    cheap = [i for i in found.get("cheap", []) if final.levels[i] > start.levels[i]]
+    clip = {f["node"]: f for f in found.fixes}
+    cheap = [i for i in found.cheap if final.levels[i] > start.levels[i]]
     rows = []
     if cheap:
         levels = sorted({f"{space.units[i].levels[start.levels[i]]} -> {space.units[i].levels[final.levels[i]]}" for i in cheap})
         rows.append({"node": f"{len(cheap)} cheap unit(s)", "nodes": space.names(cheap), "change": ", ".join(levels),
-                     "reason": "cheap", "gain": found["gains"][("cheap", None)],
-                     "per_image": found["per_image"][("cheap", None)]})
+                     "reason": "cheap", "gain": found.gains[("cheap", None)],
+                     "per_image": found.per_image[("cheap", None)]})
     for i in space.raised(final, start):
         if i in cheap:
             continue
@@ -78,9 +79,9 @@ def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
         at = f" @ threshold {thresholds[u.name]:.6g}" if u.name in thresholds else ""
         rows.append({"node": u.name, "change": f"{u.levels[start.levels[i]]} -> {level}{at}",
                      "reason": "rounding" if ratio is not None and final.levels[i] <= ratio.levels[i] else "interaction",
-                     "gain": found["gains"][("unit", i)], "per_image": found["per_image"][("unit", i)],
+                     "gain": found.gains[("unit", i)], "per_image": found.per_image[("unit", i)],
                      "sensitivity_rank": rank.get(i),
-                     "threshold_gain": found["gains"].get(("threshold", u.name)),
+                     "threshold_gain": found.gains.get(("threshold", u.name)),
                      "weights": list(u.weights) if TUNE_LEVELS[level][1] not in (None, "int8") else []})
     raised = {space.units[i].name for i in space.raised(final, start)}
     for name, threshold in final.thresholds:
@@ -88,8 +89,8 @@ def _changes(ev: Evaluator, found: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         f = clip.get(name, {})
         rows.append({"node": name, "change": f"threshold {f.get('old_threshold', 0.0):.6g} -> {threshold:.6g}",
-                     "reason": "clipping", "gain": found["gains"][("threshold", name)],
-                     "per_image": found["per_image"][("threshold", name)], "threshold": threshold,
+                     "reason": "clipping", "gain": found.gains[("threshold", name)],
+                     "per_image": found.per_image[("threshold", name)], "threshold": threshold,
                      "clip_sqnr_db": f.get("clip_sqnr_db")})
     return sorted(rows, key=lambda r: -r["gain"])
 
@@ -112,39 +113,39 @@ def _gemm_precisions(ev: Evaluator, config: Config) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def summarize(ev: Evaluator, found: dict[str, Any], profile: MarchProfile, allow_float: bool) -> dict[str, Any]:
+def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_float: bool) -> dict[str, Any]:
     """The report (see the module docstring)."""
-    space, target, final = ev.space, ev.target, found["final"]
+    space, target, final = ev.space, ev.target, found.final
     history = [{k: v for k, v in h.items() if k != "config"} for h in ev.history]
     for h, entry in zip(history, ev.history):
         h["final"] = entry["config"] == final
-    costs = {"start": space.cost(found["plain_start"]), "int16": space.cost(found["int16"]), "final": space.cost(final)}
+    costs = {"start": space.cost(found.plain_start), "int16": space.cost(found.int16), "final": space.cost(final)}
     modes = space.modes(final)
     calib_modes: dict[str, int] = {}
     for c in ev.base.calibrations():
         m = modes.get(c.name, c.mode.value)
         calib_modes[m] = calib_modes.get(m, 0) + 1
-    order, ratio = found.get("order") or [], found.get("ratio_config")
+    order, ratio = found.order or [], found.ratio_config
     return {
         "target": target.text, "metric": target.metric if isinstance(target.metric, str) else target.text,
         "threshold": target.threshold, "direction": target.op, "worst_floor": target.floor,
-        "march": profile.name, "allow_float": allow_float, "reached": bool(found["reached"]),
+        "march": profile.name, "allow_float": allow_float, "reached": bool(found.reached),
         "samples": len(ev.samples), "units": len(space.units), "searchable_units": len(space.searchable()),
-        "calibrated": _score(ev, found["plain_start"]), "start": _score(ev, found["start"]),
-        "upper_bound": _score(ev, found["upper"]),
-        "all_int16": _score(ev, found["int16"]),
-        "ceiling": _score(ev, found["ceiling"]) if found["ceiling"] in ev.memo else None,  # (measured where needed)
-        **({"reference": _score(ev, found["reference"])} if "reference" in found else {}),
+        "calibrated": _score(ev, found.plain_start), "start": _score(ev, found.start),
+        "upper_bound": _score(ev, found.upper),
+        "all_int16": _score(ev, found.int16),
+        "ceiling": _score(ev, found.ceiling) if found.ceiling in ev.memo else None,  # (measured where needed)
+        **({"reference": _score(ev, found.reference)} if found.reference is not None else {}),
         "final": {**_score(ev, final), "cost_vs_start": costs["final"] / costs["start"] if costs["start"] else None,
                   "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None},
         "ratio_search": {"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
                          "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
-                         "cheap": len(found.get("cheap", [])),
-                         "sensitivity_samples": found.get("sensitivity_samples")},
-        "attribution_samples": found.get("attribution_samples"),
-        "changes": _changes(ev, found), "clipping": found["fixes"],
+                         "cheap": len(found.cheap),
+                         "sensitivity_samples": found.sensitivity_samples},
+        "attribution_samples": found.attribution_samples,
+        "changes": _changes(ev, found), "clipping": found.fixes,
         "calibration_modes": dict(sorted(calib_modes.items())), "gemm_ops": _gemm_precisions(ev, final),
-        "raised": len(space.raised(final, found["plain_start"])),
+        "raised": len(space.raised(final, found.plain_start)),
         "history": history, "pareto": pareto(history, target.higher_is_better),
         "engine_calls": ev.calls, "configurations": len(history),
     }

@@ -16,8 +16,9 @@
 from __future__ import annotations
 
 from qir.runtimes.engine.engine import Engine
+from qir.runtimes.engine.options import EngineOptions
 from qir.runtimes.engine.results import RESULTS_FILE, EngineResult
 from qir.runtimes.engine.variants import Variant, configured_clone, evaluate_plainly, load_variants, one_at_a_time
 
-__all__ = ["Engine", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "one_at_a_time",
+__all__ = ["Engine", "EngineOptions", "EngineResult", "Variant", "evaluate_plainly", "configured_clone", "one_at_a_time",
            "load_variants", "RESULTS_FILE"]

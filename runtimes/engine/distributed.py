@@ -68,7 +68,7 @@ class EngineSpec:
 
     model: dict[str, Any]
     data: dict[str, Any]
-    options: dict[str, Any]
+    options: Any  # the driver's EngineOptions
     variants: list[Variant]
     engine: type  # the engine class (sent by reference: the worker imports it)
     threads: int = 1  # cores a worker's engine uses (a Ray task asks for this many CPUs)
@@ -124,14 +124,13 @@ def data_payload(data: Any, samples) -> dict[str, Any]:
 
 def engine_spec(engine, variants: list[Variant]) -> EngineSpec:
     """What a worker needs to build ``engine`` again and check it analyses the same thing."""
-    return EngineSpec(model_payload(engine.ir), data_payload(engine.data, engine.samples), dict(engine.options),
+    return EngineSpec(model_payload(engine.ir), data_payload(engine.data, engine.samples), engine.options,
                       list(variants), type(engine))
 
 
 def _build_engine(spec: EngineSpec):
     data = spec.data["path"] if "path" in spec.data else spec.data["samples"]
-    return spec.engine(load_model(spec.model), data, **spec.options, threads=spec.threads, progress=False,
-                       cluster="local")
+    return spec.engine(load_model(spec.model), data, spec.options.for_worker(spec.threads))
 
 
 # ------------------------------------------------------------------------------ the worker

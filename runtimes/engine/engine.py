@@ -69,7 +69,7 @@ from qir.runtimes.engine.cache import MemoryTrim, ValueCache
 from qir.runtimes.engine.cluster import Cluster, current_cluster, parse_cluster
 from qir.runtimes.engine.cost import step_flops
 from qir.runtimes.engine.distributed import evaluate_distributed
-from qir.runtimes.engine.options import batch_size, check_options, engine_runtime, optimization_level
+from qir.runtimes.engine.options import EngineOptions, batch_size, optimization_level
 from qir.runtimes.engine.plan import Plan, build_plan, split_segments, weight_calibrations
 from qir.runtimes.engine.reference import ReferenceCache
 from qir.runtimes.engine.results import EngineResult, data_digest, fingerprint, open_results, ordered_rows
@@ -132,22 +132,23 @@ class Engine:
             :func:`.cluster.use_cluster`, else local.
     """
 
-    def __init__(self, ir: QIR, data: Any, *, runtime: str | None = None, reference: str = "float",
-                 baseline: str = "float", compare: Sequence[str] | None = None,
-                 metrics: Sequence[str] | str = ("cosine-similarity",), memory_budget: int = 2 << 30,
-                 segments: int | None = None, batch: int | None = None, data_num: int | None = None,
-                 threads: int | None = None,
-                 optimization: str = "auto", rounding: str = "half_to_even", spill_dir: str | Path | None = None,
-                 progress: bool | str = True, level: str = "fakequant", march: str | None = None,
-                 cluster: str | Cluster | None = None, reference_changes: Mapping[str, str] | None = None) -> None:
-        runtime = engine_runtime(runtime, level, march)
-        check_options(runtime, reference, baseline, memory_budget)
-        self.cluster = current_cluster() if cluster is None else parse_cluster(cluster)
-        # what a worker needs to build the same engine (:mod:`.distributed`)
-        self.options = {"runtime": runtime, "reference": reference, "baseline": baseline, "compare": compare,
-                        "metrics": metrics, "memory_budget": memory_budget, "segments": segments, "batch": batch,
-                        "data_num": data_num, "optimization": optimization, "rounding": rounding, "level": level,
-                        "march": march, "reference_changes": dict(reference_changes or {})}
+    def __init__(self, ir: QIR, data: Any, options: EngineOptions | None = None, *,
+                 float_baselines: Callable[[], Sequence[Mapping[str, np.ndarray]]] | None = None,
+                 costs: dict[str, Any] | None = None, **option_values: Any) -> None:
+        """``options`` (:class:`EngineOptions`), or its fields as keywords (``runtime=``, ``level=``,
+        ...). ``float_baselines``: the float model's compared values of every sample, computed as
+        :meth:`_float_baselines` computes them, when the caller has them (called once, when first
+        needed; those runs are then saved). ``costs``: a dict shared by engines of the same model,
+        which the first to time its steps fills and the others adopt (:meth:`adopt_costs`)."""
+        if options is not None and option_values:
+            raise TypeError("give the engine's options as an EngineOptions or as keywords, not both")
+        options = (options or EngineOptions(**option_values)).checked()
+        self.options = options
+        runtime, reference, baseline = options.runtime, options.reference, options.baseline
+        level, march, compare, metrics = options.level, options.march, options.compare, options.metrics
+        optimization, rounding, threads = options.optimization, options.rounding, options.threads
+        reference_changes = options.reference_changes
+        self.cluster = current_cluster() if options.cluster is None else parse_cluster(options.cluster)
         self.data = data
         self.ir, self.runtime, self.reference, self.baseline = ir, runtime, reference, baseline
         self.level, self.march = level, march
@@ -155,11 +156,12 @@ class Engine:
         for v in self.compare:
             ir.value(v)  # NotFoundError with suggestions
         self.metrics = qmetrics.check_metrics(metrics)
-        self.samples = model_samples(ir, data, data_num)
+        self.samples = model_samples(ir, data, options.data_num)
         optimization = optimization_level(ir, optimization)
         self.rounding, self.threads, self.optimization = rounding, threads, optimization
         self.workers = max(1, int(threads or (os.cpu_count() or 1) // _ranks_here(self.cluster)))
-        self.progress = progress
+        self.progress = options.progress
+        self._call_progress = options.progress  # (the current evaluate call's, :meth:`evaluate`)
         self.plan: Plan = build_plan(ir, self.compare)
         self.reference_changes = dict(reference_changes or {})
         check_variants(ir, [Variant("the reference", self.reference_changes)])
@@ -167,25 +169,20 @@ class Engine:
         self.constants = {c.output: apply_calibration(self.records[c.name], ir.weight_array(c.input), rounding)
                           for c in weight_calibrations(ir)}
         self.variant_records = VariantRecords(ir, self.records)
-        batch = batch_size(ir, batch) if runtime == "ort" else 1
+        batch = batch_size(ir, options.batch) if runtime == "ort" else 1
         if runtime == "numpy":
             self.runner = NumpySteps(ir, self.plan)
         else:
             self.runner = OrtSteps(ir, self.plan, self.records, self.constants, 1, optimization, rounding,
                                    batch=batch > 1)
-        self._cut_segments(segments)
-        self.cache = ValueCache(memory_budget, spill_dir)
+        self._cut_segments(options.segments)
+        self.cache = ValueCache(options.memory_budget, options.spill_dir)
         self.ref_cache = ReferenceCache(ir, self.plan, self.runner, self.records, self.constants, rounding, self.cache)
         self.rows = Rows(self.plan, self.runner, self.ref_cache, self.variant_records, self.compare, batch)
         self._baselines: dict[int, dict[str, np.ndarray]] = {}
-        #: The float model's compared values of some samples (by index), when the caller has them
-        #: computed as :meth:`_float_baselines` computes them: those runs are then saved.
-        self.float_baselines: dict[int, Mapping[str, np.ndarray]] = {}
-        #: When some variants of a call run step by step anyway (a weight change, a mode no switch
-        #: takes), run the batched ones step by step too: one reference pass a sample instead of two.
-        #: Off by default: which way a variant runs would then depend on the variants evaluated with
-        #: it, and a sharded analysis must compute the same whatever each shard's mix.
-        self.steps_when_mixed = False
+        self._given_floats = float_baselines
+        self._costs = costs
+        self.steps_when_mixed = options.steps_when_mixed and self.cluster is None
         self._left_out: dict[int, str] = {}  # samples left out of the current evaluate, and why
         self._ill: dict[int, dict[str, str]] = {}  # sample -> compared value -> why relative metrics are noise
         self._bounds = ({v: qmetrics.output_bound(ir, v) for v in self.compare}
@@ -203,10 +200,20 @@ class Engine:
         return self.rows.batch
 
     # ------------------------------------------------------------------ public
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
     def evaluate(self, variants: Iterable[Variant], out_dir: str | Path | None = None, *,
-                 resume: bool = False, force: bool = False) -> EngineResult:
-        """Metrics of every variant on every sample (see :class:`EngineResult`)."""
+                 resume: bool = False, force: bool = False, progress: bool | str | None = None) -> EngineResult:
+        """Metrics of every variant on every sample (see :class:`EngineResult`). ``progress``: how
+        this call reports progress (default: the engine's option)."""
         variants = list(variants)
+        self._call_progress = self.progress if progress is None else progress
+        if self._costs:
+            self.adopt_costs(self._costs)
         check_variants(self.ir, variants)
         if self.cluster is not None:
             return evaluate_distributed(self, variants, out_dir, resume=resume, force=force)
@@ -229,6 +236,8 @@ class Engine:
             self.check_left_out(self._left_out)
         finally:
             bar.close()
+        if self._costs is not None and not self._costs:
+            self._costs.update(self.measured_costs() or {})
         return self.result(rows, variants, self._final_stats(start), self._left_out)
 
     def evaluate_missing(self, variants: list[Variant], done: set[tuple[str, int]], emit: Callable[..., None]) -> None:
@@ -277,8 +286,9 @@ class Engine:
         return result
 
     def _bar(self, variant_count: int, done: int):
-        return task(self.progress if isinstance(self.progress, str) else "variants", variant_count * len(self.samples),
-                    unit="runs", initial=done, enabled=bool(self.progress))
+        progress = self._call_progress
+        return task(progress if isinstance(progress, str) else "variants", variant_count * len(self.samples),
+                    unit="runs", initial=done, enabled=bool(progress))
 
     def run_variant(self, variant: Variant) -> dict[str, np.ndarray]:
         """The compared values of ``variant`` on the current sample (after ``_reference``)."""
@@ -494,8 +504,9 @@ class Engine:
         options = {"threads": 1, "optimization": self.optimization,
                    "layout_stable": True} if self.runtime == "ort" else {}
         rt = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options)
+        given_floats = self._given_floats() if self._given_floats is not None else []
         for s, sample in samples.items():
-            given = self.float_baselines.get(s, {})
+            given = given_floats[s] if s < len(given_floats) else {}
             self._baselines[s] = ({v: given[v] for v in self.compare} if all(v in given for v in self.compare)
                                   else run_whole(float_ir, check_feeds(self.ir, sample), self.compare, rt))
 

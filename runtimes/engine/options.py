@@ -2,18 +2,74 @@
 size, the onnxruntime optimization level)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
 import numpy as np
 
 from qir.errors import InputError
+from qir.execution import Execution, Level
 from qir.graph import QIR
 from qir.runtimes.engine.cost import elements
 
-__all__ = ["REFERENCES", "BASELINES", "ENGINE_LEVELS", "check_options", "engine_runtime", "batch_size",
+__all__ = ["EngineOptions", "REFERENCES", "BASELINES", "ENGINE_LEVELS", "check_options", "engine_runtime", "batch_size",
            "optimization_level", "fusable_across_calibration"]
 
 REFERENCES = ("float", "quantized")
 BASELINES = ("float", "reference")
-ENGINE_LEVELS = ("fakequant", "integer")  # variants change quantization: the float level has none
+ENGINE_LEVELS = (Level.FAKEQUANT, Level.INTEGER)  # variants change quantization: the float level has none
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Everything an :class:`~qir.runtimes.engine.Engine` is configured with, fixed at construction
+    (the engine's docstring says what each means). :meth:`checked` resolves the execution (runtime,
+    level, march: :meth:`qir.execution.Execution.resolve`) and checks the rest, with one clear error.
+    A worker of a cluster builds the same engine from the same options."""
+
+    runtime: str | None = None
+    level: str = Level.FAKEQUANT
+    march: str | None = None
+    reference: str = "float"
+    baseline: str = "float"
+    compare: Sequence[str] | None = None
+    metrics: Sequence[str] | str = ("cosine-similarity",)
+    memory_budget: int = 2 << 30
+    segments: int | None = None
+    batch: int | None = None
+    data_num: int | None = None
+    threads: int | None = None
+    optimization: str = "auto"
+    rounding: str = "half_to_even"
+    spill_dir: str | Path | None = None
+    progress: bool | str = True
+    cluster: Any = None  # a cluster name or :class:`.cluster.Cluster`; None: the current one
+    reference_changes: Mapping[str, str] = field(default_factory=dict)
+    #: When some variants of a call run step by step anyway (a weight change, a mode no switch
+    #: takes), run the batched ones step by step too: one reference pass a sample instead of two.
+    #: Off by default, and ignored on a cluster: which way a variant runs then depends on the
+    #: variants evaluated with it, and a sharded analysis must compute the same whatever each shard's mix.
+    steps_when_mixed: bool = False
+
+    def checked(self) -> EngineOptions:
+        """These options with the execution resolved (the runtime a level runs on, the march's
+        default) and every choice checked (one clear error)."""
+        execution = Execution.resolve(self.runtime, self.level, self.march, levels=ENGINE_LEVELS)
+        check_options(execution.runtime, self.reference, self.baseline, self.memory_budget)
+        return replace(self, runtime=execution.runtime, level=execution.level, march=execution.march,
+                        reference_changes=dict(self.reference_changes or {}))
+
+    @property
+    def execution(self) -> Execution:
+        """The (checked) options' runtime, level and march."""
+        return Execution.resolve(self.runtime, self.level, self.march, levels=ENGINE_LEVELS)
+
+    def for_worker(self, threads: int) -> EngineOptions:
+        """The options a cluster's worker builds the same engine with: its own cores, no progress,
+        run locally."""
+        return replace(self, threads=threads, progress=False, cluster="local", spill_dir=None, steps_when_mixed=False)
+
 _BATCH_BYTES = 2 << 20  # default batch: its largest activation about this size (stays in cache)
 _MAX_BATCH = 32
 
@@ -26,8 +82,6 @@ _NCHWC_FUSED = frozenset({"Add", "Sum", "Sigmoid", "Tanh"})
 
 def check_options(runtime: str, reference: str, baseline: str, memory_budget: int) -> None:
     """One clear error for a runtime, reference, baseline or memory budget the engine does not take."""
-    if runtime not in ("ort", "numpy"):
-        raise InputError(f"unknown runtime {runtime!r}; the engine runs 'ort' or 'numpy'")
     if reference not in REFERENCES:
         raise InputError(f"unknown reference {reference!r}; choose one of {', '.join(REFERENCES)}")
     if baseline not in BASELINES:
@@ -37,20 +91,9 @@ def check_options(runtime: str, reference: str, baseline: str, memory_budget: in
 
 
 def engine_runtime(runtime: str | None, level: str, march: str | None) -> str:
-    """The runtime the engine runs ``level`` on: ``runtime``, or by default ``ort`` (``numpy`` at
-    the integer level, which only the numpy runtime computes). One clear error for a level the
-    engine does not take, the integer level asked of onnxruntime, or a march without it."""
-    if level not in ENGINE_LEVELS:
-        raise InputError(f"unknown level {level!r} for the engine; choose one of {', '.join(ENGINE_LEVELS)} "
-                         "(its variants change quantization, which the float level leaves out)")
-    if level == "integer":
-        if runtime not in (None, "numpy"):
-            raise InputError(f"the integer level runs on the numpy runtime only, not {runtime!r}; "
-                             "leave the runtime out or choose numpy")
-        return "numpy"
-    if march is not None:
-        raise InputError(f"a march applies to the integer level only (level {level!r}); add level='integer'")
-    return runtime or "ort"
+    """The runtime the engine runs ``level`` on (:meth:`qir.execution.Execution.resolve`, with the
+    levels the engine takes)."""
+    return Execution.resolve(runtime, level, march, levels=ENGINE_LEVELS).runtime
 
 
 def batch_size(ir: QIR, batch: int | None) -> int:

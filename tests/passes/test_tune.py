@@ -578,17 +578,17 @@ def test_a_miss_at_the_integer_level_first_raises_back_one_unit_of_the_last_step
     tune = get_pass("tune", target="cosine>=0.5", eval_data=EVAL, progress=False, threads=1)
     ev = Evaluator(space.apply(ir.clone(), start), space, tune.target, EVAL, progress=False, threads=1)
     path = [(c, ev.score([c], "test")[0]) for c in (upper, between, start)]  # (each counting as measured)
-    found = {"path": path, "final": start}  # pruning's path, down to the result that missed
+    found = _state(path, start)  # pruning's path, down to the result that missed
     moved = space.raised(between, start)  # what the last step lowered
     singles = sorted((space.move(start, {i: between.levels[i]}) for i in moved), key=space.cost)
     back, checked = tune._backtrack(ev, space, ir, EVAL, found)
-    (raised,) = space.raised(back["final"], start)  # the cheapest single raise back
-    assert back["final"] == singles[0] and back["backtracked"] == {"steps": 0, "raised_back": [space.units[raised].name]}
-    assert checked["agrees"] and checked["integer"]["meets"] and back["score"] == ev.memo[singles[0]]
+    (raised,) = space.raised(back.final, start)  # the cheapest single raise back
+    assert back.final == singles[0] and back.backtracked == {"steps": 0, "raised_back": [space.units[raised].name]}
+    assert checked["agrees"] and checked["integer"]["meets"] and back.score == ev.memo[singles[0]]
 
     verified = []
     monkeypatch.setattr(tune_pass, "verify", lambda tuned, *a, **k: verified.append(_plain(tuned)) or {"agrees": False})
-    longer = {"path": path[:1] * 3 + path[1:], "final": start}
+    longer = _state(path[:1] * 3 + path[1:], start)
     assert tune._backtrack(ev, space, ir, EVAL, longer) is None  # none passes: the raise further comes next
     assert len(verified) == tune_pass.BACKTRACK_SINGLES + tune_pass.BACKTRACK_STEPS  # the singles, then the path
     expected = singles[:tune_pass.BACKTRACK_SINGLES] + [between]
@@ -653,3 +653,11 @@ def test_a_miss_at_the_integer_level_raises_the_result_further_for_a_tighter_tar
     assert tighter.threshold == pytest.approx(parse_target(target).threshold + tune_pass.INTEGER_GAP_FACTOR * gap)
     assert checked[1][1] >= tighter.threshold - 1e-9 > checked[0][1]  # the raised result, run whole, meets it
     assert report["final"]["cost"] > space.cost(space.start())
+
+
+def _state(path, final):
+    """A tune state whose pruning went through ``path`` down to ``final`` (what backtracking reads)."""
+    from qir.passes.tune.state import TuneState
+
+    return TuneState(start=final, plain_start=final, int16=final, upper=final, ceiling=final, fixes=[], reached=True,
+                     final=final, path=path)

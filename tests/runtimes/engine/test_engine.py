@@ -93,17 +93,20 @@ def test_float_baselines_the_caller_gives_are_used_instead_of_runs(calibrated, s
     acts = [c.name for c in ir.calibrations("activation")]
     variants = [Variant("one", {acts[0]: "int16"}), Variant("all-float", {a: "float" for a in acts} | {
         c.name: "float" for c in ir.calibrations("weight")})]
-    engine = Engine(ir, samples[:2], runtime="ort", reference="quantized", metrics="mse", progress=False, threads=1)
-    computed = engine.evaluate(variants).per_variant()
+    def engine(floats=None):
+        return Engine(ir, samples[:2], runtime="ort", reference="quantized", metrics="mse", progress=False, threads=1,
+                      float_baselines=floats)
+
+    with engine() as own:
+        computed, optimization = own.evaluate(variants).per_variant(), own.optimization
     out = ir.outputs[0]
-    floats = {s: evaluate_plainly(ir, sample, {}, reference="float", runtime="ort", threads=1,
-                                  optimization=engine.optimization) for s, sample in enumerate(samples[:2])}
-    engine.float_baselines = floats
-    assert engine.evaluate(variants).per_variant() == computed  # the same values as its own runs
-    engine.float_baselines = {s: {out: v[out] + 1.0} for s, v in floats.items()}
-    shifted = engine.evaluate(variants).per_variant()  # (what it compares with is what it was given)
+    floats = [evaluate_plainly(ir, sample, {}, reference="float", runtime="ort", threads=1,
+                               optimization=optimization) for sample in samples[:2]]
+    with engine(lambda: floats) as given:
+        assert given.evaluate(variants).per_variant() == computed  # the same values as its own runs
+    with engine(lambda: [{out: v[out] + 1.0} for v in floats]) as given:
+        shifted = given.evaluate(variants).per_variant()  # (what it compares with is what it was given)
     assert shifted["all-float"]["mse"] == pytest.approx(1.0) and shifted["one"]["mse"] != computed["one"]["mse"]
-    engine.close()
 
 
 def test_an_engine_adopts_the_costs_another_of_the_same_model_timed(calibrated, samples, monkeypatch):

@@ -59,14 +59,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not variants:
         raise InputError(f"no variants: {args.model} has no {args.each} calibration nodes")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    engine = Engine(ir, args.data, runtime=runtime, reference=args.reference, baseline=args.baseline,
-                    compare=args.compare, metrics=metrics, data_num=args.data_num, threads=args.threads,
-                    batch=args.batch, memory_budget=int(args.memory_budget * 2**20), progress=not args.quiet,
-                    level=level, march=march)
-    try:
+    with Engine(ir, args.data, runtime=runtime, reference=args.reference, baseline=args.baseline,
+                compare=args.compare, metrics=metrics, data_num=args.data_num, threads=args.threads,
+                batch=args.batch, memory_budget=int(args.memory_budget * 2**20), progress=not args.quiet,
+                level=level, march=march) as engine:
         result = engine.evaluate(variants, out, resume=args.resume, force=args.force)
-    finally:
-        engine.close()
     ranked = result.ranked()
     files.write_csv("variants.csv", _variant_rows(result.metrics, ranked))
     files.write_text("engine_stats.json", json.dumps(result.stats, indent=2, sort_keys=True) + "\n")
