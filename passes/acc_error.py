@@ -27,6 +27,7 @@ from typing import Any
 
 from qir import metrics as qmetrics
 from qir.errors import InputError
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
@@ -58,7 +59,7 @@ class AccErrorPass(AnalysisPass):
 
     def __init__(self, data: Any = None, quantize_node=None, *, non_quantize_node=None,
                  metric: str = "cosine-similarity", average_mode: bool = False, data_num: int | None = 1,
-                 runtime: str = "ort", threads: int | None = None, progress: bool = True) -> None:
+                 runtime: str = Runtime.ORT, threads: int | None = None, progress: bool = True) -> None:
         if data is None:
             raise InputError("acc-error needs calibration data (a folder, .npz, .npy or samples)")
         self.quantize, self.non_quantize = _entries(quantize_node), _entries(non_quantize_node)

@@ -27,6 +27,7 @@ import numpy as np
 
 from qir.calibration import max_threshold
 from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.passes.base import AnalysisPass, register_pass
@@ -45,7 +46,7 @@ class ChannelwisePass(AnalysisPass):
     name = "channelwise"
 
     def __init__(self, data: Any = None, nodes_list: list[str] | str | None = None, *, axis: int | None = None,
-                 data_num: int | None = 1, outlier_ratio: float = 4.0, runtime: str = "ort") -> None:
+                 data_num: int | None = 1, outlier_ratio: float = 4.0, runtime: str = Runtime.ORT) -> None:
         if data is None:
             raise InputError("channelwise needs calibration data (a folder, .npz, .npy or samples)")
         nodes = [nodes_list] if isinstance(nodes_list, str) else list(nodes_list or [])

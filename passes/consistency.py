@@ -33,6 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from qir.errors import InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
 from qir.metrics import cosine_similarity, nonfinite_note
@@ -99,7 +100,7 @@ class ConsistencyPass(AnalysisPass):
     def run(self, ir: QIR) -> PassResult:
         cals = [c for c in ir.calibrations(CalibRole.ACTIVATION) if c.mode in (CalibMode.INT8, CalibMode.INT16)]
         capture = [c.output for c in cals]
-        fake = get_runtime("numpy", level="fakequant")
+        fake = get_runtime(Runtime.NUMPY, level=Level.FAKEQUANT)
         integer = IntegerRuntime(self.profile)
         per_node = {c.name: _stats() for c in cals}
         own = {c.name: _stats() for c in cals}

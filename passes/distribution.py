@@ -28,6 +28,7 @@ import numpy as np
 
 from qir.calibration import max_threshold
 from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.passes.base import AnalysisPass, register_pass
@@ -59,7 +60,7 @@ class DistributionPass(AnalysisPass):
     name = "distribution"
 
     def __init__(self, data: Any = None, nodes_list: list[str] | str | None = None, *, data_num: int | None = 1,
-                 runtime: str = "ort") -> None:
+                 runtime: str = Runtime.ORT) -> None:
         if data is None:
             raise InputError("distribution needs calibration data (a folder, .npz, .npy or samples)")
         nodes = [nodes_list] if isinstance(nodes_list, str) else list(nodes_list or [])

@@ -85,6 +85,7 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point, representable_range
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.passes.base import AnalysisPass, PassResult, register_pass
 from qir.passes.lib.fusion import unit_type
@@ -310,7 +311,7 @@ class LayerComparePass(AnalysisPass):
     name = "layer-compare"
 
     def __init__(self, sample: Mapping[str, np.ndarray], baseline: Any = None, *, prefixes: Iterable[str] = (),
-                 types: Iterable[str] = (), runtime: str = "ort", store: str | Path | None = None) -> None:
+                 types: Iterable[str] = (), runtime: str = Runtime.ORT, store: str | Path | None = None) -> None:
         self.sample, self.baseline = sample, baseline
         self.prefixes, self.types, self.runtime, self.store = tuple(prefixes), tuple(types), runtime, store
 

@@ -43,6 +43,7 @@ import numpy as np
 from qir import metrics as qmetrics
 from qir.calibration import max_threshold
 from qir.errors import InputError, NotFoundError, did_you_mean
+from qir.execution import Level
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
@@ -80,7 +81,7 @@ class NodeSensitivityPass(AnalysisPass):
     def __init__(self, data: Any = None, metrics: str | list[str] = "cosine-similarity", *,
                  output_node: str | None = None, node_type: str = "node", data_num: int | None = 1,
                  interested_nodes: list[str] | None = None, start: str = "float", runtime: str | None = None,
-                 threads: int | None = None, progress: bool = True, level: str = "fakequant",
+                 threads: int | None = None, progress: bool = True, level: str = Level.FAKEQUANT,
                  march: str | None = None) -> None:
         if data is None:
             raise InputError("node sensitivity needs calibration data (a folder, .npz, .npy or samples)")
@@ -135,7 +136,7 @@ class NodeSensitivityPass(AnalysisPass):
         report = {"node_type": "node" if self.interested else self.node_type, "start": self.start,
                   "metrics": list(self.metrics), "compare": list(result.compare),
                   "samples": samples, "rows": rows, "engine": result.stats, "level": self.level}
-        if self.level == "integer":
+        if self.level == Level.INTEGER:
             report["march"] = self.march or "generic"
         if saturated is not None:
             report["saturated"] = saturated

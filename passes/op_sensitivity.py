@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from qir import metrics as qmetrics
 from qir.errors import InputError
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
@@ -68,7 +69,7 @@ def candidates(ir: QIR) -> list[dict[str, Any]]:
 
 
 def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", reverse: bool = False,
-                   runtime: str = "ort", threads: int | None = None, progress: bool = True,
+                   runtime: str = Runtime.ORT, threads: int | None = None, progress: bool = True,
                    replay_discrete: bool = True) -> dict[str, Any]:
     """The report: ``{"metric", "outputs": {output: [row, ...]}, "total_flops"}`` (module
     docstring). ``replay_discrete``: sort/top-k/arg-max indices come from the float model's run
@@ -110,7 +111,7 @@ class OpSensitivityPass(AnalysisPass):
     name = "op-sensitivity"
 
     def __init__(self, sample: Mapping[str, Any], metric: str = "L1", *, reverse: bool = False,
-                 runtime: str = "ort", threads: int | None = None, progress: bool = True,
+                 runtime: str = Runtime.ORT, threads: int | None = None, progress: bool = True,
                  replay_discrete: bool = True) -> None:
         self.sample = sample
         self.options = {"metric": metric, "reverse": reverse, "runtime": runtime, "threads": threads,

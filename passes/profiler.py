@@ -25,6 +25,7 @@ import numpy as np
 
 from qir.calibration import QRANGE, calib_scale
 from qir.errors import InputError, shown
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
@@ -44,7 +45,7 @@ class ProfilerPass(AnalysisPass):
     name = "profiler"
 
     def __init__(self, data: Any = None, data_num: int | None = 1, *, prefixes: list[str] | None = None,
-                 types: list[str] | None = None, runtime: str = "ort") -> None:
+                 types: list[str] | None = None, runtime: str = Runtime.ORT) -> None:
         if data is None:
             raise InputError("the profiler needs data (a folder, .npz, .npy or samples)")
         self.data, self.data_num, self.runtime = data, data_num, runtime

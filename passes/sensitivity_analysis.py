@@ -27,6 +27,7 @@ from typing import Any
 
 from qir import metrics as qmetrics
 from qir.errors import InputError
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
@@ -56,7 +57,7 @@ class SensitivityAnalysisPass(AnalysisPass):
 
     def __init__(self, data: Any = None, metric: str = "cosine-similarity", *, pick_threshold: float = 0.999,
                  data_num: int | None = 1, sensitive_nodes: list[str] | None = None, qtype: str = "float",
-                 runtime: str = "ort", threads: int | None = None, progress: bool = True) -> None:
+                 runtime: str = Runtime.ORT, threads: int | None = None, progress: bool = True) -> None:
         if data is None:
             raise InputError("sensitivity analysis needs calibration data (a folder, .npz, .npy or samples)")
         qtype = "float" if qtype in ("float32", "float") else qtype

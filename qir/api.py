@@ -7,6 +7,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
+from qir.execution import Level, Runtime
 from qir.files import atomic_write, check_outputs
 from qir.graph import QIR
 from qir.io.onnx_export import export_onnx
@@ -51,8 +52,8 @@ def from_torch(module, example_inputs, **options) -> QIR:
     return _from_torch(module, example_inputs, **options)
 
 
-def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = "numpy",
-        level: str = "fakequant", capture: Iterable[str] = (), march: str | None = None) -> dict[str, np.ndarray]:
+def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = Runtime.NUMPY,
+        level: str = Level.FAKEQUANT, capture: Iterable[str] = (), march: str | None = None) -> dict[str, np.ndarray]:
     """Execute ``ir`` once; returns the outputs (and captured values) by name.
 
     Args:

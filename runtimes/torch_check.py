@@ -4,13 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from qir.errors import InputError
+from qir.execution import Runtime
 from qir.io.torch_import import split_inputs, torch_outputs
 from qir.runtimes.base import get_runtime
 
 __all__ = ["check_against_torch"]
 
 
-def check_against_torch(ir, module, example_inputs, runtime: str = "ort") -> dict[str, float]:
+def check_against_torch(ir, module, example_inputs, runtime: str = Runtime.ORT) -> dict[str, float]:
     """Run ``module`` (torch, the reference) and ``ir`` (``runtime``) on the example inputs;
     ``{output: max |qir - torch| / max |torch|}``. An import is trusted at ≤ 1e-4."""
     ref = torch_outputs(module, example_inputs)

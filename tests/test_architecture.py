@@ -113,3 +113,38 @@ def test_pass_options_beyond_the_first_two_are_keyword_only():
         params = [p for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"]
         positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         assert len(positional) <= 2, f"pass {name!r}: make {positional[2:]} keyword-only"
+
+
+# Where the runtime and level names may be written as string literals (docstrings and f-string text
+# aside): everywhere else they are qir.execution's enums, resolved in one place.
+EXECUTION_NAMES = frozenset({"integer", "fakequant", "ort", "numpy"})
+EXECUTION_LITERALS_ALLOWED = {
+    "qir/execution.py": "defines the names",
+    "tools/cli/": "the command line's choices and flag names",
+    "runtimes/march/": "the march profile named after onnxruntime's integer kernels is called ort",
+    "qir/examples/": "the example's training script records library versions by package name",
+}
+
+
+def _text_constants(tree: ast.AST) -> set[int]:
+    """ids of docstrings and f-string parts: text, not names."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            ids.add(id(node.body[0].value))
+        if isinstance(node, ast.JoinedStr):
+            ids.update(id(part) for part in ast.walk(node))
+    return ids
+
+
+def test_runtime_and_level_names_are_written_in_one_place():
+    found = []
+    for rel, text in _sources():
+        if rel.startswith(tuple(EXECUTION_LITERALS_ALLOWED)):
+            continue
+        tree = ast.parse(text)
+        text_ids = _text_constants(tree)
+        found += [f"{rel}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in EXECUTION_NAMES and id(node) not in text_ids]
+    assert not found, "use qir.execution's Runtime / Level (or Execution.resolve) instead of:\n" + "\n".join(found)

@@ -42,6 +42,7 @@ import numpy as np
 
 from qir.calibration import covering_threshold
 from qir.errors import QirError
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
 
@@ -135,7 +136,7 @@ def _output_names(model: str, count: int) -> list[str]:
 
 # --------------------------------------------------------------------------------------- measuring
 def measure(ir: QIR, data: Any, changes: Sequence[Mapping[str, str]], *, data_num: int | None = None,
-            runtime: str = "ort", progress: bool = True) -> dict[str, Any]:
+            runtime: str = Runtime.ORT, progress: bool = True) -> dict[str, Any]:
     """The output cosine (vs the float model, mean over samples) of ``ir`` as it is and with each
     of ``changes``, on the engine: ``{"before", "after": [...], "samples", "left_out"}``."""
     from qir.runtimes.engine import Engine, Variant
@@ -279,7 +280,7 @@ def _unique(candidates: list[dict]) -> list[dict]:
 
 # -------------------------------------------------------------------------------------------- advise
 def advise(ir: QIR, results: Mapping[str, Any], data: Any, *, model_path: str | None = None, data_num: int | None = 1,
-           runtime: str = "ort", pick_threshold: float = 0.999, progress: bool = True) -> dict[str, Any]:
+           runtime: str = Runtime.ORT, pick_threshold: float = 0.999, progress: bool = True) -> dict[str, Any]:
     """Measured advice for runall's ``results`` on ``ir`` (see the module docstring):
     ``{"metric", "before", "samples", "left_out", "advice": [...], "dropped": [...], "notes": [...]}``.
     Each fix holds ``cause``, ``why``, ``fix``, ``changes`` (or ``recalibrate``), ``before``,
@@ -366,7 +367,7 @@ def _finding_fix(ir: QIR, run: Any, finding: Mapping[str, Any]) -> tuple[dict[st
     return (changes, "fixed thresholds covering its clipped inputs") if changes else None
 
 
-def measure_findings(run: Any, findings: list[dict], *, model_path: str | None = None, runtime: str = "ort") -> None:
+def measure_findings(run: Any, findings: list[dict], *, model_path: str | None = None, runtime: str = Runtime.ORT) -> None:
     """Measure the fix of each advisor finding that has one on the layer run's sample (output
     cosine of the analysis model with that change against the baseline's outputs, mean over the
     outputs) and add it to the finding as ``fix``: ``{"changes", "fix", "before", "after", "gain",

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from qir.execution import Level, Runtime
+
 __all__ = ["run_demo", "example_dir", "plan_files"]
 
 METHODS = ("max", "percentile", "kl", "mse", "mix")
@@ -124,7 +126,7 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     path = files.path("repaired.onnx")
     emit_model(model, "repaired.onnx", float=nodes[:k], outputs=files)
     repaired = qir.load(path)
-    logits = np.concatenate([r["logits"] for r in run_samples(repaired, samples, "ort", desc="repaired")])
+    logits = np.concatenate([r["logits"] for r in run_samples(repaired, samples, Runtime.ORT, desc="repaired")])
     fixed = float((logits.argmax(1) == labels).mean())
     print(f"repair  {', '.join(nodes[:k])} back to float -> {path.name}: accuracy {acc:.4f} -> {fixed:.4f}")
 
@@ -135,8 +137,8 @@ def check_deployment(calibrated: dict, root: Path, samples: list, labels: np.nda
     from qir.tools.progress import run_samples
 
     method, (model, acc) = max(calibrated.items(), key=lambda kv: kv[1][1])
-    logits = np.concatenate([r["logits"] for r in run_samples(model, samples, "numpy", desc="integer",
-                                                               level="integer", march="nash-e")])
+    logits = np.concatenate([r["logits"] for r in run_samples(model, samples, Runtime.NUMPY, desc=Level.INTEGER,
+                                                               level=Level.INTEGER, march="nash-e")])
     integer = float((logits.argmax(1) == labels).mean())
     print(f"deploy  the {method} model at nash-e's integer level (what the NPU computes): accuracy {integer:.4f} "
           f"(fake quantization {acc:.4f})")
@@ -153,7 +155,7 @@ def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) ->
     from qir.passes import PassManager
     from qir.tools.progress import run_samples
 
-    reference = np.concatenate([r["logits"] for r in run_samples(base, samples, "ort", desc="float",
+    reference = np.concatenate([r["logits"] for r in run_samples(base, samples, Runtime.ORT, desc="float",
                                                                   level="float")])
     results = {}
     print(f"calib   nash-e int8, {len(base.calibrations())} calibration nodes, "
@@ -162,7 +164,7 @@ def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) ->
         model = base.clone()
         PassManager(f"calibrate{{method={method},progress=False}}",
                     context={"data": root / "calibration_data"}).run(model)
-        logits = np.concatenate([r["logits"] for r in run_samples(model, samples, "ort", desc=method)])
+        logits = np.concatenate([r["logits"] for r in run_samples(model, samples, Runtime.ORT, desc=method)])
         acc = float((logits.argmax(1) == labels).mean())
         a, b = logits.reshape(-1).astype(np.float64), reference.reshape(-1).astype(np.float64)
         cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from qir.api import as_ir
+from qir.execution import Runtime
 from qir.passes.profiler import ProfilerPass
 from qir.tools.reports.output import as_outputs
 from qir.tools.reports.profiler import files, write_report
@@ -16,7 +17,7 @@ __all__ = ["profile_model"]
 
 def profile_model(model_or_file: Any, data: Any, *, save_dir: str | Path | None = None, data_num: int | None = 1,
                   prefixes: list[str] | None = None, types: list[str] | None = None, histograms: bool = False,
-                  tensorboard: bool = False, runtime: str = "ort", overwrite: bool = False) -> list[dict]:
+                  tensorboard: bool = False, runtime: str = Runtime.ORT, overwrite: bool = False) -> list[dict]:
     """Profile a model file or IR; write the report to ``save_dir`` when given; return the rows."""
     ir = as_ir(model_or_file)
     profiler = ProfilerPass(data, data_num, prefixes=prefixes, types=types, runtime=runtime)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from qir.execution import Level
 from qir.runtimes.progress import LogProgress, Progress, set_reporter, track
 
 __all__ = ["TqdmProgress", "terminal_reporter", "install", "run_samples", "DELAY"]
@@ -49,7 +50,7 @@ def install() -> None:
 
 
 def run_samples(ir, samples, runtime: str, *, desc: str = "run", capture=(),
-                level: str = "fakequant", march: str | None = None) -> list[dict]:
+                level: str = Level.FAKEQUANT, march: str | None = None) -> list[dict]:
     """Run every sample at ``level`` (``march``: the integer level's profile), showing progress (a
     bar on terminals, log lines otherwise)."""
     from qir.runtimes.base import get_runtime

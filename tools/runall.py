@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qir.execution import Runtime
 from qir.tools.advice import advise
 
 __all__ = ["runall", "plan_files", "check_choices", "header", "notes"]
@@ -47,7 +48,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
            output_node=None, node_type=None, data_num=1, verbose=False, interested_nodes=None,
            dis_nodes_list=None, cw_nodes_list=None, axis=None, quantize_node=None, non_quantize_node=None,
            ae_metric="cosine-similarity", average_mode=False, pick_threshold=0.999, sensitive_nodes=None,
-           *, runtime: str = "ort", progress: bool = True, log=print, overwrite: bool = False,
+           *, runtime: str = Runtime.ORT, progress: bool = True, log=print, overwrite: bool = False,
            model_path: str | None = None) -> dict[str, Any]:
     """Run the five analyses, measure the advice and write ``index.html`` and ``advice.json``;
     returns every step's results. ``save_dir`` is a folder or a

@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from qir.data import model_samples
 from qir.errors import InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.bad_case.search import RankShares, SampleSearch, Score, search_on_cluster
 from qir.passes.base import AnalysisPass, PassResult, register_pass
@@ -47,8 +48,8 @@ _RELATIVE = ("Cosine", "SQNR")  # relative to the baseline: noise where it is ne
 
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
-                   post_process: Callable[[dict], dict] | None = None, runtime: str = "ort",
-                   replay_discrete: bool = True, level: str = "fakequant", march: str | None = None,
+                   post_process: Callable[[dict], dict] | None = None, runtime: str = Runtime.ORT,
+                   replay_discrete: bool = True, level: str = Level.FAKEQUANT, march: str | None = None,
                    cluster: str | Cluster | None = None) -> dict:
     """The report (see the module docstring). ``analysis=None`` compares ``baseline`` run in
     float with the same model fake-quantized (the usual float vs calibrated question).
@@ -151,7 +152,7 @@ class BadCasePass(AnalysisPass):
     name = "bad-case"
 
     def __init__(self, data: Any, baseline: QIR | str | Path | None = None, *, num_steps: int | None = None,
-                 metric: str = "L1", runtime: str = "ort", replay_discrete: bool = True) -> None:
+                 metric: str = "L1", runtime: str = Runtime.ORT, replay_discrete: bool = True) -> None:
         self.data, self.baseline = data, baseline
         self.options = {"num_steps": num_steps, "metric": metric, "runtime": runtime,
                         "replay_discrete": replay_discrete}

@@ -27,6 +27,7 @@ import numpy as np
 from qir import metrics as qmetrics
 from qir.data import model_samples
 from qir.errors import InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
 from qir.runtimes.engine.cluster import Cluster, executor_for
@@ -58,8 +59,8 @@ class SampleSearch:
     """Both models of a bad-case search, ready to run on samples (:func:`.model_pair.model_pair`;
     ``replay_discrete``: the analysis model takes the baseline's discrete indices)."""
 
-    def __init__(self, baseline: Any, analysis: Any, *, runtime: str = "ort", replay_discrete: bool = True,
-                 level: str = "fakequant", march: str | None = None,
+    def __init__(self, baseline: Any, analysis: Any, *, runtime: str = Runtime.ORT, replay_discrete: bool = True,
+                 level: str = Level.FAKEQUANT, march: str | None = None,
                  post_process: Callable[[dict], dict] | None = None) -> None:
         self.given = (baseline, analysis)
         self.options = {"runtime": runtime, "replay_discrete": replay_discrete, "level": level, "march": march,

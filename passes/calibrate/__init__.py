@@ -11,6 +11,7 @@ import numpy as np
 from qir.calibration import QRANGE
 from qir.data import model_samples
 from qir.errors import InputError
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
 from qir.passes.base import Pass, PassResult, register_pass
@@ -59,7 +60,7 @@ class CalibratePass(Pass):
     name = "calibrate"
 
     def __init__(self, data: Any = None, method: str = "max", *, percentile: float = 99.99,
-                 num_bins: int = 2048, runtime: str = "ort", limit: int | None = None,
+                 num_bins: int = 2048, runtime: str = Runtime.ORT, limit: int | None = None,
                  mix_samples: int = 2, progress: bool = True) -> None:
         if method not in METHODS:
             raise InputError(f"unknown calibration method {method!r}; choose one of {', '.join(METHODS)}")
@@ -123,7 +124,7 @@ class CalibratePass(Pass):
 
     def _collect(self, ir: QIR, targets: list[CalibRecord], samples) -> dict[str, AbsHistogram]:
         values = list(dict.fromkeys(c.input for c in targets))
-        fast_max = self.method == "max" and self.runtime == "ort"
+        fast_max = self.method == "max" and self.runtime == Runtime.ORT
         hists = {v: (AbsMaxObserver() if fast_max else AbsHistogram(self.num_bins)) for v in values}
         if not values:
             return hists

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.base import PassResult
 from qir.runtimes.base import get_runtime
@@ -16,13 +17,13 @@ from qir.runtimes.progress import track
 
 
 def collect(ir: QIR, data: Any, values: list[str], *, quantized: bool, data_num: int | None,
-            runtime: str = "ort") -> dict[str, list[np.ndarray]]:
+            runtime: str = Runtime.ORT) -> dict[str, list[np.ndarray]]:
     """``values`` on each of the first ``data_num`` samples (one model run per sample), in the
     calibrated model (``quantized``) or the float one."""
     from qir.data import model_samples
 
     model = ir if quantized else configured_clone(ir, "float", {})
-    rt = get_runtime(runtime, level="fakequant")
+    rt = get_runtime(runtime, level=Level.FAKEQUANT)
     parts: dict[str, list[np.ndarray]] = {v: [] for v in values}
     for sample in track(model_samples(ir, data, data_num), "capture " + ("calibrated" if quantized else "float"),
                         unit="samples"):

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.records import OpRecord
 
@@ -74,7 +75,7 @@ def _replace(ir: QIR, op: OpRecord) -> None:
 
 
 def with_replay(baseline: QIR, level: str, samples: list[Mapping[str, Any]], values: list[str],
-                runtime: str = "ort") -> list[dict[str, np.ndarray]]:
+                runtime: str = Runtime.ORT) -> list[dict[str, np.ndarray]]:
     """``samples`` with the baseline's ``values`` (run at ``level``) added to each."""
     from qir.runtimes.base import get_runtime
 

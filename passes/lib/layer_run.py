@@ -13,6 +13,7 @@ import numpy as np
 
 from qir.calibration import QRANGE
 from qir.errors import InputError, shown
+from qir.execution import Level, Runtime
 from qir.files import atomic_write
 from qir.graph import QIR
 from qir.kinds import NodeKind
@@ -73,8 +74,8 @@ class LayerRun:
         return None
 
 
-def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = "ort",
-               store: str | Path | None = None, memory_budget: int = 512 << 20, level: str = "fakequant",
+def run_layers(baseline: Any, analysis: Any, sample: Mapping[str, np.ndarray], *, runtime: str = Runtime.ORT,
+               store: str | Path | None = None, memory_budget: int = 512 << 20, level: str = Level.FAKEQUANT,
                march: str | None = None) -> LayerRun:
     """Run both models on ``sample`` keeping every layer's values. With ``store`` (a folder),
     the values spill to ``store/baseline/<k>.npy`` and ``store/analysis/<k>.npy`` as they are

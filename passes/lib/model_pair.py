@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from qir.api import as_ir
+from qir.execution import Execution, Level
 from qir.graph import QIR
 from qir.runtimes.base import get_runtime
 
@@ -16,7 +17,7 @@ BAD_CASE_METRICS = {"Cosine": "cosine-similarity", "MSE": "mse", "L1": "l1", "KL
 
 
 def model_pair(baseline: QIR | str | Path, analysis: QIR | str | Path | None,
-               level: str = "fakequant") -> list[tuple[QIR, str]]:
+               level: str = Level.FAKEQUANT) -> list[tuple[QIR, str]]:
     """``[(baseline IR, level), (analysis IR, level)]``: both run as they are (fake-quantized;
     a model without calibration nodes is float), or, with ``analysis=None``, the baseline run in
     float against itself fake-quantized, which needs calibration nodes (else an InputError naming
@@ -25,13 +26,13 @@ def model_pair(baseline: QIR | str | Path, analysis: QIR | str | Path | None,
     base_ir = as_ir(baseline, calibrated=analysis is None)
     if analysis is None:
         return [(base_ir, "float"), (base_ir, level)]
-    return [(base_ir, "fakequant"), (as_ir(analysis), level)]
+    return [(base_ir, Level.FAKEQUANT), (as_ir(analysis), level)]
 
 
 def level_runtime(runtime: str, level: str, march: str | None = None):
     """The runtime ``runtime`` at ``level`` (``march``: the integer level's profile, ignored at the
     other levels, where a model of the pair runs at another level than the analysis model)."""
-    return get_runtime(runtime, level=level, march=march if level == "integer" else None)
+    return get_runtime(Execution.resolve(runtime, level, march if level == Level.INTEGER else None))
 
 
 def replay_setup(base_ir: QIR, analy_ir: QIR) -> tuple[QIR, list[str]]:

@@ -38,6 +38,7 @@ import numpy as np
 
 from qir.api import as_ir
 from qir.errors import InputError
+from qir.execution import Runtime
 from qir.graph import QIR
 from qir.io.torch_import import is_torch_module as _is_torch
 from qir.kinds import NodeKind
@@ -129,7 +130,7 @@ def _layer_runs(pair: tuple, inputs: Iterable[dict], runtime: str,
 
 
 def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, allow_list=None,
-                          runtime: str = "ort", left_out: dict[int, str] | None = None) -> dict[str, dict]:
+                          runtime: str = Runtime.ORT, left_out: dict[int, str] | None = None) -> dict[str, dict]:
     """Matched layer outputs of both models on each input (see the module docstring);
     ``allow_list`` (IR: op types) restricts the layers. Inputs on which the float model's
     outputs hold NaN or Inf are left out, with a warning, into ``left_out`` (``{index: why}``)."""
@@ -151,7 +152,7 @@ def compare_model_outputs(float_model: Any, quantized_model: Any, *inputs: Any, 
 
 
 def compare_model_stub(float_model: Any, quantized_model: Any, module_swap_list=None, *inputs: Any,
-                       runtime: str = "ort", left_out: dict[int, str] | None = None) -> dict[str, dict]:
+                       runtime: str = Runtime.ORT, left_out: dict[int, str] | None = None) -> dict[str, dict]:
     """Each quantized layer on the float model's inputs vs the float layer (see the module
     docstring). ``module_swap_list``: for PyTorch the module types to shadow (required); for an
     IR, op types (None: every layer with a quantized input). ``left_out`` as in
@@ -193,7 +194,7 @@ class NumericSuitePass(AnalysisPass):
 
     name = "numeric-suite"
 
-    def __init__(self, float_model: Any, inputs: Iterable[dict] = (), *, runtime: str = "ort") -> None:
+    def __init__(self, float_model: Any, inputs: Iterable[dict] = (), *, runtime: str = Runtime.ORT) -> None:
         self.float_model, self.inputs, self.runtime = float_model, list(inputs), runtime
 
     def run(self, ir: QIR) -> PassResult:
@@ -204,7 +205,7 @@ class NumericSuitePass(AnalysisPass):
 
 
 def compare_on_inputs(float_model: Any, quantized_model: Any, inputs: Iterable[dict], *,
-                      runtime: str = "ort") -> dict[str, Any]:
+                      runtime: str = Runtime.ORT) -> dict[str, Any]:
     """``{"outputs", "stub"}`` on ``inputs``, and ``"left_out"`` (``{"<index>": why}``) when
     the float model's outputs hold NaN or Inf on some of them (left out once, with one warning,
     from both comparisons)."""

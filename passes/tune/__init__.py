@@ -79,6 +79,7 @@ from typing import Any, MutableMapping
 
 from qir.data import model_samples
 from qir.errors import InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.base import Pass, PassResult, register_pass
 from qir.passes.layer_compare import CLIP_SQNR_DB
@@ -176,7 +177,7 @@ class TunePass(Pass):
     name = "tune"
 
     def __init__(self, target: Any, eval_data: Any, *, calib_data: Any = None, march: str = "nash-e",
-                 allow_float: bool = False, eval_num: int | None = None, runtime: str = "ort",
+                 allow_float: bool = False, eval_num: int | None = None, runtime: str = Runtime.ORT,
                  threads: int | None = None, points: int = 1, batch: int = 4, max_rounds: int = 12,
                  sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
@@ -225,7 +226,7 @@ class TunePass(Pass):
                 if back is not None:
                     found, checked = back
                     break
-                if checked and checked.get("integer") and not checked["integer"]["complete"]:  # (stopped early)
+                if checked and checked.get(Level.INTEGER) and not checked[Level.INTEGER]["complete"]:  # (stopped early)
                     found.score, checked = self._verified(ev, space, ir, samples, found.final)
                 gaps = _integer_gaps(self.target, checked)
                 if not found.reached or gaps is None or attempt == INTEGER_RETRIES:
@@ -508,7 +509,7 @@ def _integer_gaps(target: Target, checked: dict[str, Any] | None) -> tuple[float
     when verification failed only there (None otherwise: it passed, or failed for another
     reason). One gap of the margins would move both by whichever loses more: a floor missed by
     one image would raise the mean's threshold as far."""
-    integer = (checked or {}).get("integer")
+    integer = (checked or {}).get(Level.INTEGER)
     if not integer or integer["meets"] or not checked["onnxruntime_agrees"]:
         return None
     sign = 1.0 if target.higher_is_better else -1.0

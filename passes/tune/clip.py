@@ -30,6 +30,7 @@ import numpy as np
 
 from qir.calibration import QRANGE, calib_scale
 from qir.errors import InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.runtimes.base import check_feeds, get_runtime
@@ -73,7 +74,7 @@ def _better(stats: _Stats, threshold: float, qmax: int) -> bool:
     return stats.nonzero * (stats.amax / qmax) ** 2 / 12 < now
 
 
-def clipping_fixes(ir: QIR, names: Sequence[str], samples: Any, *, limit_db: float, runtime: str = "ort",
+def clipping_fixes(ir: QIR, names: Sequence[str], samples: Any, *, limit_db: float, runtime: str = Runtime.ORT,
                    progress: bool = True) -> list[dict]:
     """``{"node", "clip_sqnr_db", "threshold", "old_threshold", "better": {mode: bool}}`` for each
     calibration node of ``names`` (in ``ir``'s modes) whose clipping SQNR on ``samples`` is below
@@ -83,7 +84,7 @@ def clipping_fixes(ir: QIR, names: Sequence[str], samples: Any, *, limit_db: flo
     if not cals:
         return []
     float_ir = configured_clone(ir, "float", {})
-    rt = get_runtime(runtime, level="fakequant")
+    rt = get_runtime(runtime, level=Level.FAKEQUANT)
     stats = {}
     for c in cals:
         qmin, qmax = QRANGE[c.mode]

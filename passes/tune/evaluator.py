@@ -214,7 +214,7 @@ class Evaluator:
         """Each configuration a clone of the base run whole in onnxruntime (fake quantization,
         written as the engine writes it: ``layout_stable``), against the float model's outputs,
         averaged as the engine averages (:func:`.tune_verify.sample_values`)."""
-        rt = get_runtime("ort", level="fakequant", threads=self.engine_options.get("threads"),
+        rt = get_runtime(Runtime.ORT, level=Level.FAKEQUANT, threads=self.engine_options.get("threads"),
                          optimization=self.engine.optimization, layout_stable=True)
         out = []
         for c in configs:
@@ -225,7 +225,7 @@ class Evaluator:
 
     def _plain_scores(self, configs: list[Config]) -> list[Score]:
         """A task metric: each configuration a clone of the base run whole on onnxruntime."""
-        rt = get_runtime("ort", level="fakequant")
+        rt = get_runtime(Runtime.ORT, level=Level.FAKEQUANT)
         out = []
         for c in configs:
             model = configured_clone(self.base, "quantized", self.space.changes(c))

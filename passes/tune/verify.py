@@ -30,6 +30,7 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.calibration import QRANGE, calib_scale
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.io.onnx_import import import_onnx
 from qir.io.qdq_export import export_qdq
@@ -95,8 +96,8 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
               "model": model}
     report["agrees"] = report["onnxruntime_agrees"] = bool(agrees and not roundtrip and report["meets"])
     if march is not None:
-        report["integer"] = _integer_level(ir, back, samples, target, floats, march, score, stop_at_floor)
-        report["agrees"] = report["agrees"] and report["integer"]["meets"]
+        report[Level.INTEGER] = _integer_level(ir, back, samples, target, floats, march, score, stop_at_floor)
+        report["agrees"] = report["agrees"] and report[Level.INTEGER]["meets"]
     return report
 
 
@@ -108,7 +109,7 @@ def _integer_level(ir: QIR, back: QIR, samples: Sequence[dict], target: Target, 
     target is then missed whatever the others score (a sample that misses the floor among some
     misses it among all: a relative metric's ill-conditioned sample is NaN among others, and NaN
     misses a floor), and the numbers are over the samples run (``complete`` false)."""
-    rt = get_runtime("numpy", level="integer", march=march)
+    rt = get_runtime(Runtime.NUMPY, level=Level.INTEGER, march=march)
     sign = 1.0 if target.higher_is_better else -1.0
     order = sorted(range(len(samples)), key=lambda i: (fake.samples[i] == fake.samples[i], sign * fake.samples[i]))
     outs: dict[int, dict] = {}
@@ -128,7 +129,7 @@ def _integer_level(ir: QIR, back: QIR, samples: Sequence[dict], target: Target, 
 
 def float_outputs(ir: QIR, samples: Sequence[dict]) -> list[dict]:
     """The outputs of ``ir`` run as float in onnxruntime, on each of ``samples``."""
-    rt = get_runtime("ort", level="float")
+    rt = get_runtime(Runtime.ORT, level="float")
     return [rt.run(ir, check_feeds(ir, sample)) for sample in samples]
 
 

@@ -61,6 +61,7 @@ import numpy as np
 from qir import metrics as qmetrics
 from qir.data import model_samples
 from qir.errors import InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.json_dump import finite
 from qir.records import CalibRecord
@@ -169,8 +170,8 @@ class Engine:
         self.constants = {c.output: apply_calibration(self.records[c.name], ir.weight_array(c.input), rounding)
                           for c in weight_calibrations(ir)}
         self.variant_records = VariantRecords(ir, self.records)
-        batch = batch_size(ir, options.batch) if runtime == "ort" else 1
-        if runtime == "numpy":
+        batch = batch_size(ir, options.batch) if runtime == Runtime.ORT else 1
+        if runtime == Runtime.NUMPY:
             self.runner = NumpySteps(ir, self.plan)
         else:
             self.runner = OrtSteps(ir, self.plan, self.records, self.constants, 1, optimization, rounding,
@@ -502,8 +503,8 @@ class Engine:
             return
         float_ir = configured_clone(self.ir, "float", {})
         options = {"threads": 1, "optimization": self.optimization,
-                   "layout_stable": True} if self.runtime == "ort" else {}
-        rt = get_runtime(self.runtime, level="fakequant", rounding=self.rounding, **options)
+                   "layout_stable": True} if self.runtime == Runtime.ORT else {}
+        rt = get_runtime(self.runtime, level=Level.FAKEQUANT, rounding=self.rounding, **options)
         given_floats = self._given_floats() if self._given_floats is not None else []
         for s, sample in samples.items():
             given = given_floats[s] if s < len(given_floats) else {}

@@ -25,6 +25,7 @@ import numpy as np
 
 from qir.calibration import set_mode
 from qir.errors import InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.records import CalibRecord, copy_record
@@ -214,12 +215,12 @@ class VariantRecords:
 
 def evaluate_plainly(ir: QIR, feeds: Mapping[str, np.ndarray], changes: Mapping[str, str], *,
                      reference: str = "float", compare: Sequence[str] | None = None,
-                     runtime: str = "ort", level: str = "fakequant", **runtime_options: Any) -> dict[str, np.ndarray]:
+                     runtime: str = Runtime.ORT, level: str = Level.FAKEQUANT, **runtime_options: Any) -> dict[str, np.ndarray]:
     """The slow, obvious way: clone ``ir``, set every calibration node's mode, run the whole
     model (a new session on onnxruntime, with the engine's ``layout_stable`` lowering; at
     ``level="integer"``, the numpy runtime's integer level with ``march=`` among the options).
     What every engine result must equal, and what the peers do per node."""
-    if runtime == "ort":
+    if runtime == Runtime.ORT:
         runtime_options.setdefault("layout_stable", True)
     return run_whole(configured_clone(ir, reference, changes), feeds, list(compare or ir.outputs),
                      get_runtime(runtime, level=level, **runtime_options))

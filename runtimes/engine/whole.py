@@ -26,6 +26,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from qir.errors import QirError
+from qir.execution import Execution, Level, Runtime
 from qir.graph import QIR
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine.variants import Variant, configured_clone, run_whole
@@ -34,7 +35,7 @@ __all__ = ["WholeRuns", "WHOLE_LEVELS"]
 
 logger = logging.getLogger(__name__)
 
-WHOLE_LEVELS = ("integer",)  # levels whose variants run whole
+WHOLE_LEVELS = (Level.INTEGER,)  # levels whose variants run whole
 _RUN_REPORTS = "qir.runtimes.integer.arithmetic"  # the logger of the integer runtime's per-run reports
 
 
@@ -50,7 +51,7 @@ class WholeRuns:
                  reference_changes: Mapping[str, str] | None = None) -> None:
         self.ir, self.reference, self.compare = ir, reference, list(compare)
         self.reference_changes = dict(reference_changes or {})
-        self.level, self.march = level, march or "generic"
+        self.level, self.march = level, Execution.resolve(None, level, march).march
         self.profile = self.runtime().profile  # (an unknown march fails here, before any run)
         self._baseline_models: dict[str, QIR] = {}
         self._lock = threading.Lock()
@@ -59,7 +60,7 @@ class WholeRuns:
 
     def runtime(self):
         """A runtime of the level (one per thread: a run records its statistics on it)."""
-        return get_runtime("numpy", level=self.level, march=self.march)
+        return get_runtime(Runtime.NUMPY, level=self.level, march=self.march)
 
     def model(self, variant: Variant) -> QIR:
         """The IR as ``variant`` runs it (clone it once per variant; it serves every sample)."""

@@ -31,6 +31,7 @@ import numpy as np
 
 from qir.calibration import QRANGE
 from qir.errors import QirError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
 from qir.records import CalibRecord, OpRecord
@@ -223,8 +224,8 @@ class IntegerRuntime:
         march: a profile name or :class:`MarchProfile` whose arithmetic to emulate.
     """
 
-    name = "numpy"
-    level = "integer"
+    name = Runtime.NUMPY
+    level = Level.INTEGER
 
     def __init__(self, march: str | MarchProfile = "generic") -> None:
         self.profile = get_profile(march)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from qir.errors import ExecutionError, InputError, QirError, UnsupportedOpError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.records import CalibRecord, OpRecord
@@ -180,13 +181,13 @@ class NumpyRuntime:
             runs every op as written.
     """
 
-    name = "numpy"
+    name = Runtime.NUMPY
 
-    def __init__(self, level: str = "fakequant", rounding: str = "half_to_even",
+    def __init__(self, level: str = Level.FAKEQUANT, rounding: str = "half_to_even",
                  fold_batchnorm: bool = True) -> None:
         if level not in LEVELS:
             raise InputError(f"unknown level {level!r}; the numpy runtime runs {list(LEVELS)}")
-        if level == "integer":
+        if level == Level.INTEGER:
             raise InputError("the integer level is qir.runtimes.integer.IntegerRuntime "
                              "(get_runtime('numpy', level='integer', march=...))")
         if rounding not in ROUNDING:
@@ -205,7 +206,7 @@ class NumpyRuntime:
                          lambda: execution_plan(ir, keep, self.fold_batchnorm))
         env: dict[str, Any] = dict(plan.weights)
         env.update(feeds)
-        quantize = self.level == "fakequant"
+        quantize = self.level == Level.FAKEQUANT
         for step in plan.steps:
             rec = step.rec
             args = [env[v] if v else None for v in step.inputs]

@@ -21,6 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qir.errors import ExecutionError, InputError
+from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.io.onnx_export import CalibLowering, export_onnx
 from qir.runtimes.base import LEVELS, check_capture, check_feeds
@@ -50,16 +51,16 @@ class OrtRuntime:
             Off by default: the model's own ops, as an emitted model has them.
     """
 
-    name = "ort"
+    name = Runtime.ORT
 
     def __init__(self, threads: int | None = None, optimization: str = "all",
-                 level: str = "fakequant", rounding: str = "half_to_even",
+                 level: str = Level.FAKEQUANT, rounding: str = "half_to_even",
                  lower_calibration: CalibLowering | None = None, layout_stable: bool = False) -> None:
         if optimization not in _LEVELS:
             raise InputError(f"unknown optimization {optimization!r}; choose {sorted(_LEVELS)}")
         if level not in LEVELS:
             raise InputError(f"unknown level {level!r}; choose {list(LEVELS)}")
-        if level == "integer":
+        if level == Level.INTEGER:
             raise InputError("the ort runtime computes the float and fakequant levels; run the integer level "
                              "with the numpy runtime (--runtime numpy)")
         self.threads = threads

@@ -26,6 +26,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from qir.errors import InputError, shown
+from qir.execution import Execution, Level, Runtime
 from qir.tools.reports.output import Outputs
 
 __all__ = [
@@ -271,7 +272,7 @@ def add_analysis_command(sub, name: str, aliases: list[str], help: str, save_dir
 
 
 # ------------------------------------------------------------------------------ level
-__all__ += ["add_level", "resolve_level", "level_text"]
+__all__ += ["add_level", "resolve_level"]
 
 
 def add_level(p: argparse.ArgumentParser, levels: Sequence[str] = ("float", "fakequant", "integer")) -> None:
@@ -293,32 +294,26 @@ class _DefaultRuntime(str):
     another (:func:`resolve_level`), where a runtime the user wrote is kept or refused."""
 
 
-def resolve_level(args: argparse.Namespace, *, march_alone: bool = False) -> tuple[str, str, str | None]:
-    """``(runtime, level, march)`` from :func:`add_level`'s flags: the integer level runs on the
-    numpy runtime (``--runtime ort`` with it is an InputError; left out, numpy is chosen and the
-    log says so) with ``--march`` (default nash-e); a ``--march`` without ``--level integer`` is an
+def resolve_level(args: argparse.Namespace, *, march_alone: bool = False) -> Execution:
+    """The :class:`~qir.execution.Execution` of :func:`add_level`'s flags (resolved by
+    :meth:`Execution.resolve <qir.execution.Execution.resolve>`): the integer level runs on the
+    numpy runtime (``--runtime ort`` with it is an InputError; left out, numpy is chosen and the log
+    says so) with ``--march`` (default nash-e); a ``--march`` without ``--level integer`` is an
     InputError unless the command uses it otherwise (``march_alone``; then it comes back as given)."""
     runtime, level, march = args.runtime, args.level, args.march
-    if level == "integer":
-        if runtime != "numpy":
-            if not isinstance(runtime, _DefaultRuntime):
-                raise InputError(f"--level integer runs on the numpy runtime only (onnxruntime computes float and "
-                                 f"fake quantization), not --runtime {runtime}; leave --runtime out or write "
-                                 "--runtime numpy")
+    chosen = not isinstance(runtime, _DefaultRuntime)
+    if level == Level.INTEGER:
+        if chosen and runtime != Runtime.NUMPY:
+            raise InputError(f"--level integer runs on the numpy runtime only (onnxruntime computes float and "
+                             f"fake quantization), not --runtime {runtime}; leave --runtime out or write "
+                             "--runtime numpy")
+        if not chosen and runtime != Runtime.NUMPY:
             logger.info("--level integer: running on the numpy runtime (qir's integer level)")
-        return "numpy", level, march or "nash-e"
+        return Execution.resolve(None, level, march)
     if march is not None and not march_alone:
         raise InputError(f"--march {march} applies to --level integer only (here --level {level}); "
                          "add --level integer, or leave --march out")
-    return str(runtime), level, march
-
-
-def level_text(level: str, march: str | None) -> str:
-    """How a command's summary names the level: ``""`` for fake quantization (the default),
-    ``" at the float level"``, ``" at the integer level of nash-e"``."""
-    if level == "integer":
-        return f" at the integer level of {march}"
-    return "" if level == "fakequant" else f" at the {level} level"
+    return Execution.resolve(str(runtime), level, march, march_alone=march_alone)
 
 
 # ------------------------------------------------------------------------------ cluster

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qir.api import as_ir
+from qir.execution import Level, Runtime
 from qir.passes.acc_error import AccErrorPass
 from qir.passes.channelwise import ChannelwisePass
 from qir.passes.distribution import DistributionPass
@@ -30,7 +31,7 @@ __all__ = ["get_sensitivity_of_nodes", "plot_acc_error", "plot_distribution", "g
 def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-similarity", output_node=None,
                              node_type="node", data_num=1, verbose=False, interested_nodes=None, *,
                              start="float", runtime=None, save_dir=None, threads=None, progress=True,
-                             overwrite=False, level="fakequant", march=None) -> dict:
+                             overwrite=False, level=Level.FAKEQUANT, march=None) -> dict:
     """hmct's ``get_sensitivity_of_nodes``: ``{node: {metric: value}}`` worst first; prints the
     table when ``verbose``; writes ``node_sensitivity.{txt,csv,json}`` to ``save_dir``. ``runtime``:
     ``ort`` by default, ``numpy`` at ``level="integer"`` (with ``march``: as that NPU computes it)."""
@@ -50,7 +51,7 @@ def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-sim
 
 def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quantize_node=None,
                    metric: str = "cosine-similarity", average_mode: bool = False,
-                   save_dir: str | Path = "./debug_result/", *, data_num: int | None = 1, runtime: str = "ort",
+                   save_dir: str | Path = "./debug_result/", *, data_num: int | None = 1, runtime: str = Runtime.ORT,
                    threads: int | None = None, progress: bool = True,
                    overwrite: bool = False) -> dict[str, list[float | None]]:
     """hmct's ``plot_acc_error``: writes the plot and numbers to ``save_dir`` and returns
@@ -65,7 +66,7 @@ def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quant
 
 
 def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, data_num: int | None = 1,
-                      runtime: str = "ort", overwrite: bool = False) -> dict:
+                      runtime: str = Runtime.ORT, overwrite: bool = False) -> dict:
     """hmct's ``plot_distribution``: one PNG per node in ``save_dir``; returns the statistics."""
     ir = as_ir(model_or_file)
     save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*distribution.files(_names(nodes_list))).check()
@@ -74,7 +75,7 @@ def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, d
 
 
 def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, nodes_list, axis=None, *,
-                                      data_num: int | None = 1, runtime: str = "ort", overwrite: bool = False) -> dict:
+                                      data_num: int | None = 1, runtime: str = Runtime.ORT, overwrite: bool = False) -> dict:
     """hmct's ``get_channelwise_data_distribution``: box plots in ``save_dir``; returns the
     per-node channel statistics and outlier channels (of calibration nodes: the model must be calibrated)."""
     ir = as_ir(model_or_file, calibrated=True)
@@ -86,7 +87,7 @@ def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, 
 
 def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similarity", pick_threshold=0.999,
                          data_num=1, sensitive_nodes=None, qtype="float", save_dir="./debug_result/", *,
-                         runtime="ort", threads=None, progress=True, overwrite=False) -> dict:
+                         runtime=Runtime.ORT, threads=None, progress=True, overwrite=False) -> dict:
     """hmct's ``sensitivity_analysis``: writes the chart and numbers to ``save_dir`` and returns
     ``{node: {"single": value, "cumulative": value}}`` in order."""
     ir = as_ir(model_or_file, calibrated=True)

@@ -52,6 +52,7 @@ import numpy as np
 
 from qir.api import as_ir
 from qir.errors import InputError
+from qir.execution import Execution, Level
 from qir.io.torch_import import is_torch_module as _is_torch
 from qir.passes import bad_case, layer_compare, op_sensitivity
 from qir.passes.consistency import ConsistencyPass
@@ -277,13 +278,13 @@ def _one_data(data: Any, data_generator: Any) -> Any:
     return data if data is not None else data_generator
 
 
-_MODEL_TYPES = {"fake_quant": "fakequant", "quantized": "integer"}  # horizon's analysis_model_type -> level
+_MODEL_TYPES = {"fake_quant": Level.FAKEQUANT, "quantized": Level.INTEGER}  # horizon's analysis_model_type -> level
 
 
 def _model_type_level(model_type: str | None, level: str | None) -> str:
     """The level from ``level`` or horizon's ``analysis_model_type`` (both: they must agree)."""
     if model_type is None:
-        return level or "fakequant"
+        return level or Level.FAKEQUANT
     if model_type not in _MODEL_TYPES:
         raise InputError(f"unknown analysis_model_type {model_type!r}; choose fake_quant or quantized (the integer "
                          "level, with a march)")
@@ -294,20 +295,16 @@ def _model_type_level(model_type: str | None, level: str | None) -> str:
 
 
 def _level_runtime(runtime: str | None, level: str) -> str:
-    """The runtime of a comparison at ``level``: ``runtime``, by default ``ort``, and ``numpy`` at the
-    integer level (which only qir's numpy interpreter computes); one clear error otherwise."""
-    if level not in ("fakequant", "integer"):
-        raise InputError(f"unknown level {level!r}; the analysis model runs at level fakequant or integer")
-    if level == "integer" and runtime not in (None, "numpy"):
-        raise InputError(f"the integer level runs on the numpy runtime only, not {runtime!r}; leave the runtime out")
-    return runtime or ("numpy" if level == "integer" else "ort")
+    """The runtime of a comparison at ``level`` (:meth:`qir.execution.Execution.resolve`, with the
+    levels the analysis model runs at)."""
+    return Execution.resolve(runtime, level, levels=(Level.FAKEQUANT, Level.INTEGER), march_alone=True).runtime
 
 
 def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num_steps: int | None = None,
             metric: str = "L1", prefixes: Iterable[str] = (), types: Iterable[str] = (),
             sensitivity: bool = True, post_process: Callable[[dict], dict] | None = None,
             runtime: str | None = None, replay_discrete: bool = True, overwrite: bool = False,
-            level: str = "fakequant", march: str | None = None, consistency: bool = False) -> dict[str, Any]:
+            level: str = Level.FAKEQUANT, march: str | None = None, consistency: bool = False) -> dict[str, Any]:
     """The whole workflow; returns (and writes as ``compare.json``) a summary. Every file it writes
     is checked first (PyTorch models: ``layers/`` when they are exported, before that step runs).
     ``level``/``march``: see the module docstring; ``consistency``: also

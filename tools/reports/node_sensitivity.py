@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qir.execution import Level
 from qir.tools.reports.output import Outputs, as_outputs
 
 __all__ = ["FILE_STEM", "files", "format_table", "write_report"]
@@ -26,7 +27,7 @@ def format_table(report: dict) -> str:
             + [str(r[k]) for k in extra if k != "consumers"] + [f"{r[m]:.5f}" for m in metrics] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    level = f" ({report['level']} level, {report['march']})" if report.get("level") == "integer" else ""
+    level = f" ({report['level']} level, {report['march']})" if report.get("level") == Level.INTEGER else ""
     title = f" node sensitivity{level} ".center(len(line(head)), "=")
     return "\n".join([title, line(head), "-" * len(line(head))] + [line(b) for b in body]) + "\n"
 

@@ -12,6 +12,7 @@ import html
 import io
 from typing import Any
 
+from qir.execution import Level
 from qir.tools.reports.output import Outputs
 from qir.tools.reports.plots import pyplot
 
@@ -31,7 +32,7 @@ def outcome(report: dict[str, Any]) -> str:
     if not report["reached"]:
         return (f"NOT REACHED: {head}; the best configuration found. The upper bound (every unit at its last "
                 f"integer level) scores {report['upper_bound']['mean']:.6g}, the ceiling {report['ceiling']['mean']:.6g}")
-    integer = ver.get("integer")
+    integer = ver.get(Level.INTEGER)
     if ver and not ver["agrees"]:
         why = "; ".join(ver["roundtrip"][:3]) or (f"the emitted model scores {ver['mean']:.6g} in onnxruntime, the "
                                                   f"search measured {ver['searched']:.6g}")
@@ -123,8 +124,8 @@ def format_report(report: dict[str, Any]) -> str:
                   + ("agrees" if ver["agrees"] else "DISAGREES")]
         if ver["roundtrip"]:
             lines.append("  re-import: " + "; ".join(ver["roundtrip"]))
-        if ver.get("integer"):
-            i = ver["integer"]
+        if ver.get(Level.INTEGER):
+            i = ver[Level.INTEGER]
             lines.append(f"  integer level ({i['march']}, assumed arithmetic): mean {i['mean']:.6g}, worst {i['worst']:.6g}, "
                          f"margin {i['margin']:.4g}: " + ("meets the target" if i["meets"] else "MISSES the target"))
     if r.get("commands"):

@@ -11,7 +11,6 @@ from qir.tools.cli.options import (
     add_force,
     add_level,
     add_runtime,
-    level_text,
     on_cluster,
     outputs,
     parse_list,
@@ -69,14 +68,15 @@ def _compare(args: argparse.Namespace) -> int:
     from qir.tools.advice import fix_line
     from qir.tools.compat.quant_analysis import compare
 
-    runtime, level, march = resolve_level(args, march_alone=args.consistency)
+    execution = resolve_level(args, march_alone=args.consistency)
+    runtime, level, march = execution.runtime, execution.level, execution.march
     analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
     summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
                       prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
                       sensitivity=not args.no_sensitivity, runtime=runtime, replay_discrete=not args.no_replay,
                       overwrite=args.force, level=level, march=march, consistency=args.consistency)
     out = Path(args.output)
-    print(f"bad case: sample {summary['bad_case_index']}{level_text(level, march)} ({out / 'badcase.txt'})")
+    print(f"bad case: sample {summary['bad_case_index']}{execution.describe()} ({out / 'badcase.txt'})")
     advice = summary.get("advisor", [])
     print(f"{summary['layers']} layers compared ({out / 'compare_per_layer_out.txt'}); "
           f"{len(advice)} finding(s) in {out / 'abnormal_layer_advisor.txt'}")

@@ -16,7 +16,6 @@ from qir.tools.cli.options import (
     add_level,
     add_runtime,
     finite_float,
-    level_text,
     on_cluster,
     parse_bool,
     parse_list,
@@ -35,7 +34,8 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
 def _sensitivity(args: argparse.Namespace) -> int:
     from qir.tools.compat.hmct import get_sensitivity_of_nodes
 
-    runtime, level, march = resolve_level(args)
+    execution = resolve_level(args)
+    runtime, level, march = execution.runtime, execution.level, execution.march
     table = get_sensitivity_of_nodes(
         args.model, args.data, metrics=parse_list(args.metrics), output_node=args.output_node,
         node_type=args.node_type, data_num=args.data_num, verbose=args.table,
@@ -45,7 +45,7 @@ def _sensitivity(args: argparse.Namespace) -> int:
         first = parse_list(args.metrics)[0]
         for node, values in list(table.items())[:10]:
             print(f"{node}  {first}={values[first]:.6g}")
-    print(f"{len(table)} node(s){level_text(level, march)}; results in {args.save_dir}")
+    print(f"{len(table)} node(s){execution.describe()}; results in {args.save_dir}")
     return 0
 
 

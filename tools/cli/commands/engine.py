@@ -13,7 +13,6 @@ from qir.tools.cli.options import (
     add_force,
     add_level,
     add_runtime,
-    level_text,
     nonnegative_int,
     on_cluster,
     outputs,
@@ -41,7 +40,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from qir.runtimes.engine import Engine, load_variants, one_at_a_time
     from qir.runtimes.engine.results import RESULTS_FILE
 
-    runtime, level, march = resolve_level(args)
+    execution = resolve_level(args)
+    runtime, level, march = execution.runtime, execution.level, execution.march
     out = Path(args.output)
     # --resume continues the results file of that run (the engine checks it is the same analysis)
     # and rewrites its summaries: the one exception to the rule of Outputs
@@ -72,7 +72,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     for name, values in ranked[: args.top]:
         print(f"{name:<{width}}  " + "  ".join(f"{values[m]:>17.9g}" for m in result.metrics))
     st = result.stats
-    print(f"{len(variants)} variant(s) x {len(engine.samples)} sample(s){level_text(level, march)} in {st['seconds']:.2f} s "
+    print(f"{len(variants)} variant(s) x {len(engine.samples)} sample(s){execution.describe()} in {st['seconds']:.2f} s "
           f"(peak RSS {st['peak_rss_bytes'] / 2**20:.0f} MB); worst first, all in {out / 'variants.csv'}")
     return 0
 

@@ -15,7 +15,6 @@ from qir.tools.cli.options import (
     add_input_shape,
     add_level,
     add_runtime,
-    level_text,
     outputs,
     parse_input_shapes,
     positive_int,
@@ -71,7 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from qir.data import load_samples, save_outputs
     from qir.tools.progress import run_samples
 
-    runtime, level, march = resolve_level(args)
+    execution = resolve_level(args)
+    runtime, level, march = execution.runtime, execution.level, execution.march
     target = None
     if args.output:
         path = Path(args.output)
@@ -89,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     results = run_samples(ir, samples, runtime, desc=f"{runtime}", level=level, march=march)
     elapsed = time.perf_counter() - start
-    print(f"{ir.name}: {len(samples)} sample(s) on the {runtime} runtime{level_text(level, march)} in {elapsed:.2f}s")
+    print(f"{ir.name}: {len(samples)} sample(s) on the {runtime} runtime{execution.describe()} in {elapsed:.2f}s")
     print(_stats_table(results))
     if target is not None:
         out.write(target, lambda tmp: save_outputs(tmp, results))
