@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from qir import once
 from qir.errors import InputError, did_you_mean
 from qir.files import atomic_write
 
@@ -54,12 +55,12 @@ def _read_array(load: Callable[[], np.ndarray], where: str, what: str) -> np.nda
 
 
 _PYTHON = "python iterable"  # the source of samples given in Python
-_WARNED: set[tuple[str, int]] = set()  # (file or folder, sample) already named in a NaN/Inf warning
+_NONFINITE = "data: non-finite samples"  # :mod:`qir.once` topic: (file or folder, sample) named in a NaN/Inf warning
 
 
 def forget_warnings() -> None:
     """Warn again about every sample with NaN or Inf inputs (see :class:`Samples`)."""
-    _WARNED.clear()
+    once.forget(_NONFINITE)
 
 
 class Samples(Sequence[dict]):
@@ -77,7 +78,7 @@ class Samples(Sequence[dict]):
         self.source = source
         self._indices = list(range(len(loaders))) if _indices is None else _indices  # index in the whole source
         if _warned is None:
-            _warned = set() if source == _PYTHON else _WARNED
+            _warned = set() if source == _PYTHON else once.said(_NONFINITE)
         self._warned = _warned  # (source, index) of the samples warned about; shared with slices
 
     def __len__(self) -> int:

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from qir import once
 from qir.calibration import QRANGE
 from qir.errors import QirError
 from qir.execution import Level, Runtime
@@ -45,9 +46,10 @@ from qir.runtimes.numpy_ref.interpreter import ExecutionPlan, PlanStep, assign_f
 
 __all__ = ["IntegerRuntime", "requant_targets"]
 
+REPORTED = "integer level: fallbacks and overflows"  # :mod:`qir.once` topic: logged once per process
+
 #: Ops between a producer and the calibration node it is requantized into that act on codes
 #: without arithmetic (clamps, data movement), looked through when finding the target.
-_REPORTED: set = set()  # what has been logged (fallbacks and overflows are logged once per process)
 #: Data-movement ops a march's compiler shares one scale across (§2.4 "TRANS"): a value read only
 #: through them is requantized into the widest of the scales it reaches (:func:`requant_targets`).
 _SHARED_SCALE_OPS = ("Concat", "Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
@@ -239,8 +241,9 @@ class IntegerRuntime:
         stats, profile = arith.stats, arith.profile
         fallback = (profile.name, tuple((op, tuple(n)) for op, n in sorted(stats.float_fallback.items())))
         overflows = {(profile.name, profile.acc_bits, profile.acc_overflow, n) for n in stats.overflows}
-        new_fallback, new_overflow = fallback not in _REPORTED, not overflows <= _REPORTED
-        _REPORTED.update({fallback} | overflows)
+        reported = once.said(REPORTED)
+        new_fallback, new_overflow = fallback not in reported, not overflows <= reported
+        reported.update({fallback} | overflows)
         if new_fallback or new_overflow:
             arith.report(overflows=new_overflow, fallbacks=new_fallback)
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from qir import metrics as qmetrics
+from qir import once
 from qir.errors import InputError, QirError
 from qir.json_dump import finite
 from qir.runtimes.engine import Engine, Variant, evaluate_plainly
@@ -95,7 +96,7 @@ def test_variant_runs_report_their_fallbacks_once(digits_calibrated, digits_samp
     so the runs' own warnings are held back and one summary is logged instead."""
     from qir.runtimes.integer import interpreter
 
-    monkeypatch.setattr(interpreter, "_REPORTED", set())  # (what earlier runs reported is reported again)
+    once.forget(interpreter.REPORTED)  # (what earlier runs reported is reported again)
     ir = digits_calibrated
     with caplog.at_level("INFO"):
         Engine(ir, digits_samples, level="integer", march="nash-e", progress=False).evaluate(variants_of(ir, "int8"))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import qir
+from qir import once
 from qir.kinds import CalibMode
 from qir.runtimes.base import get_runtime
 from qir.runtimes.integer import IntegerRuntime
@@ -279,7 +280,7 @@ def test_overflows_in_nodes_already_reported_are_not_reported_again(caplog, monk
     from qir.runtimes.integer import interpreter
     from qir.runtimes.integer.arithmetic import Arithmetic
 
-    monkeypatch.setattr(interpreter, "_REPORTED", set())
+    once.forget(interpreter.REPORTED)
     warned = []
     for nodes in (["conv1", "conv2"], ["conv1"], ["conv2", "fc"], ["fc", "conv1"]):  # a sample's overflowing nodes
         arith = Arithmetic(get_profile("nash-e"))
