@@ -148,3 +148,32 @@ def test_runtime_and_level_names_are_written_in_one_place():
         found += [f"{rel}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
                   if isinstance(node, ast.Constant) and node.value in EXECUTION_NAMES and id(node) not in text_ids]
     assert not found, "use qir.execution's Runtime / Level (or Execution.resolve) instead of:\n" + "\n".join(found)
+
+
+# ------------------------------------------------------------------------------ typed seams
+UNTYPED_RECORDS = ("dict[str, Any]", "Dict[str, Any]", "Mapping[str, Any]", "MutableMapping[str, Any]", "dict")
+DICT_SEAMS = ROOT / "tests" / "dict_seams.txt"
+
+
+def _untyped_seams() -> set[str]:
+    """``path:function`` of each public function with a parameter or return annotated as an untyped record."""
+    found = set()
+    for rel, text in _sources():
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
+                continue
+            for ann in [node.returns, *(a.annotation for a in node.args.args + node.args.kwonlyargs)]:
+                text_ann = ast.unparse(ann) if ann is not None else ""
+                if any(text_ann == r or text_ann.startswith(r + " |") or text_ann.endswith("| " + r)
+                       for r in UNTYPED_RECORDS):
+                    found.add(f"{rel}:{node.name}")
+    return found
+
+
+def test_no_new_untyped_records_between_modules():
+    """State and results cross module seams as dataclasses: the listed seams (today's) only shrink."""
+    listed = {line for line in DICT_SEAMS.read_text().splitlines() if line and not line.startswith("#")}
+    found = _untyped_seams()
+    assert not found - listed, ("make these a dataclass (or type the mapping's values):\n"
+                                + "\n".join(sorted(found - listed)))
+    assert not listed - found, ("typed now: remove from tests/dict_seams.txt:\n" + "\n".join(sorted(listed - found)))
