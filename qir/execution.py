@@ -32,6 +32,7 @@ class _Name(str, Enum):
 
     __str__ = str.__str__
     __format__ = str.__format__
+    __repr__ = str.__repr__  # (messages quote a name as the user wrote it: 'integer')
 
     @classmethod
     def parse(cls, value: str | _Name, what: str, allowed: Iterable[_Name] | None = None) -> _Name:

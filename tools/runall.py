@@ -44,6 +44,18 @@ logger = logging.getLogger(__name__)
 TOP = 5
 
 
+def with_output_node(ir, output_node: str | None):
+    """``ir``, or one clear error before any work for an ``output_node`` it does not have; runall takes
+    hmct's flags, so an output folder given as ``-o`` lands here: the message says where it goes."""
+    from qir.errors import NotFoundError, did_you_mean
+
+    if output_node is not None and not (ir.has_node(output_node) or ir.has_value(output_node)):
+        raise NotFoundError(did_you_mean(output_node, [r.name for r in ir.runnables()], "output node")
+                            + " (runall takes hmct's flags: -o/--output-node is the node whose output is compared; "
+                              "the output folder is -s/--save-dir)")
+    return ir
+
+
 def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metrics="cosine-similarity",
            output_node=None, node_type=None, data_num=1, verbose=False, interested_nodes=None,
            dis_nodes_list=None, cw_nodes_list=None, axis=None, quantize_node=None, non_quantize_node=None,
@@ -65,7 +77,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     from qir.tools.reports.output import as_outputs
     from qir.tools.reports.runall import write_index
 
-    ir = as_ir(model_or_file, calibrated=True)
+    ir = with_output_node(as_ir(model_or_file, calibrated=True), output_node)
     metrics = [ns_metrics] if isinstance(ns_metrics, str) else list(ns_metrics)
     types = [node_type] if isinstance(node_type, str) else list(node_type or ["weight", "activation"])
     out = plan_files(as_outputs(save_dir, overwrite=overwrite), ir, types, dis_nodes_list, cw_nodes_list,

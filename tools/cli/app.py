@@ -70,10 +70,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+def _unknown_flags(parser: argparse.ArgumentParser, command: str, extras: list[str]) -> None:
+    """Arguments the command does not take: its own usage (not all of qir's), the first unknown
+    flag with the command's closest flags, and where the output folder goes if that was meant."""
+    sub = _subparser(parser, command)
+    flags = [o for a in sub._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+    unknown = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), None)
+    if unknown is None:
+        sub.error(f"unrecognized arguments: {' '.join(extras)}")
+    long_flags = [f for f in flags if f.startswith("--")]  # (close matches of a one-letter flag mean nothing)
+    hint = did_you_mean(unknown, long_flags if unknown.startswith("--") else [], f"flag of qir {command}")
+    if unknown in ("-s", "--save-dir", "-o", "--output") and "--output" in flags:
+        hint += "; the output folder is -o/--output here"
+    elif unknown in ("-o", "--output", "-s", "--save-dir") and "--save-dir" in flags:
+        hint += "; the output folder is -s/--save-dir here (hmct's flags)"
+    sub.error(f"{hint} (qir {command} --help lists them)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``qir`` command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _unknown_flags(parser, args.command, extras)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("qir.progress").setLevel(logging.INFO)  # progress lines when stderr is no terminal

@@ -31,7 +31,7 @@ from qir.tools.reports.output import Outputs
 
 __all__ = [
     "SHAPE_HELP", "SAMPLES_HELP", "CALIBRATION_DATA_HELP", "CALIBRATED_MODEL_HELP", "MARCH_HELP",
-    "OVERWRITE_HELP", "add_force", "add_runtime", "add_input_shape", "add_march", "add_data_num",
+    "OVERWRITE_HELP", "OLD_SAMPLE_FLAGS", "add_force", "add_runtime", "add_input_shape", "add_march", "add_data_num",
     "add_analysis_command", "positive_int", "nonnegative_int", "positive_float", "finite_float", "parse_bool",
     "parse_list", "parse_input_shapes",
     "resolve_shapes", "FLAG_MEANINGS", "HMCT_COMMANDS", "flags_epilog", "seed_flag", "outputs",
@@ -50,7 +50,6 @@ FLAG_MEANINGS: dict[str, tuple[tuple[str, ...], str]] = {
     "-o": (("--output",), "where the command writes: its output file, or its output folder when it writes several"),
     "-s": (("--save-dir",), "the output folder (hmct's name for it)"),
     "-d": (("--data-num",), "how many samples to use"),
-    "-n": (("--num-steps", "--num"), "how many samples to use (at most N)"),
     "-m": (("--metric", "--metrics"), "the metric, or metrics (the first ranks)"),
     "-v": (("--verbose",), "say more: log progress (qir -v), or print the whole table"),
     "-i": (("--interested-nodes",), "only these nodes"),
@@ -253,9 +252,19 @@ def add_march(p: argparse.ArgumentParser, help: str = MARCH_HELP) -> None:  # no
     p.add_argument("--march", default="nash-e", help=f"{help} (default nash-e)")
 
 
-def add_data_num(p: argparse.ArgumentParser, short: str) -> None:
-    """``SHORT/--data-num`` as the debugger commands take it: samples to use, default 1."""
-    p.add_argument(short, "--data-num", type=positive_int, default=1, help="samples to use (default 1)")
+def add_data_num(p: argparse.ArgumentParser, short: str = "-d", *, default: int | None = 1,
+                 help: str | None = None, old: Sequence[str] = ()) -> None:  # noqa: A002
+    """``-d/--data-num``, the sample count of every command (``args.data_num``). ``old``: the names a
+    command used before (``--limit``, ``-n/--num``, ``-n/--num-steps``), still read, listed in
+    :data:`OLD_SAMPLE_FLAGS` and left out of the help."""
+    p.add_argument(short, "--data-num", type=positive_int, default=default,
+                   help=help or (f"samples to use (default {default})" if default else "use at most N samples"))
+    if old:
+        p.add_argument(*old, dest="data_num", type=positive_int, help=argparse.SUPPRESS)
+
+
+#: Sample-count flags commands took before they all took ``-d/--data-num``: still read, not shown.
+OLD_SAMPLE_FLAGS = frozenset({"--limit", "-n", "--num", "--num-steps"})
 
 
 def add_analysis_command(sub, name: str, aliases: list[str], help: str, save_dir: str,  # noqa: A002

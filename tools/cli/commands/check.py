@@ -26,6 +26,7 @@ def add_commands(sub) -> None:
                        help="unfused patterns, shared weights/modules, per-op calibration config, unusual configs")
     p.add_argument("model", help="an .onnx model (float, calibrated or QDQ)")
     add_march(p)
-    p.add_argument("-s", "--save-dir", help="write model_check_result.txt and .json here")
+    p.add_argument("-o", "--output", "-s", "--save-dir", dest="save_dir",
+                   help="write model_check_result.txt and .json to this folder")
     add_force(p)
     p.set_defaults(func=cmd_check)

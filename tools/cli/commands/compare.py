@@ -8,13 +8,13 @@ from qir.tools.cli.options import (
     SAMPLES_HELP,
     add_analysis_command,
     add_cluster,
+    add_data_num,
     add_force,
     add_level,
     add_runtime,
     on_cluster,
     outputs,
     parse_list,
-    positive_int,
     resolve_level,
 )
 
@@ -50,7 +50,7 @@ def _bad_case(args: argparse.Namespace) -> int:
     from qir.tools.reports.bad_case import FILES, write_report
 
     out = outputs(args, args.output).plan(*FILES).check()
-    report = find_bad_cases(args.model, args.analysis, args.data, num_steps=args.num_steps, metric=args.metric,
+    report = find_bad_cases(args.model, args.analysis, args.data, num_steps=args.data_num, metric=args.metric,
                             runtime=args.runtime)
     write_report(report, out)
     worst = report["worst_output"][args.metric]
@@ -71,7 +71,7 @@ def _compare(args: argparse.Namespace) -> int:
     execution = resolve_level(args, march_alone=args.consistency)
     runtime, level, march = execution.runtime, execution.level, execution.march
     analysis = None if _same_file(args.baseline, args.analysis) else args.analysis
-    summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.num_steps, metric=args.metric,
+    summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.data_num, metric=args.metric,
                       prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
                       sensitivity=not args.no_sensitivity, runtime=runtime, replay_discrete=not args.no_replay,
                       overwrite=args.force, level=level, march=march, consistency=args.consistency)
@@ -108,7 +108,7 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
     quantized = qir.load(args.quantized)
     float_model = None if _same_file(args.float_model, args.quantized) else qir.load(args.float_model)
     results = {"weights": ns.compare_weights(float_model, quantized)}
-    samples = model_samples(quantized, args.data, args.num_steps)
+    samples = model_samples(quantized, args.data, args.data_num)
     results.update(ns.compare_on_inputs(float_model, quantized, samples, runtime=args.runtime))
     write_report(results, out)
     for kind, found in results.items():
@@ -137,7 +137,7 @@ def _add_bad_case(sub) -> None:
     p.add_argument("model", help="the baseline model; alone, it is compared float vs calibrated")
     p.add_argument("data", help=SAMPLES_HELP)
     p.add_argument("--analysis", help="a second model to compare with the baseline (same inputs and outputs)")
-    p.add_argument("-n", "--num-steps", type=positive_int, help="use at most N samples")
+    add_data_num(p, default=None, help="use at most N samples", old=("-n", "--num-steps"))
     p.add_argument("-m", "--metric", default="L1", choices=["Cosine", "MSE", "L1", "KL", "SQNR", "ATOL"],
                    help="the metric that picks the bad case (default L1)")
     p.add_argument("-o", "--output", default="./qir_quant_analysis", help="folder for badcase.txt/.json/.npz")
@@ -154,7 +154,7 @@ def _add_compare(sub) -> None:
                                     "compares it float vs fake-quantized")
     p.add_argument("data", help=SAMPLES_HELP)
     p.add_argument("-o", "--output", default="./qir_quant_analysis", help="output folder")
-    p.add_argument("-n", "--num-steps", type=positive_int, help="search the bad case in at most N samples")
+    add_data_num(p, default=None, help="search the bad case in at most N samples", old=("-n", "--num-steps"))
     p.add_argument("-m", "--metric", default="L1", type=str.upper,
                    choices=["COSINE", "MSE", "L1", "KL", "SQNR", "ATOL"], help="bad case and sensitivity metric")
     p.add_argument("--prefixes", help="compare only layers whose name or module path starts with these")
@@ -178,7 +178,7 @@ def _add_numeric_suite(sub) -> None:
     p.add_argument("quantized", help="the calibrated or QDQ model")
     p.add_argument("data", help=SAMPLES_HELP)
     p.add_argument("-o", "--output", default="./qir_numeric_suite", help="folder for numeric_suite.txt/.json")
-    p.add_argument("-n", "--num-steps", type=positive_int, default=4, help="samples to run (default 4)")
+    add_data_num(p, default=4, help="samples to run (default 4)", old=("-n", "--num-steps"))
     add_runtime(p)
     add_force(p)
     p.set_defaults(func=cmd_numeric_suite)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qir.tools.cli.options import add_force, add_march, positive_int
+from qir.tools.cli.options import add_data_num, add_force, add_march
 
 ORDER = 62
 
@@ -13,7 +13,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
     from qir.tools.consistency import check_consistency
     from qir.tools.reports.consistency import format_report
 
-    report = check_consistency(args.model, args.data, march=args.march, num=args.num, save_dir=args.save_dir,
+    report = check_consistency(args.model, args.data, march=args.march, num=args.data_num, save_dir=args.save_dir,
                                overwrite=args.force)
     sys.stdout.write(format_report(report))
     if args.save_dir:
@@ -28,7 +28,8 @@ def add_commands(sub) -> None:
     p.add_argument("model", help="a calibrated model (.onnx with calibration nodes, or a QDQ model)")
     p.add_argument("data", help="a data folder, .npy or .npz with the model's inputs")
     add_march(p, help="the march whose integer arithmetic to emulate (nash-e, nash-m, nash-p, generic, ort)")
-    p.add_argument("-n", "--num", type=positive_int, default=4, help="samples to compare (default 4)")
-    p.add_argument("-s", "--save-dir", help="write consistency_result.txt and .json here")
+    add_data_num(p, default=4, help="samples to compare (default 4)", old=("-n", "--num"))
+    p.add_argument("-o", "--output", "-s", "--save-dir", dest="save_dir",
+                   help="write consistency_result.txt and .json to this folder")
     add_force(p)
     p.set_defaults(func=cmd_consistency)

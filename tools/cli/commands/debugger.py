@@ -200,7 +200,9 @@ def _add_sensitivity_analysis(sub) -> None:
 
 
 def _add_runall(sub) -> None:
-    p = sub.add_parser("runall", help="every debugger analysis and one index.html (hmct runall, with its flags)")
+    what = ("every debugger analysis and one index.html (hmct runall, with hmct's flags: -s/--save-dir is the output "
+            "folder, -o/--output-node the node compared, -dn/--data-num the sample count)")
+    p = sub.add_parser("runall", help=what, description=what)
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
     p.add_argument("data", help=CALIBRATION_DATA_HELP)
     p.add_argument("-s", "--save-dir", default="./debug_result/", help="output folder (default ./debug_result/)")

@@ -10,6 +10,7 @@ from qir.tools.cli.options import (
     CALIBRATED_MODEL_HELP,
     SAMPLES_HELP,
     add_cluster,
+    add_data_num,
     add_force,
     add_level,
     add_runtime,
@@ -97,7 +98,7 @@ def add_commands(sub) -> None:
     p.add_argument("--metrics", default="cosine-similarity", help="comma-separated; the first ranks")
     add_runtime(p)
     add_level(p, ("fakequant", "integer"))
-    p.add_argument("--data-num", type=positive_int, help="use at most N samples")
+    add_data_num(p, default=None, help="use at most N samples")
     p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
     p.add_argument("--memory-budget", type=positive_float, default=2048,
                    help="MB of cached reference values (default 2048)")

@@ -11,13 +11,13 @@ import numpy as np
 
 from qir.errors import InputError
 from qir.tools.cli.options import (
+    add_data_num,
     add_force,
     add_input_shape,
     add_level,
     add_runtime,
     outputs,
     parse_input_shapes,
-    positive_int,
     resolve_level,
     resolve_shapes,
 )
@@ -82,8 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     ir = qir.load(args.model, input_shapes=shapes)
     ranks = {n: (len(ir.value(n).shape) if ir.value(n).shape is not None else None) for n in ir.inputs}
     samples = load_samples(args.data, ir.inputs, ranks)
-    if args.limit is not None:
-        samples = samples[: args.limit]
+    if args.data_num is not None:
+        samples = samples[: args.data_num]
     if not len(samples):
         raise InputError(f"{args.data} holds no samples")
     start = time.perf_counter()
@@ -115,6 +115,6 @@ def add_commands(sub) -> None:
     add_level(p)
     p.add_argument("-o", "--output", help="save outputs to this .npz ('<output>/<i>' entries)")
     add_input_shape(p)
-    p.add_argument("--limit", type=positive_int, help="use only the first N samples")
+    add_data_num(p, default=None, help="use only the first N samples", old=("--limit",))
     add_force(p)
     p.set_defaults(func=cmd_run)
