@@ -1,4 +1,4 @@
-"""Transformation and analysis passes over the QIR, one pass per module (DESIGN §3).
+"""Transformation and analysis passes over the QIR, one pass per module (docs/architecture.md, "Passes").
 
     from qir.passes import PassManager
     result = PassManager("fold-bn,fuse,insert-calibration,calibrate{method=kl}",

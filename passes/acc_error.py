@@ -1,6 +1,6 @@
 """``acc-error``: how quantization error accumulates along the graph (hmct ``plot_acc_error``).
 
-Rule (``../shared/reference/horizon-semantics.md`` §1.6), computed by the analysis engine:
+Rule (``plot_acc_error`` in Horizon OpenExplorer's Accuracy Debug Tool documentation), computed by the analysis engine:
 
 1. Variants. ``quantize_node`` (a whitelist, from the float model): every entry is one variant
    in which only its nodes are quantized. An entry is a name (a general node: the calibration

@@ -1,4 +1,4 @@
-"""``insert-calibration``: put quantizers where the march quantizes (DESIGN §2, §4)."""
+"""``insert-calibration``: put quantizers where the march quantizes (docs/architecture.md, "The IR", "Runtimes")."""
 from __future__ import annotations
 
 import logging

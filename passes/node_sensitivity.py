@@ -1,6 +1,6 @@
 """``node-sensitivity``: how much quantizing each node alone costs (hmct ``get_sensitivity_of_nodes``).
 
-Rule (``../shared/reference/horizon-semantics.md`` §1.4), computed by the analysis engine:
+Rule (``get_sensitivity_of_nodes`` in Horizon OpenExplorer's Accuracy Debug Tool documentation), computed by the analysis engine:
 
 1. Candidates by ``node_type``: ``node``, every general node fed by calibration nodes (the
    variant switches all of them: its input activations and its weights); ``weight`` or

@@ -1,7 +1,7 @@
 """``op-sensitivity``: how much quantizing one op's output, or its weights, alone costs on the bad
 case (horizon QuantAnalysis ``sensitivity``), one table per model output.
 
-Rule (seed 000, "sensitivity"; ``../shared/reference/horizon-semantics.md`` §2.8), computed by
+Rule (QuantAnalysis ``sensitivity`` in Horizon's Accuracy Tuning Tool Guide), computed by
 the analysis engine from the float configuration of the calibrated model:
 
 1. Candidates, per general node ``op``: ``activation``, the calibration nodes quantizing its

@@ -1,7 +1,7 @@
 """``sensitivity-analysis``: how far raising the most sensitive nodes recovers the model (hmct
 ``sensitivity_analysis``).
 
-Rule (``../shared/reference/horizon-semantics.md`` §1.7), on the analysis engine:
+Rule (``sensitivity_analysis`` in Horizon OpenExplorer's Accuracy Debug Tool documentation), on the analysis engine:
 
 1. Sensitive nodes: ``sensitive_nodes`` as given, else the general nodes whose node sensitivity
    (only that node quantized, vs float) is no better than ``pick_threshold`` (for a

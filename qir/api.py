@@ -1,4 +1,4 @@
-"""The public entry points: ``qir.load``, ``qir.run``, ``qir.save`` (DESIGN §8)."""
+"""The public entry points: ``qir.load``, ``qir.run``, ``qir.save`` (docs/architecture.md, "The public surface")."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,6 @@
 """``QIR``: the quantized IR, a bipartite ``networkx.MultiDiGraph`` behind sanctioned mutators.
 
-Graph layout (DESIGN §2):
+Graph layout (docs/architecture.md, "The IR"):
 
 * running nodes (GENERAL ops and CALIBRATION nodes) are keyed by their name;
 * value nodes (ACTIVATION and WEIGHT) are keyed by ``"%" + name`` so an op and a value may

@@ -12,7 +12,7 @@ __all__ = ["NodeKind", "CalibMode", "CalibRole", "DTYPE_SHORT", "short_dtype", "
 
 
 class NodeKind(str, enum.Enum):
-    """The four kinds of graph node (DESIGN §2).
+    """The four kinds of graph node (docs/architecture.md, "The IR").
 
     ``GENERAL`` and ``CALIBRATION`` nodes run; ``WEIGHT`` and ``ACTIVATION`` nodes hold values.
     Every edge joins a value node and a running node.

@@ -1,7 +1,7 @@
 """Error metrics between a reference tensor ``a`` (float, or whatever the analysis compares
 against) and a tensor ``d`` under test, both flattened to float64.
 
-hmct names and definitions (``../shared/reference/horizon-semantics.md`` §1.5):
+hmct names and definitions (as hmct's debugger computes them; note ``mre`` and ``sqnr``):
 
 ==================== ============================================== ====== ========================
 name                 formula                                        better edge cases

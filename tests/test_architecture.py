@@ -1,4 +1,4 @@
-"""The shape of the code base is a contract (DESIGN §1, the redesign issue): imports run one way
+"""The shape of the code base is a contract (docs/architecture.md, the redesign issue): imports run one way
 (import-linter), the code is lint-clean (ruff), every module of ``passes/`` is one registered
 pass, and modules and functions stay small."""
 from __future__ import annotations

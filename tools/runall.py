@@ -1,7 +1,7 @@
 """``qir runall``: every debugger analysis in the order hmct's ``runall`` uses, then one
 self-contained ``index.html``.
 
-Steps and folders under ``save_dir`` (defaults as hmct's, ``../shared/reference/horizon-semantics.md`` §1.8):
+Steps and folders under ``save_dir`` (defaults as hmct's ``runall`` documents them):
 
 1. ``node_sensitivity/``: node sensitivity per node type (default: weight, then activation),
    ``sensitivity_of_<type>.{txt,csv,json}``.

@@ -1,4 +1,4 @@
-"""Numeric-suite comparisons (PyTorch Numeric Suite jobs, seed 004) on any float/quantized pair.
+"""Numeric-suite comparisons (the jobs of PyTorch's Numeric Suite tutorial) on any float/quantized pair.
 
 Each function takes two models: two ``torch.nn.Module`` (an eager model and its
 ``torch.ao``-quantized version: done by :mod:`qir.passes.numeric_suite.torch_hooks`, with qir's own hooks and the

@@ -1,5 +1,5 @@
 """``tune``: from an accuracy target to the cheapest verified int8 / int16 / fp16 configuration a
-march allows (the mixed-precision pipelines of the accuracy tuning guide, seed 002, automated).
+march allows (the mixed-precision pipelines of Horizon's Quantization Accuracy Tuning Guide, automated).
 
 The pipeline is the march profile's data (``tune_ladder``: the levels each activation
 calibration node may take, cheapest first; ``tune_costs``: their cost per FLOP), never a branch

@@ -6,7 +6,7 @@ quantized" analyses) or ``quantized`` (the IR's own modes; "only this node back 
 every sample and variant the engine compares chosen values (the model outputs by default) with
 a *baseline* (the float model by default) under chosen metrics (:mod:`qir.metrics`).
 
-How it is fast (``../shared/DESIGN.md`` §5):
+How it is fast (docs/architecture.md, "The analysis engine"):
 
 1. **Reference cache** (:mod:`.reference`). The reference configuration runs once per sample;
    the values crossing step boundaries are kept, within a memory budget, spilled past it.

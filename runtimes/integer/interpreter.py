@@ -107,8 +107,8 @@ def _widest(found: list[QParams]) -> QParams:
 def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
     """The parameters ``value``'s codes are rescaled into downstream when it reaches integer
     calibration nodes only through data-movement ops (Concat, Split, Slice, Reshape, MaxPool, ...:
-    :data:`_SHARED_SCALE_OPS`), as a march's compiler shares one scale across them (DESIGN
-    reference, horizon-semantics §2.4 "TRANS" ops); None when any path reaches something else (a
+    :data:`_SHARED_SCALE_OPS`), as a march's compiler shares one scale across them (the
+    data-movement ops that keep their input's scale); None when any path reaches something else (a
     compute op reading it unquantized, a graph output)."""
     if value in seen:
         return []

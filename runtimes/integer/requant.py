@@ -1,6 +1,6 @@
 """Requantization: an exact integer accumulator ``acc`` times a real ratio ``r`` (e.g.
 ``s_x·s_w/s_y``), rounded and saturated to an output integer range. Three modes, as a march
-profile's ``requant_mode`` names them (``../shared/reference/horizon-semantics.md`` §2.7, §3.2):
+profile's ``requant_mode`` names them:
 
 ``float``
     ``y = rint(f32(acc) · f32(r))`` in float32, clamped to ``[qmin - zp, qmax - zp]`` first and

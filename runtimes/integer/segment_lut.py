@@ -1,5 +1,5 @@
 """The int16 segmented LUT (the plugin's SegmentLUT) of the integer level, for ``lut_mode =
-"segment"`` (``../shared/reference/horizon-semantics.md`` §2.7 "LUT", §5.2 "Nonlinear LUT ops").
+"segment"``; its parameters are marked assumed in the march profiles (``qir profiles``).
 
 A unary function ``f`` on int16 codes ``x`` (output int8 or int16 codes ``y``) becomes ``S = N + 2``
 segments (``N = table_segments``, 6): a linear segment 0 at the low end, ``N`` segments of
@@ -7,8 +7,8 @@ segments (``N = table_segments``, 6): a linear segment 0 at the low end, ``N`` s
 end. Each segment ``k`` has a boundary ``segment_max[k]`` (an int16 code; the last is ``qmax``)
 and four integers ``alpha`` (int16), ``beta`` (int16), ``left_shift``, ``right_shift``.
 
-Generation (:func:`segment_params`; the plugin's generator as the reference summarizes it, the
-details it leaves open marked *assumed*):
+Generation (:func:`segment_params`; the plugin's generator as far as public material describes it,
+the details it leaves open marked *assumed*):
 
 1. Input range: ``[qmin, qmax]`` codes, i.e. ``[(qmin - zp)·s_in, (qmax - zp)·s_in]``, narrowed to
    ``[lo, hi]``: ``lo`` is the last code of the leading run of codes on which the reference

@@ -2,7 +2,7 @@
 from it and list only their differences).
 
 Every value carries its provenance (see :mod:`qir.runtimes.march.profile`); the notes cite the
-public Horizon / D-Robotics material behind it (``../shared/reference/horizon-semantics.md``).
+public Horizon / D-Robotics material behind it (OpenExplorer and D-Robotics toolchain docs).
 """
 from __future__ import annotations
 

@@ -12,14 +12,14 @@ that declare them (``S(value, status, note, items)`` per field, :func:`make_prof
 Provenance
 ----------
 Horizon does not publish bit-exact nash semantics, so every parameter says where its value comes
-from (``../shared/reference/horizon-semantics.md`` §5):
+from:
 
 * ``documented``: stated in public Horizon / D-Robotics docs (for ``generic``: the ONNX spec).
-  Values the reference marks *DOC-summary* (seen in a Horizon page whose URL was not kept) count
-  as documented and say so in their note.
+  Values seen in a Horizon page whose address was not kept count as documented and say so in
+  their note.
 * ``source``: seen in a public copy of Horizon Python source (may be stale).
-* ``assumed``: our choice where nothing public exists, including the reference's *INFERENCE*
-  items. Assumed parameters are printed ``[ASSUMED]`` by ``qir profiles``; override them with
+* ``assumed``: our choice where nothing public exists, including our readings of
+  the public facts. Assumed parameters are printed ``[ASSUMED]`` by ``qir profiles``; override them with
   :meth:`MarchProfile.with_overrides` when you know better.
 * ``override``: set by the user through :meth:`MarchProfile.with_overrides`.
 

@@ -7,6 +7,8 @@ import pytest
 from qir.data import load_samples, save_outputs
 from qir.errors import InputError
 
+from ..conftest import NEEDS_TORCH
+
 
 def write_folder(root, names, n, shape=(1, 3)):
     for name in names:
@@ -74,10 +76,11 @@ def test_python_iterables_and_save_outputs(tmp_path):
         assert sorted(npz.keys()) == ["y/0", "y/1"]
 
 
+@pytest.mark.torch
 def test_arrays_tensors_and_tuples_bind_to_the_inputs_and_an_iterable_is_read_up_to_the_limit():
     """A DataLoader's items (a tensor, or a tuple of tensors) are samples; a generator is read
     no further than ``limit`` items."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     one = load_samples([torch.full((1, 2), 3.0), np.ones(2)], ["x"])
     assert isinstance(one[0]["x"], np.ndarray) and one[0]["x"].tolist() == [[3.0, 3.0]] and one[1]["x"].tolist() == [1, 1]
     two = load_samples([(torch.zeros(1), np.ones(1))], ["a", "b"])

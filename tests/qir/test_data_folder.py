@@ -8,6 +8,8 @@ from qir.data import load_samples
 from qir.data_folder import arrays_to_folder, images_to_folder, preprocess, read_image, resize, write_samples
 from qir.errors import InputError
 
+from ..conftest import NEEDS_TORCH
+
 PIL = pytest.importorskip("PIL.Image")
 
 
@@ -29,11 +31,12 @@ def photos(tmp_path):
     return folder, [arrays["img1"], arrays["img2"], arrays["img10"]]
 
 
+@pytest.mark.torch
 def test_resize_is_bilinear_with_half_pixel_centres():
     row = np.array([[[0.0], [1.0]]], np.float32)  # 1 x 2 x 1
     # source x of output x: (x + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25 -> clamped 0, 0.25, 0.75, 1
     np.testing.assert_allclose(resize(row, (1, 4))[0, :, 0], [0, 0.25, 0.75, 1])
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     image = np.random.default_rng(1).uniform(0, 255, (7, 9, 3)).astype(np.float32)
     for size in ((14, 5), (3, 4), (7, 9)):
         want = torch.nn.functional.interpolate(torch.from_numpy(image.transpose(2, 0, 1))[None], size=size,

@@ -13,7 +13,7 @@ import pytest
 import qir
 from qir.io.onnx_export import export_onnx
 
-from ..conftest import real_models
+from ..conftest import NEEDS_TORCH, real_models
 
 pytestmark = pytest.mark.slow
 
@@ -77,11 +77,12 @@ def test_numpy_interpreter_agrees_with_onnxruntime_on_real_images(case):
             assert err <= 1e-4, f"{name} on {image}, {value}: relative error {err:.2e}"
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("net_index, size", [(0, 12), (1, 24), (2, 48)], ids=["pnet", "rnet", "onet"])
 def test_mtcnn_torch_nets_export_import_and_agree_with_torch(net_index, size, tmp_path):
     """facenet-pytorch's MTCNN stages with their released weights (PReLU, MaxPool ceil_mode,
     Linear, Softmax), exported by torch, imported by qir, run on real face crops."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     from PIL import Image
 
     rm = real_models()

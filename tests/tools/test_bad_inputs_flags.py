@@ -12,6 +12,7 @@ import stat
 import numpy as np
 import pytest
 
+from ..conftest import NEEDS_TORCH
 from .bad_inputs import DATA, MODEL, PRECIOUS, files, one_clear_error, run_cli, skip_if_writable
 
 
@@ -158,8 +159,9 @@ def test_qir_data_refuses_numbers_that_would_make_garbage(option, value, says, i
     assert files(tmp_path / "out") == {}
 
 
+@pytest.mark.torch
 def test_import_torch_refuses_bad_opsets_shapes_and_files(tmp_path, capsys):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=NEEDS_TORCH)
     net = tmp_path / "net.py"
     net.write_text("import torch\n\ndef build():\n    return torch.nn.Sequential(torch.nn.Linear(4, 2))\n")
     (tmp_path / "broken.py").write_text("def build(:\n")

@@ -11,7 +11,7 @@ from qir.errors import InputError
 from qir.tools.cli import main
 from qir.tools.compat.quant_analysis import QuantAnalysis, metric_name
 
-from ..conftest import DIGITS, DIGITS_DATA, calibrated_real
+from ..conftest import DIGITS, DIGITS_DATA, NEEDS_TORCH, calibrated_real
 
 FILES = ["badcase.txt", "badcase.json", "badcase.npz", "compare_per_layer_out.txt", "compare_per_layer_out.csv",
          "abnormal_layer_advisor.txt", "sensitive_ops.txt", "sensitive_ops.json", "compare.json",
@@ -124,9 +124,10 @@ def test_float_model_against_its_onnxruntime_qdq_model(tmp_path, capsys):
     assert len(next(iter(sens["outputs"].values()))) > 50
 
 
+@pytest.mark.torch
 def test_pytorch_float_model_against_its_torch_ao_fake_quant_version(tmp_path):
     """QuantAnalysis takes the two PyTorch modules; layers carry their module paths."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     from ..qir.io.test_torch_import import _qat_model
 
     qat = _qat_model(torch.ao.quantization.get_default_qat_qconfig("qnnpack"))

@@ -17,7 +17,7 @@ from qir.runtimes import base as runtime_base
 from qir.tools.cli import main
 from qir.tools.reports.output import Outputs
 
-from ..conftest import DIGITS, DIGITS_DATA
+from ..conftest import DIGITS, DIGITS_DATA, NEEDS_TORCH
 
 MODEL = str(DIGITS / "model.onnx")
 DATA = str(DIGITS_DATA)
@@ -31,7 +31,7 @@ def calibrated(digits_calibrated_file) -> str:
 
 @pytest.fixture(scope="module")
 def torch_module(tmp_path_factory) -> str:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=NEEDS_TORCH)
     path = tmp_path_factory.mktemp("module") / "net.py"
     path.write_text("import torch\n\ndef build():\n    return torch.nn.Sequential(torch.nn.Linear(4, 2))\n")
     return f"{path}:build"
@@ -106,7 +106,12 @@ def no_runtime(monkeypatch):
     monkeypatch.setattr(runtime_base, "RUNTIMES", {n: (__name__, "_NoRuntime") for n in runtime_base.RUNTIMES})
 
 
-@pytest.mark.parametrize("case", list(COMMANDS))
+def _cases(names) -> list:
+    """The command cases, ``import-torch`` marked as needing torch."""
+    return [pytest.param(c, marks=pytest.mark.torch) if c == "import-torch" else c for c in names]
+
+
+@pytest.mark.parametrize("case", _cases(COMMANDS))
 def test_a_file_named_like_an_output_is_refused_before_any_work(case, calibrated, tmp_path, capsys, request,
                                                                 no_runtime):
     out = tmp_path / "out"
@@ -121,7 +126,7 @@ def test_a_file_named_like_an_output_is_refused_before_any_work(case, calibrated
     assert _files(out) == {COMMANDS[case][1]: PRECIOUS}  # nothing else written, no folder created
 
 
-@pytest.mark.parametrize("case", [c for c in COMMANDS if c not in MAY_WRITE])
+@pytest.mark.parametrize("case", _cases(c for c in COMMANDS if c not in MAY_WRITE))
 def test_force_replaces_the_output_and_touches_nothing_else(case, calibrated, tmp_path, capsys, request):
     out = tmp_path / "out"
     planted = out / COMMANDS[case][1]

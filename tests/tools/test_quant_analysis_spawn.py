@@ -14,7 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch.distributed")
+from ..conftest import NEEDS_TORCH
+
+pytestmark = pytest.mark.torch
+pytest.importorskip("torch.distributed", reason=NEEDS_TORCH)
 
 from torch.utils.data import DataLoader, Subset  # noqa: E402
 

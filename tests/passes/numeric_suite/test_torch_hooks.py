@@ -11,7 +11,9 @@ import pytest
 
 from qir.errors import ImportError_, InputError
 
-torch = pytest.importorskip("torch")
+from ...conftest import NEEDS_TORCH
+
+torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
 nn = torch.nn
 
 from torch.ao import quantization as tq  # noqa: E402
@@ -21,6 +23,7 @@ from torch.ao.ns.fx.utils import compute_sqnr  # noqa: E402
 from qir.passes.numeric_suite.torch_hooks import compare_model_outputs, compare_model_stub, compare_weights, sqnr_db  # noqa: E402
 
 pytestmark = [
+    pytest.mark.torch,
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::FutureWarning"),
     pytest.mark.filterwarnings("ignore::UserWarning"),

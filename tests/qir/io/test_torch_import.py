@@ -10,7 +10,10 @@ import pytest
 import qir
 from qir.errors import ImportError_
 
-torch = pytest.importorskip("torch")
+from ...conftest import NEEDS_TORCH
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
 nn = torch.nn
 F = torch.nn.functional
 

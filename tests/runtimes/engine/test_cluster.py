@@ -19,7 +19,7 @@ from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, one_at_a_time
 from qir.runtimes.engine.cluster import Cluster, current_cluster, parse_cluster, use_cluster
 from qir.runtimes.engine.distributed import load_model, model_payload
 
-from ...conftest import DIGITS_DATA, calibrate_for_nash_e
+from ...conftest import DIGITS_DATA, HAS_TORCH, NEEDS_TORCH, calibrate_for_nash_e
 from .cluster_cases import cluster_variants, saved_rows
 
 
@@ -146,8 +146,9 @@ def test_the_engine_takes_a_cluster_from_use_cluster_unless_told(digits_calibrat
         assert Engine(digits_calibrated, DIGITS_DATA, data_num=1, progress=False, cluster="local").cluster is None
 
 
+@pytest.mark.torch
 def test_cluster_torch_outside_torchrun_is_one_clear_error(monkeypatch, digits_calibrated):
-    pytest.importorskip("torch.distributed")
+    pytest.importorskip("torch.distributed", reason=NEEDS_TORCH)
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(InputError, match="runs inside a torchrun job.*torchrun --nproc_per_node"):
@@ -162,7 +163,9 @@ def test_an_ir_never_saved_is_sent_pickled():
 
 
 @pytest.mark.parametrize("cluster,words", [("ray://x", "ray://HOST:PORT"), ("slurm", "unknown cluster"),
-                                           ("torch", "runs inside a torchrun job"), ("auto", "needs Ray: pip install")])
+                                           pytest.param("torch", "runs inside a torchrun job", marks=[
+                                               pytest.mark.torch, pytest.mark.skipif(not HAS_TORCH, reason=NEEDS_TORCH)]),
+                                           ("auto", "needs Ray: pip install")])
 def test_cli_cluster_errors_are_one_line_before_any_work(cluster, words, calibrated_file, tmp_path, monkeypatch, capsys):
     from qir.tools.cli import main
 

@@ -17,10 +17,11 @@ from qir.passes.bad_case import find_bad_cases
 from qir.runtimes.engine import RESULTS_FILE, Engine, Variant, distributed
 from qir.tools.cli import main
 
-from ...conftest import DIGITS_DATA, calibrated_real
+from ...conftest import DIGITS_DATA, NEEDS_RAY, calibrated_real
 from .cluster_cases import cluster_variants, dying, saved_rows
 
-ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+ray = pytest.importorskip("ray", reason=NEEDS_RAY)
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ import qir
 from qir.runtimes.engine import RESULTS_FILE
 from qir.tools.cli import main
 
-from ...conftest import DIGITS_DATA, calibrated_real
+from ...conftest import DIGITS_DATA, NEEDS_TORCH, calibrated_real
 from .cluster_cases import saved_rows
 
-pytest.importorskip("torch.distributed")
+pytestmark = pytest.mark.torch
+pytest.importorskip("torch.distributed", reason=NEEDS_TORCH)
 
 DATA = str(DIGITS_DATA)
 
