@@ -61,7 +61,7 @@ def run(ir: QIR, feeds: Mapping[str, np.ndarray], *, runtime: str = Runtime.NUMP
         level: ``fakequant`` applies calibration nodes, ``float`` ignores them, ``integer``
             (numpy runtime) computes on integer codes as the ``march`` profile says.
         capture: names of intermediate values to return as well.
-        march: the profile the integer level emulates (``nash-e``, ``ort``, ...; default ``generic``).
+        march: the profile the integer level emulates (``nash-e``, ``ort``, ...; default ``nash-e``: :mod:`qir.execution`).
     """
     from qir.runtimes.base import get_runtime
 

@@ -97,7 +97,7 @@ class Engine:
         data: samples (folder, .npz, .npy, or an iterable of ``{input: array}``).
         runtime: ``ort`` (default) or ``numpy`` (the default, and the only one, at the integer level).
         level: ``fakequant`` (default) or ``integer``: what the NPU computes, per ``march`` (a
-            profile name, default ``generic``; see :mod:`.whole`).
+            profile name, default ``nash-e``: :mod:`qir.execution`; see :mod:`.whole`).
         reference: ``float`` or ``quantized`` (the configuration variants change).
         reference_changes: changes (as a variant's: node -> ``"int16"``, ``"int8@2.5"``) that make
             the reference configuration itself: variants near a configuration far from the IR's

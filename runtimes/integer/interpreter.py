@@ -32,7 +32,7 @@ import numpy as np
 from qir import once
 from qir.calibration import QRANGE
 from qir.errors import QirError
-from qir.execution import Level, Runtime
+from qir.execution import DEFAULT_MARCH, Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode, CalibRole
 from qir.records import CalibRecord, OpRecord
@@ -229,7 +229,7 @@ class IntegerRuntime:
     name = Runtime.NUMPY
     level = Level.INTEGER
 
-    def __init__(self, march: str | MarchProfile = "generic") -> None:
+    def __init__(self, march: str | MarchProfile = DEFAULT_MARCH) -> None:
         self.profile = get_profile(march)
         self.last_stats: IntegerStats | None = None
 
