@@ -29,7 +29,7 @@ from qir import once
 from qir.errors import InputError, did_you_mean
 from qir.files import atomic_write
 
-__all__ = ["Samples", "load_samples", "model_samples", "save_outputs", "save_npz", "forget_warnings"]
+__all__ = ["Samples", "load_samples", "model_samples", "check_fit", "check_shape", "save_outputs", "save_npz", "forget_warnings"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,7 @@ def model_samples(ir, source: Any, limit: int | None = None) -> Samples:
         samples = samples[:limit]
     if not len(samples):
         raise InputError("the data holds no samples")
+    check_fit(ir, samples)
     return samples
 
 
@@ -267,3 +268,56 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
                     np.lib.format.write_array(f, np.asarray(array), allow_pickle=False)
 
     return atomic_write(path, write)
+
+
+# ------------------------------------------------------------------------------ data vs model
+_DYNAMIC_FIXED = "data: dynamic dimensions fixed"  # :mod:`qir.once` topic: (source, input) already said
+
+
+def check_fit(ir, samples: Samples) -> None:
+    """Before any work: the first sample against every model input (:func:`check_shape`)."""
+    first = samples[0]
+    for name in ir.inputs:
+        rec = ir.value(name)
+        if rec.shape is not None and name in first:
+            check_shape(name, list(rec.shape), tuple(np.shape(first[name])), samples.source)
+
+
+def check_shape(name: str, expected: Sequence, found: Sequence[int], source: str) -> None:
+    """One clear error when a sample of shape ``found`` cannot fit input ``name`` of shape
+    ``expected`` (ints, or names / None for dynamic dimensions): the input, the shape found, the
+    shape expected and the ``qir data`` flag that makes it fit. Else one log line, once per input
+    and data ``source``, naming the dynamic dimensions the data fixes."""
+    expected, found = list(expected), tuple(int(f) for f in found)
+    if len(found) != len(expected):
+        raise InputError(f"sample 0: input {name!r} expects shape {_dims_text(expected)} (rank {len(expected)}), "
+                         f"got {list(found)}{_fix_hint(expected, found)}")
+    bad = [i for i, (d, f) in enumerate(zip(expected, found)) if isinstance(d, int) and d != f]
+    if bad:
+        raise InputError(f"sample 0: input {name!r} expects shape {_dims_text(expected)}, got {list(found)} "
+                         f"(dimension {bad[0]} differs){_fix_hint(expected, found)}")
+    fixed = [f"{d}={f}" for d, f in zip(expected, found) if not isinstance(d, int)]
+    if fixed and once.first_time(_DYNAMIC_FIXED, (source, name)):
+        logger.info("input %r %s: the data fixes %s", name, _dims_text(expected), ", ".join(fixed))
+
+
+def _dims_text(shape) -> str:
+    return "[" + ",".join(str(d) if d is not None else "?" for d in shape) + "]"
+
+
+def _fix_hint(expected: list, found: tuple) -> str:
+    """What ``qir data`` flag turns ``found`` into ``expected``: the layout (channels first, a
+    batch axis) or the size, where one of them explains the difference."""
+    if len(expected) == 4 and len(found) == 3:
+        return "; the samples have no batch axis: make the folder with `qir data ... --layout NCHW` (a batch axis of 1)"
+    if len(expected) == 4 and len(found) == 4:
+        channels = expected[1]
+        if isinstance(channels, int) and found[3] == channels and found[1] != channels:
+            return ("; the samples are channels-last (NHWC) and the model reads channels first: make the folder "
+                    "with `qir data ... --layout NCHW`")
+        if isinstance(channels, int) and found[1] != channels:
+            return (f"; the model reads {channels} channel(s): make the folder with `qir data ... --channels "
+                    f"{'gray' if channels == 1 else 'rgb'}`")
+        if all(isinstance(d, int) for d in expected[2:]):
+            return f"; make the folder with `qir data ... --size {expected[2]},{expected[3]}`"
+    return ""

@@ -101,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("qir.progress").setLevel(logging.INFO)  # progress lines when stderr is no terminal
+    logging.getLogger("qir.data").setLevel(logging.INFO)  # which dynamic dimensions the data fixes (one line)
     forget_warnings()  # each command names the NaN/Inf samples it reads, whatever ran before in this process
     try:
         return int(args.func(args) or 0)

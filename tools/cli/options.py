@@ -194,7 +194,7 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | li
 
 def resolve_shapes(model: str, given, data: str | None = None) -> dict[str, list[int]] | None:
     """Input shapes to import with: as given, else (for dynamic inputs) from the first sample."""
-    from qir.data import load_samples
+    from qir.data import check_shape, load_samples
     from qir.io.onnx_proto import read_onnx
 
     if given is None and data is None:
@@ -218,9 +218,12 @@ def resolve_shapes(model: str, given, data: str | None = None) -> dict[str, list
     if not len(samples):
         raise InputError(f"{data} holds no samples")
     first = samples[0]
-    shapes = {n: list(np.shape(first[n])) for n in dynamic}
-    logger.info("fixing dynamic input shapes from the data: %s", shapes)
-    return shapes
+    for i in inputs:
+        if i.name in dynamic:
+            declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
+                        for d in i.type.tensor_type.shape.dim]
+            check_shape(i.name, declared, np.shape(first[i.name]), samples.source)
+    return {n: list(np.shape(first[n])) for n in dynamic}
 
 
 def outputs(args: argparse.Namespace, folder: str | Path = ".") -> Outputs:

@@ -67,7 +67,7 @@ def _stats_table(results: list[dict[str, np.ndarray]]) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import qir
-    from qir.data import load_samples, save_outputs
+    from qir.data import check_fit, load_samples, save_outputs
     from qir.tools.progress import run_samples
 
     execution = resolve_level(args)
@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         samples = samples[: args.data_num]
     if not len(samples):
         raise InputError(f"{args.data} holds no samples")
+    check_fit(ir, samples)  # (samples may differ in size: the first is checked before any run)
     start = time.perf_counter()
     results = run_samples(ir, samples, runtime, desc=f"{runtime}", level=level, march=march)
     elapsed = time.perf_counter() - start
