@@ -25,7 +25,7 @@ from qir.graph import QIR
 from qir.io.onnx_export import CalibLowering, export_onnx
 from qir.runtimes.base import LEVELS, check_capture, check_feeds
 from qir.runtimes.numerics import ROUNDING
-from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, lower_layout_stable
+from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, lower_layout_stable, lower_spec
 
 __all__ = ["OrtRuntime", "new_session"]
 
@@ -104,7 +104,7 @@ class OrtRuntime:
             nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
             outputs.append(helper.make_empty_tensor_value_info(out))
         model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs,
-                            lower_op=lower_layout_stable if self.layout_stable else None)
+                            lower_op=lower_layout_stable if self.layout_stable else lower_spec)
         session = new_session(model, self.threads, self.optimization, what=f"model {ir.name!r}")
         names = [o.name for o in session.get_outputs()]
         keys = list(ir.outputs) + list(captured)  # session output i is value keys[i]
@@ -112,15 +112,23 @@ class OrtRuntime:
             names, keys = names[len(ir.outputs):], []
         return session, names, keys
 
+    def _cached_session(self, ir: QIR, ordered: tuple[str, ...]):
+        """The session for a capture *set* (sorted), built once per IR version and settings."""
+        key = ("ort-session", ordered, self.threads, self.optimization, self.level, self.rounding,
+               self.lower_calibration, self.layout_stable, os.getpid())
+        return ir.cached(key, lambda: self._session(ir, ordered))
+
+    def prepare(self, ir: QIR) -> None:
+        """Build (and cache) the session that :meth:`run` without captures uses, so a model
+        onnxruntime cannot load is refused before anything runs."""
+        self._cached_session(ir, ())
+
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
             capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
         """Execute ``ir``; returns graph outputs and captured values by name."""
         feeds = check_feeds(ir, feeds)
         captured = check_capture(ir, capture)
-        ordered = tuple(sorted(captured))  # one session per capture *set*, whatever the order
-        key = ("ort-session", ordered, self.threads, self.optimization, self.level, self.rounding,
-               self.lower_calibration, self.layout_stable, os.getpid())
-        session, names, keys = ir.cached(key, lambda: self._session(ir, ordered))
+        session, names, keys = self._cached_session(ir, tuple(sorted(captured)))
         try:
             values = dict(zip(keys, session.run(names, dict(feeds))))
         except Exception as exc:
