@@ -195,14 +195,21 @@ class NumpyRuntime:
         self.rounding = rounding
         self.fold_batchnorm = fold_batchnorm
 
+    def _plan(self, ir: QIR, keep: frozenset[str]) -> ExecutionPlan:
+        return ir.cached(("numpy-plan", keep, self.fold_batchnorm), lambda: execution_plan(ir, keep, self.fold_batchnorm))
+
+    def prepare(self, ir: QIR) -> None:
+        """Build (and cache) the plan :meth:`run` without captures uses, so a model with an op
+        this runtime has no kernel for is refused before anything runs."""
+        self._plan(ir, frozenset(ir.outputs))
+
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
             capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
         """Execute ``ir``; returns graph outputs and captured values by name."""
         feeds = check_feeds(ir, feeds)
         captured = check_capture(ir, capture)
         keep = frozenset(ir.outputs) | frozenset(captured)
-        plan = ir.cached(("numpy-plan", keep, self.fold_batchnorm),
-                         lambda: execution_plan(ir, keep, self.fold_batchnorm))
+        plan = self._plan(ir, keep)
         env: dict[str, Any] = dict(plan.weights)
         env.update(feeds)
         quantize = self.level == "fakequant"
