@@ -4,9 +4,11 @@
 node, the op and the attribute, input or type that the runtime cannot compute as ONNX
 specifies, and what to do instead. The rules:
 
-* Both runtimes compute the tensor types of :data:`ELEMENT_TYPES` only; bfloat16, the float8 /
-  float4 formats and the packed 4- and 2-bit integers are refused (onnxruntime's Python API
-  cannot hand them over, numpy has no arithmetic for them).
+* Both runtimes compute the tensor types of :data:`ELEMENT_TYPES` and :data:`NARROW_TYPES`
+  (bfloat16, the float8 / float4 formats, the packed 4- and 2-bit integers); others (complex
+  numbers) are refused. onnxruntime computes the narrow types in any op it has a kernel for
+  (:mod:`qir.runtimes.ort.boundary` carries them across its Python API); the numpy runtime only
+  in the ops of :data:`NUMPY_NARROW_OPS` (numpy has no arithmetic for them).
 * Both refuse what cannot give ONNX's answer on any input: training-mode Dropout (random
   numbers) and BatchNormalization (batch statistics), and the ops of :data:`REFUSED_OPS`
   (signal processing, MaxUnpool, the opset-23 Attention op), each with its reason.
@@ -28,12 +30,19 @@ from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.records import OpRecord
 
-__all__ = ["check_supported", "ELEMENT_TYPES", "REFUSED_OPS", "NUMPY_REFUSED"]
+__all__ = ["check_supported", "ELEMENT_TYPES", "NARROW_TYPES", "NUMPY_NARROW_OPS", "REFUSED_OPS", "NUMPY_REFUSED"]
 
 logger = logging.getLogger(__name__)
 
 ELEMENT_TYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
                            "uint32", "uint64", "bool", "object"})  # object: ONNX strings
+
+# bfloat16, the float8 / float4 formats and the packed integers (numpy dtypes from ml_dtypes)
+NARROW_TYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                          "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"})
+# the numpy ops that compute NARROW_TYPES (as ONNX's reference does), and which of them
+NUMPY_NARROW_OPS = {"Cast": NARROW_TYPES, "CastLike": NARROW_TYPES, "Identity": NARROW_TYPES,
+                    "Einsum": frozenset({"bfloat16"})}
 
 REFUSED_OPS = {
     "DFT": "signal processing (onnxruntime's DFT differs from ONNX's reference by more than the suite's "
@@ -62,12 +71,22 @@ def check_supported(ir: QIR, runtime: str) -> None:
 
 def _check_types(ir: QIR, runtime: str) -> None:
     for value in ir.values():
-        if value.dtype is not None and value.dtype not in ELEMENT_TYPES:
+        if value.dtype is not None and value.dtype not in ELEMENT_TYPES | NARROW_TYPES:
             what = "weight" if value.kind is NodeKind.WEIGHT else "value"
             raise UnsupportedOpError(
                 f"{what} {value.name!r} has element type {value.dtype}, which the {runtime} runtime does not "
-                f"compute (it computes {', '.join(sorted(ELEMENT_TYPES - {'object'}))} and strings); convert the "
-                "model to float32 or float16 first")
+                f"compute; convert the model to float32 or float16 first")
+    if runtime != "numpy":
+        return
+    for rec in ir.runnables():
+        allowed = NUMPY_NARROW_OPS.get(getattr(rec, "op_type", ""), frozenset()) if not getattr(rec, "domain", "") else ()
+        for name in (*rec.inputs, *rec.outputs):
+            dtype = ir.value(name).dtype if name else None
+            if dtype in NARROW_TYPES and dtype not in allowed:
+                raise UnsupportedOpError(
+                    f"node {rec.name!r} ({getattr(rec, 'op_type', 'calibration')}) reads or writes {name!r} of "
+                    f"type {dtype}, which the numpy runtime computes only in Cast, CastLike and Identity (and "
+                    "Einsum in bfloat16); run this model with the ort runtime (--runtime ort)")
 
 
 def _where(op: OpRecord) -> str:

@@ -8,7 +8,8 @@ on the IR. ``session.disable_quant_qdq`` keeps onnxruntime from fusing QuantizeL
 DequantizeLinear pairs into integer kernels, so fake quantization means what it says.
 With ``layout_stable`` (the analysis engine's setting), GlobalAveragePool is written as
 ReduceMean (:func:`qir.runtimes.ort.lowering.lower_layout_stable`), so a part of a model computes exactly what the whole
-model computes there.
+model computes there. Graph inputs and outputs of types onnxruntime's Python API cannot
+exchange (bfloat16, float8, 4-bit integers) cross in a wider type (:mod:`.boundary`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from qir.graph import QIR
 from qir.io.onnx_export import CalibLowering, export_onnx
 from qir.runtimes.base import LEVELS, check_capture, check_feeds
 from qir.runtimes.numerics import ROUNDING
+from qir.runtimes.ort.boundary import WidenedSession, widen_boundary
 from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, lower_layout_stable, lower_spec
 
 __all__ = ["OrtRuntime", "new_session"]
@@ -105,7 +107,10 @@ class OrtRuntime:
             outputs.append(helper.make_empty_tensor_value_info(out))
         model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs,
                             lower_op=lower_layout_stable if self.layout_stable else lower_spec)
+        model, wide_inputs, narrow_outputs = widen_boundary(model)
         session = new_session(model, self.threads, self.optimization, what=f"model {ir.name!r}")
+        if wide_inputs or narrow_outputs:
+            session = WidenedSession(session, wide_inputs, narrow_outputs)
         names = [o.name for o in session.get_outputs()]
         keys = list(ir.outputs) + list(captured)  # session output i is value keys[i]
         if reduce_min_max:  # only the two vectors of minima and maxima are fetched

@@ -40,11 +40,15 @@ def _implied_clip_nodes(rec: CalibRecord, x: str, y: str, name: str) -> list[onn
 def lower_spec(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
     """An op whose onnxruntime kernel departs from ONNX's specification, written so that it
     does not (Resize with align_corners and scales: :mod:`.resize_lowering`; ReduceMax/ReduceMin
-    of bool tensors), else None."""
+    of bool tensors; Pow with an unsigned exponent, which it has no kernel for), else None."""
     from qir.runtimes.ort.resize_lowering import lower_resize
 
     if op.op_type in ("ReduceMax", "ReduceMin") and not op.domain and ir.value(op.inputs[0]).dtype == "bool":
         return _bool_reduction(op)
+    if op.op_type == "Pow" and not op.domain and (ir.value(op.inputs[1]).dtype or "").startswith("uint"):
+        p = f"{op.name}::"  # onnxruntime has no kernel for unsigned exponents; int64 holds them exactly (< 2^63)
+        return [helper.make_node("Cast", [op.inputs[1]], [p + "exponent"], name=p + "exponent", to=TensorProto.INT64),
+                helper.make_node("Pow", [op.inputs[0], p + "exponent"], list(op.outputs), name=op.name)]
     return lower_resize(ir, op)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.reference
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -85,15 +86,39 @@ def test_training_modes_are_refused_before_running(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_narrow_types_cross_the_boundary_and_cast_as_onnx_says(backend):
+    """bfloat16 / float8 graph inputs and outputs (ml_dtypes arrays) go through both runtimes;
+    float8 casts saturate as ONNX's reference does."""
+    import ml_dtypes
+
+    x = np.array([[1.0, -2.5, 3.1], [448.0, 1e6, -1e6]], np.float32)
+    for to, dtype in ((TensorProto.BFLOAT16, ml_dtypes.bfloat16), (TensorProto.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn)):
+        model = _model([helper.make_node("Cast", ["x"], ["y"], to=to)], [_vi("x")], [_vi("y", to)], opset=19)
+        (y,) = backend.run_model(model, [x])
+        want = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})[0]
+        assert y.dtype == dtype and np.array_equal(y.astype(np.float32), want.astype(np.float32))
+        back = _model([helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)], [_vi("y", to)], [_vi("z")], opset=19)
+        assert np.array_equal(backend.run_model(back, [y])[0], y.astype(np.float32))
+    assert backend.run_model(model, [x])[0].astype(np.float32)[1].tolist() == [448.0, 448.0, -448.0]  # saturated
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_unsupported_types_and_ops_are_refused_naming_them(backend):
-    model = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)], [_vi("x")],
-                   [_vi("y", TensorProto.BFLOAT16)])
-    with pytest.raises(UnsupportedOpError, match="value 'y' has element type bfloat16"):
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.COMPLEX64)], [_vi("x")],
+                   [_vi("y", TensorProto.COMPLEX64)])
+    with pytest.raises(UnsupportedOpError, match="value 'y' has element type complex64"):
         backend.prepare(model)
     dft = helper.make_node("DFT", ["x"], ["y"], name="fft")
     model = _model([dft], [_vi("x", shape=(1, 8, 1))], [_vi("y", shape=(1, 8, 2))], opset=17)
     with pytest.raises(UnsupportedOpError, match="'fft' \\(DFT\\): qir does not run DFT: signal processing"):
         backend.prepare(model)
+
+
+def test_numpy_computes_narrow_types_only_in_casts():
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [_vi("x", TensorProto.BFLOAT16)],
+                   [_vi("y", TensorProto.BFLOAT16)])
+    with pytest.raises(UnsupportedOpError, match="node 'r' \\(Relu\\) reads or writes 'x' of type bfloat16"):
+        NumpyBackend.prepare(model)
 
 
 def test_numpy_refuses_an_op_without_a_kernel_in_prepare():
