@@ -13,6 +13,7 @@ The rules (issue 38):
   (or, refusing a whole model as too old, its opset).
 * Every non-expanded case of the ops in :data:`MUST_PASS` passes on both runtimes, except the
   refusals :data:`MAY_REFUSE` lists with their reasons.
+* Every attribute of an imported model comes back from qir's export with its type and value.
 
 The pass / refused counts per runtime are printed at the end of the run (``tests/qir/conftest.py``
 reads them from each test's ``user_properties``).
@@ -153,6 +154,7 @@ def test_node_case(name, runtime, record_property):
         if single and _op_types(case) <= MUST_PASS:
             assert _may_refuse(name, runtime), f"{name} must pass on {runtime}; refused: {exc}"
         return
+    assert not _lost_attributes(case, rep), "the IR's round trip lost or changed these attributes"
     for inputs, expected in case.data_sets:
         outputs = rep.run([_as_array(x) for x in inputs])
         Runner.assert_similar_outputs([_as_array(x) for x in expected], outputs, rtol=case.rtol, atol=case.atol)
@@ -167,3 +169,25 @@ def test_every_excluded_family_is_in_the_suite():
 def test_every_must_pass_op_has_cases():
     ops = {op for case in _cases().values() for op in _op_types(case) if len(case.model.graph.node) == 1}
     assert MUST_PASS <= ops, MUST_PASS - ops
+
+
+
+def _attribute_value(attr: onnx.AttributeProto):
+    """An attribute's type and value; a tensor's by its contents (its name is not kept)."""
+    if attr.type == onnx.AttributeProto.TENSOR:
+        value = onnx.numpy_helper.to_array(attr.t)
+        return attr.type, value.dtype.str, value.shape, value.tobytes()
+    return attr.type, attr.SerializeToString(deterministic=True)
+
+
+def _lost_attributes(case, rep) -> list[str]:
+    """The attributes of the case's nodes that qir's export does not give back as they were
+    (checked where the import folded nothing away, so the nodes pair up in order)."""
+    from qir.io.onnx_export import export_onnx
+
+    before = [n for n in case.model.graph.node if n.op_type != "Constant"]
+    after = list(export_onnx(rep.ir).graph.node)
+    if [n.op_type for n in before] != [n.op_type for n in after]:
+        return []
+    return [f"{old.op_type}.{a.name}" for old, new in zip(before, after) for a in old.attribute
+            if _attribute_value(a) != next((_attribute_value(b) for b in new.attribute if b.name == a.name), None)]
