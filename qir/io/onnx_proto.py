@@ -79,9 +79,10 @@ def _check_tensor_types(proto: onnx.ModelProto, where: str) -> None:
         for vi in values:
             which = vi.type.WhichOneof("value")
             if which not in (None, "tensor_type"):
+                what = which.replace("_type", "").replace("_", " ")
                 raise UnsupportedOpError(
-                    f"{where}: graph {kind} {vi.name!r} is a {which.replace('_type', '')}, which the IR cannot "
-                    "represent (its values are tensors); give the model tensor inputs and outputs")
+                    f"{where}: graph {kind} {vi.name!r} is {'an' if what[0] in 'aeiou' else 'a'} {what}, which the "
+                    "IR cannot represent (its values are tensors); give the model tensor inputs and outputs")
 
 
 def fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
