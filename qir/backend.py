@@ -1,16 +1,18 @@
 """qir as an ONNX backend (``onnx.backend.base.Backend``): ``prepare`` loads a model with
-:func:`qir.load` and readies a runtime for it, ``run`` executes it with :func:`qir.run`.
+:func:`qir.load` and readies a runtime for it, ``run`` executes it on that runtime (as
+:func:`qir.run` does).
 
 One backend class per runtime: :class:`NumpyBackend` (the reference interpreter) and
-:class:`OrtBackend` (onnxruntime), so ``onnx.backend.test.BackendTest(NumpyBackend, __name__)``
-runs ONNX's own test suite through qir's IR round trip and either runtime.
+:class:`OrtBackend` (onnxruntime), so ONNX's own test suite (``onnx.backend.test.BackendTest``,
+or a loop over ``onnx.backend.test.case.node.collect_testcases()`` as
+``tests/qir/test_onnx_node_suite.py`` does) runs through qir's IR and either runtime.
 
 Rules:
 
-* Everything qir refuses, it refuses in ``prepare`` (import, and the runtime's own check of
-  what it can execute: :func:`qir.runtimes.support.check_supported`), with a
-  :class:`~qir.errors.QirError` naming the op and the attribute; ``run`` then executes only
-  what was accepted.
+* Everything qir refuses, it refuses in ``prepare``: the import, then the runtime's plan or
+  session (``runtime.prepare``, which applies :func:`qir.runtimes.support.check_supported`
+  and the runtime's own limits), with a :class:`~qir.errors.QirError` naming the op and the
+  attribute; ``run`` then executes only what was accepted.
 * Inputs are converted to the type the model declares for them (ONNX's suite hands strings and
   some numbers over as object arrays); a value that does not convert is an InputError.
 * The IR runs at qir's default level (``fakequant``): the calibration nodes of an imported QDQ
@@ -60,14 +62,10 @@ class QirBackend(Backend):
         if not cls.supports_device(device):
             raise InputError(f"qir runs on the CPU; device {device!r} is not supported")
         from qir.runtimes.base import get_runtime
-        from qir.runtimes.support import check_supported
 
         ir = load(model)
-        check_supported(ir, cls.runtime)
         runtime = get_runtime(cls.runtime, **kwargs)
-        prepare = getattr(runtime, "prepare", None)
-        if prepare is not None:
-            prepare(ir)
+        runtime.prepare(ir)
         return QirBackendRep(ir, runtime)
 
     @classmethod

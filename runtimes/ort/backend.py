@@ -28,6 +28,8 @@ from qir.runtimes.base import LEVELS, check_capture, check_feeds
 from qir.runtimes.numerics import ROUNDING
 from qir.runtimes.ort.boundary import WidenedSession, widen_boundary
 from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, lower_layout_stable, lower_spec
+from qir.runtimes.ort.resize_lowering import check as check_resize
+from qir.runtimes.support import check_supported
 
 __all__ = ["OrtRuntime", "new_session"]
 
@@ -91,6 +93,8 @@ class OrtRuntime:
         return dict(zip(names, zip(lows.tolist(), highs.tolist())))
 
     def _session(self, ir: QIR, captured: tuple[str, ...], reduce_min_max: bool = False):
+        check_supported(ir, "ort")
+        check_resize(ir)
         if self.level == "float":
             def lower(_ir, rec):  # noqa: E306 - float level: pass through (restoring removed activations)
                 if rec.implied_clip is not None:
@@ -124,8 +128,9 @@ class OrtRuntime:
         return ir.cached(key, lambda: self._session(ir, ordered))
 
     def prepare(self, ir: QIR) -> None:
-        """Build (and cache) the session that :meth:`run` without captures uses, so a model
-        onnxruntime cannot load is refused before anything runs."""
+        """Build (and cache) the session that :meth:`run` without captures uses: what qir
+        refuses (:func:`qir.runtimes.support.check_supported`) and a model onnxruntime cannot
+        load are refused before anything runs."""
         self._cached_session(ir, ())
 
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,

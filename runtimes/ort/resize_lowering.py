@@ -15,11 +15,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from qir.errors import UnsupportedOpError
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.records import OpRecord
 
-__all__ = ["lower_resize", "needs_rewrite", "rewrite_possible"]
+__all__ = ["lower_resize", "needs_rewrite", "rewrite_possible", "check"]
 
 
 def _scales(ir: QIR, op: OpRecord) -> np.ndarray | None:
@@ -51,6 +52,17 @@ def rewrite_possible(ir: QIR, op: OpRecord) -> bool:
     """The rewrite needs constant scales and a static input shape, or scales over every axis
     (no ``axes`` attribute)."""
     return _static(ir, op) or "axes" not in op.attrs
+
+
+def check(ir: QIR) -> None:
+    """Refuse (UnsupportedOpError) a Resize this module would need to rewrite but cannot: an
+    ``axes`` attribute with dynamic scales or input shape."""
+    for op in ir.ops("Resize"):
+        if needs_rewrite(ir, op) and not rewrite_possible(ir, op):
+            raise UnsupportedOpError(
+                f"node {op.name!r} (Resize): align_corners with a scales input and the axes attribute needs "
+                "constant scales and a static input shape for onnxruntime to compute ONNX's coordinates; load "
+                "the model with static input_shapes, or give scales for every axis")
 
 
 def _plan(ir: QIR, op: OpRecord) -> tuple[list[float], list[float], list[int]] | None:

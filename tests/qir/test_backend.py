@@ -123,6 +123,15 @@ def test_numpy_computes_narrow_types_only_in_casts():
 
 def test_numpy_refuses_an_op_without_a_kernel_in_prepare():
     model = _model([helper.make_node("Det", ["x"], ["y"], name="det")], [_vi("x", shape=(3, 3))], [_vi("y", shape=())])
-    with pytest.raises(UnsupportedOpError, match="no kernel for Det \\(node 'det'\\); run this model with the ort"):
+    with pytest.raises(UnsupportedOpError, match="no kernel for Det \\(nodes det\\); run this model with the ort"):
         NumpyBackend.prepare(model)
     assert OrtBackend.run_model(model, [np.eye(3, dtype=np.float32)])[0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "ort"])
+def test_qir_run_refuses_before_running_too(runtime):
+    """The runtimes apply the same checks when they build their plan or session."""
+    import qir
+
+    with pytest.raises(UnsupportedOpError, match="'drop' \\(Dropout\\): the training_mode input is true"):
+        qir.run(qir.load(_dropout(True)), {"x": np.ones((2, 3), np.float32)}, runtime=runtime)
