@@ -65,7 +65,9 @@ class QirBackend(Backend):
 
         ir = load(model)
         runtime = get_runtime(cls.runtime, **kwargs)
-        runtime.prepare(ir)
+        prepare = getattr(runtime, "prepare", None)  # (the integer level's runtime has none)
+        if prepare is not None:
+            prepare(ir)
         return QirBackendRep(ir, runtime)
 
     @classmethod
