@@ -7,6 +7,10 @@ declared float32 (int8 / uint8 for the integers) and cast to its type inside the
 output is cast to the wide type at the end. :class:`WidenedSession` converts the feeds to the
 wide type and the outputs back; every value of the narrow types is exact in the wide one, so
 nothing changes but the container.
+
+onnxruntime has no kernels for float4e2m1 at all: a float4 graph input stays float32 inside
+the graph (an Identity instead of the Cast; a Cast from it then reads float32), and a Cast to
+float4 whose result is a graph output rounds in float32 instead (:func:`float4_cast`).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-__all__ = ["NARROW_TYPES", "widen_boundary", "WidenedSession"]
+__all__ = ["NARROW_TYPES", "widen_boundary", "WidenedSession", "float4_cast"]
 
 # narrow ONNX element type -> the wide one it crosses the boundary as
 NARROW_TYPES = {
@@ -74,7 +78,10 @@ def widen_boundary(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, n
         if elem in NARROW_TYPES:
             inner = f"{vi.name}::narrow"
             _rename_uses(graph, vi.name, inner, outputs=False)
-            first.append(helper.make_node("Cast", [vi.name], [inner], name=f"{inner}.cast", to=elem))
+            if elem == TensorProto.FLOAT4E2M1:  # no float4 kernels: its values stay exact in float32
+                first.append(helper.make_node("Identity", [vi.name], [inner], name=f"{inner}.cast"))
+            else:
+                first.append(helper.make_node("Cast", [vi.name], [inner], name=f"{inner}.cast", to=elem))
             vi.type.tensor_type.elem_type = NARROW_TYPES[elem]
             inputs[vi.name] = _np(NARROW_TYPES[elem])
     for vi in graph.output:
@@ -89,3 +96,34 @@ def widen_boundary(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, n
     del graph.node[:]
     graph.node.extend(nodes)
     return widened, inputs, outputs
+
+
+def float4_cast(x: str, y: str, name: str) -> list[onnx.NodeProto]:
+    """Nodes writing to ``y`` (float32) ``x`` rounded to float4e2m1 as ONNX's reference casts it:
+    to the nearest of 0, 0.5, 1, 1.5, 2, 3, 4, 6 (ties to the even mantissa: steps of 0.5 below 2,
+    of 1 below 4, of 2 above, with ``Round`` halving to even), saturating at 6 (infinities too),
+    the sign kept, NaN to zero."""
+    p = f"{name}::"
+    make = helper.make_node
+
+    def const(tag: str, value: float) -> onnx.NodeProto:
+        return make("Constant", [], [p + tag], name=p + tag, value=helper.make_tensor(p + tag, TensorProto.FLOAT, [], [value]))
+
+    return [
+        *(const(t, v) for t, v in (("zero", 0.0), ("half", 0.5), ("one", 1.0), ("two", 2.0), ("four", 4.0), ("six", 6.0))),
+        make("Cast", [x], [p + "x"], name=p + "x", to=TensorProto.FLOAT),
+        make("Abs", [p + "x"], [p + "abs"], name=p + "abs"),
+        make("Less", [p + "abs", p + "two"], [p + "below2"], name=p + "below2"),
+        make("Less", [p + "abs", p + "four"], [p + "below4"], name=p + "below4"),
+        make("Where", [p + "below4", p + "one", p + "two"], [p + "coarse"], name=p + "coarse"),
+        make("Where", [p + "below2", p + "half", p + "coarse"], [p + "step"], name=p + "step"),
+        make("Div", [p + "abs", p + "step"], [p + "steps"], name=p + "steps"),
+        make("Round", [p + "steps"], [p + "rounded"], name=p + "rounded"),
+        make("Mul", [p + "rounded", p + "step"], [p + "grid"], name=p + "grid"),
+        make("Min", [p + "grid", p + "six"], [p + "saturated"], name=p + "saturated"),
+        make("IsNaN", [p + "x"], [p + "nan"], name=p + "nan"),
+        make("Where", [p + "nan", p + "zero", p + "saturated"], [p + "magnitude"], name=p + "magnitude"),
+        make("Neg", [p + "magnitude"], [p + "negative"], name=p + "negative"),
+        make("Less", [p + "x", p + "zero"], [p + "sign"], name=p + "sign"),
+        make("Where", [p + "sign", p + "negative", p + "magnitude"], [y], name=name),
+    ]

@@ -40,7 +40,8 @@ def _implied_clip_nodes(rec: CalibRecord, x: str, y: str, name: str) -> list[onn
 def lower_spec(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
     """An op whose onnxruntime kernel departs from ONNX's specification, written so that it
     does not (Resize with align_corners and scales: :mod:`.resize_lowering`; ReduceMax/ReduceMin
-    of bool tensors; Pow with an unsigned exponent, which it has no kernel for), else None."""
+    of bool tensors; Pow with an unsigned exponent and a Cast to float4e2m1 that is a graph
+    output, which it has no kernels for: :func:`qir.runtimes.ort.boundary.float4_cast`), else None."""
     from qir.runtimes.ort.resize_lowering import lower_resize
 
     if op.op_type in ("ReduceMax", "ReduceMin") and not op.domain and ir.value(op.inputs[0]).dtype == "bool":
@@ -49,6 +50,12 @@ def lower_spec(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
         p = f"{op.name}::"  # onnxruntime has no kernel for unsigned exponents; int64 holds them exactly (< 2^63)
         return [helper.make_node("Cast", [op.inputs[1]], [p + "exponent"], name=p + "exponent", to=TensorProto.INT64),
                 helper.make_node("Pow", [op.inputs[0], p + "exponent"], list(op.outputs), name=op.name)]
+    to_float4 = (op.attrs.get("to") == TensorProto.FLOAT4E2M1 if op.op_type == "Cast"
+                 else op.op_type == "CastLike" and ir.value(op.inputs[1]).dtype == "float4_e2m1fn")
+    if to_float4 and not op.domain and op.outputs[0] in ir.outputs:
+        from qir.runtimes.ort.boundary import float4_cast
+
+        return float4_cast(op.inputs[0], op.outputs[0], op.name)
     return lower_resize(ir, op)
 
 

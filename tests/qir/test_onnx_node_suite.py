@@ -87,8 +87,6 @@ DepthToSpace Einsum
 MAY_REFUSE: tuple[tuple[str, str | None, str], ...] = (
     (r"^test_batchnorm_.*_training_mode$", None, "training-mode BatchNormalization (batch statistics): qir runs "
                                                  "inference models"),
-    (r"^test_cast_.*FLOAT4E2M1", "ort", "onnxruntime has no Cast kernel for float4e2m1; it declines to load the "
-                                       "model"),
 )
 
 

@@ -71,3 +71,22 @@ def test_bool_min_max_reductions_run_on_ort(op, empty_value, shape, rng):
         assert got.dtype == np.bool_ and np.array_equal(got, want), runtime
     if 0 in shape:
         assert want.size and (want == empty_value).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cast_to_float4_rounds_as_onnx_on_ort(dtype):
+    """onnxruntime has no float4e2m1 kernels; a Cast to it that is a graph output rounds in
+    float32 (ties to even, saturating, NaN to zero) as ONNX's reference casts."""
+    import ml_dtypes
+
+    x = np.concatenate([np.arange(-8, 8.25, 0.125), [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, 7, 6e4, -6e4,
+                                                      np.inf, -np.inf, np.nan, 1e-7]]).astype(dtype)
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT4E2M1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, [x.size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT4E2M1, [x.size])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    got = qir.run(qir.load(model), {"x": x}, runtime="ort", level="float")["y"]
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert got.dtype == ml_dtypes.float4_e2m1fn
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
