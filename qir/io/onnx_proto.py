@@ -20,6 +20,10 @@ logger = logging.getLogger(__name__)
 MIN_OPSET = 11
 KNOWN_DOMAINS = {"", "ai.onnx", "com.microsoft", "ai.onnx.ml", "qir"}
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+# ops whose inputs or outputs are sequences or optionals: the IR's values are tensors only
+NON_TENSOR_OPS = {"SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
+                  "SequenceLength", "SplitToSequence", "ConcatFromSequence", "Optional", "OptionalGetElement",
+                  "OptionalHasElement"}
 
 
 def read_onnx(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
@@ -50,8 +54,13 @@ def check_model(proto: onnx.ModelProto, where: str) -> None:
         raise ImportError_(
             f"{where}: opset {default} is older than the supported {MIN_OPSET}; convert it first: "
             "onnx.version_converter.convert_version(model, 13)")
+    _check_tensor_types(proto, where)
     for node in proto.graph.node:
         label = f"node {node.name or '(unnamed)'!r} ({node.op_type})"
+        if node.op_type in NON_TENSOR_OPS and node.domain in ("", "ai.onnx"):
+            raise UnsupportedOpError(
+                f"{where}: {label} works on sequences or optional values, which the IR cannot represent (its "
+                "values are tensors); export the model with tensors only (e.g. Split instead of SplitToSequence)")
         if node.op_type in CONTROL_FLOW or any(
                 a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
             raise UnsupportedOpError(
@@ -61,6 +70,19 @@ def check_model(proto: onnx.ModelProto, where: str) -> None:
             raise UnsupportedOpError(
                 f"{where}: {label} is in the unknown domain {node.domain!r}; "
                 f"qir knows {sorted(d or 'ai.onnx' for d in KNOWN_DOMAINS)}")
+
+
+def _check_tensor_types(proto: onnx.ModelProto, where: str) -> None:
+    """Graph inputs and outputs must be tensors (or untyped): a sequence, map, optional or
+    sparse tensor is refused, naming the value."""
+    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
+        for vi in values:
+            which = vi.type.WhichOneof("value")
+            if which not in (None, "tensor_type"):
+                what = which.replace("_type", "").replace("_", " ")
+                raise UnsupportedOpError(
+                    f"{where}: graph {kind} {vi.name!r} is {'an' if what[0] in 'aeiou' else 'a'} {what}, which the "
+                    "IR cannot represent (its values are tensors); give the model tensor inputs and outputs")
 
 
 def fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
@@ -91,6 +113,7 @@ def normalize_proto(proto: onnx.ModelProto, keep_ops: tuple[str, ...] = ()) -> o
 
     proto = _infer_shapes(proto)
     _typed_constants(proto)
+    hidden = _fold_sliced_shapes(proto)
     ir_version = proto.ir_version
     # graphsurgeon folds with onnxruntime, which reads IR versions up to 10 only
     proto.ir_version = min(proto.ir_version, 10)
@@ -108,10 +131,12 @@ def normalize_proto(proto: onnx.ModelProto, keep_ops: tuple[str, ...] = ()) -> o
     except Exception as exc:
         logger.warning("onnx-graphsurgeon could not normalize the model (%s); importing as is", exc)
         proto.ir_version = ir_version
+        _restore_sliced_shapes(proto, hidden)
         return proto
     finally:
         ort.set_default_logger_severity(2)
         gs.logger.G_LOGGER.severity = gs_severity
+    _restore_sliced_shapes(folded, hidden)
     folded.ir_version = ir_version
     del folded.opset_import[:]
     folded.opset_import.extend(proto.opset_import)
@@ -169,3 +194,48 @@ def _typed_constants(proto: onnx.ModelProto) -> None:
             value = constant_value(node, "model")
             del node.attribute[:]
             node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+
+
+_HIDDEN_SHAPE = "QirSlicedShape"  # a Shape with start/end while graphsurgeon folds (it ignores them)
+
+
+def _static_shapes(proto: onnx.ModelProto) -> dict[str, list[int]]:
+    """Every value whose shape shape inference knows in full (all dimensions whole numbers)."""
+    shapes: dict[str, list[int]] = {i.name: list(i.dims) for i in proto.graph.initializer}
+    for vi in list(proto.graph.value_info) + list(proto.graph.input) + list(proto.graph.output):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes.setdefault(vi.name, [int(d.dim_value) for d in t.shape.dim])
+    return shapes
+
+
+def _fold_sliced_shapes(proto: onnx.ModelProto) -> set[str]:
+    """Shape nodes with a ``start`` or ``end`` attribute (opset 15): onnx-graphsurgeon's shape
+    folding returns the whole shape for them. One whose input shape is static becomes a
+    ``Constant`` of the sliced shape here; any other is hidden under another op type while
+    graphsurgeon folds (:func:`_restore_sliced_shapes` puts it back). Returns the hidden
+    nodes' names."""
+    shapes = _static_shapes(proto)
+    hidden: set[str] = set()
+    for node in proto.graph.node:
+        attrs = {a.name: a.i for a in node.attribute}
+        if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or not ({"start", "end"} & set(attrs)):
+            continue
+        dims = shapes.get(node.input[0])
+        if dims is None:
+            node.op_type = _HIDDEN_SHAPE
+            hidden.add(node.name)
+            continue
+        start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+        value = np.array(dims[slice(start, end)], np.int64)  # ONNX clamps start/end like a slice
+        node.op_type = "Constant"
+        del node.input[:]
+        del node.attribute[:]
+        node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+    return hidden
+
+
+def _restore_sliced_shapes(proto: onnx.ModelProto, hidden: set[str]) -> None:
+    for node in proto.graph.node:
+        if node.op_type == _HIDDEN_SHAPE and node.name in hidden:
+            node.op_type = "Shape"

@@ -97,7 +97,8 @@ class QdqRewrite(EmitRestore):
         out = q.output[0]
         if out in g.graph_outputs:
             raise ImportError_(f"{where}: its quantized output {out!r} is a graph output; qir imports "
-                               "QDQ models whose graph outputs are float")
+                               "QDQ models whose graph outputs are float (the IR's calibration nodes are "
+                               "fake quantization: float in, float out)")
         readers = g.readers.get(out, [])
         bad = [r for r in readers if not is_op(r, "DequantizeLinear") or r.input[0] != out]
         if bad:
@@ -142,7 +143,8 @@ class QdqRewrite(EmitRestore):
             producer = g.producer.get(src)
             what = f"{label(producer)}" if producer is not None else "a graph input"
             raise ImportError_(f"{where} reads {src!r}, produced by {what}: not a QuantizeLinear nor an "
-                               "integer constant; qir cannot tell which float value it stands for")
+                               "integer constant; qir cannot tell which float value it stands for (the IR's "
+                               "calibration nodes are fake quantization: float in, float out)")
         q = np.asarray(g.const(src))
         params = qparams(dq, g)
         y = dq.output[0]

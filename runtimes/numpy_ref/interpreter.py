@@ -30,6 +30,7 @@ from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import LEVELS, check_capture, check_feeds
 from qir.runtimes.numerics import ROUNDING, apply_calibration, apply_implied_clip, fold_batchnorm
 from qir.runtimes.numpy_ref.registry import lookup
+from qir.runtimes.support import check_supported
 
 __all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "assign_frees", "run_op", "ExecutionPlan", "PlanStep",
            "execution_error"]
@@ -119,7 +120,9 @@ def run_op(ir: QIR, rec: OpRecord, args: list[np.ndarray | None]) -> tuple[np.nd
 
 def execution_plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> ExecutionPlan:
     """Kernel calls in topological order (BatchNorms folded where unobservable, ``keep`` values
-    observable), with the step after which each value is dead."""
+    observable), with the step after which each value is dead. What the runtime refuses
+    (:func:`qir.runtimes.support.check_supported`, ops without a kernel) is refused first."""
+    check_supported(ir, Runtime.NUMPY)
     missing = missing_kernels(ir)
     if missing:
         desc = "; ".join(f"{op} (nodes {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
@@ -196,14 +199,21 @@ class NumpyRuntime:
         self.rounding = rounding
         self.fold_batchnorm = fold_batchnorm
 
+    def _plan(self, ir: QIR, keep: frozenset[str]) -> ExecutionPlan:
+        return ir.cached(("numpy-plan", keep, self.fold_batchnorm), lambda: execution_plan(ir, keep, self.fold_batchnorm))
+
+    def prepare(self, ir: QIR) -> None:
+        """Build (and cache) the plan :meth:`run` without captures uses: what the runtime
+        refuses (:func:`execution_plan`) is refused before anything runs."""
+        self._plan(ir, frozenset(ir.outputs))
+
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
             capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
         """Execute ``ir``; returns graph outputs and captured values by name."""
         feeds = check_feeds(ir, feeds)
         captured = check_capture(ir, capture)
         keep = frozenset(ir.outputs) | frozenset(captured)
-        plan = ir.cached(("numpy-plan", keep, self.fold_batchnorm),
-                         lambda: execution_plan(ir, keep, self.fold_batchnorm))
+        plan = self._plan(ir, keep)
         env: dict[str, Any] = dict(plan.weights)
         env.update(feeds)
         quantize = self.level == Level.FAKEQUANT

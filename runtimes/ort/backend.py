@@ -8,7 +8,8 @@ on the IR. ``session.disable_quant_qdq`` keeps onnxruntime from fusing QuantizeL
 DequantizeLinear pairs into integer kernels, so fake quantization means what it says.
 With ``layout_stable`` (the analysis engine's setting), GlobalAveragePool is written as
 ReduceMean (:func:`qir.runtimes.ort.lowering.lower_layout_stable`), so a part of a model computes exactly what the whole
-model computes there.
+model computes there. Graph inputs and outputs of types onnxruntime's Python API cannot
+exchange (bfloat16, float8, 4-bit integers) cross in a wider type (:mod:`.boundary`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ from qir.graph import QIR
 from qir.io.onnx_export import CalibLowering, export_onnx
 from qir.runtimes.base import LEVELS, check_capture, check_feeds
 from qir.runtimes.numerics import ROUNDING
-from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, lower_layout_stable
+from qir.runtimes.ort.boundary import WidenedSession, widen_boundary
+from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, lower_layout_stable, lower_spec
+from qir.runtimes.ort.resize_lowering import check as check_resize
+from qir.runtimes.support import check_supported
 
 __all__ = ["OrtRuntime", "new_session"]
 
@@ -90,6 +94,8 @@ class OrtRuntime:
         return dict(zip(names, zip(lows.tolist(), highs.tolist())))
 
     def _session(self, ir: QIR, captured: tuple[str, ...], reduce_min_max: bool = False):
+        check_supported(ir, Runtime.ORT)
+        check_resize(ir)
         if self.level == "float":
             def lower(_ir, rec):  # noqa: E306 - float level: pass through (restoring removed activations)
                 if rec.implied_clip is not None:
@@ -105,23 +111,35 @@ class OrtRuntime:
             nodes.append(helper.make_node("Identity", [name], [out], name=f"qir.capture.{k}.node"))
             outputs.append(helper.make_empty_tensor_value_info(out))
         model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs,
-                            lower_op=lower_layout_stable if self.layout_stable else None)
+                            lower_op=lower_layout_stable if self.layout_stable else lower_spec)
+        model, wide_inputs, narrow_outputs = widen_boundary(model)
         session = new_session(model, self.threads, self.optimization, what=f"model {ir.name!r}")
+        if wide_inputs or narrow_outputs:
+            session = WidenedSession(session, wide_inputs, narrow_outputs)
         names = [o.name for o in session.get_outputs()]
         keys = list(ir.outputs) + list(captured)  # session output i is value keys[i]
         if reduce_min_max:  # only the two vectors of minima and maxima are fetched
             names, keys = names[len(ir.outputs):], []
         return session, names, keys
 
+    def _cached_session(self, ir: QIR, ordered: tuple[str, ...]):
+        """The session for a capture *set* (sorted), built once per IR version and settings."""
+        key = ("ort-session", ordered, self.threads, self.optimization, self.level, self.rounding,
+               self.lower_calibration, self.layout_stable, os.getpid())
+        return ir.cached(key, lambda: self._session(ir, ordered))
+
+    def prepare(self, ir: QIR) -> None:
+        """Build (and cache) the session that :meth:`run` without captures uses: what qir
+        refuses (:func:`qir.runtimes.support.check_supported`) and a model onnxruntime cannot
+        load are refused before anything runs."""
+        self._cached_session(ir, ())
+
     def run(self, ir: QIR, feeds: Mapping[str, np.ndarray], *,
             capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
         """Execute ``ir``; returns graph outputs and captured values by name."""
         feeds = check_feeds(ir, feeds)
         captured = check_capture(ir, capture)
-        ordered = tuple(sorted(captured))  # one session per capture *set*, whatever the order
-        key = ("ort-session", ordered, self.threads, self.optimization, self.level, self.rounding,
-               self.lower_calibration, self.layout_stable, os.getpid())
-        session, names, keys = ir.cached(key, lambda: self._session(ir, ordered))
+        session, names, keys = self._cached_session(ir, tuple(sorted(captured)))
         try:
             values = dict(zip(keys, session.run(names, dict(feeds))))
         except Exception as exc:

@@ -3,7 +3,8 @@ ops (QuantizeLinear/DequantizeLinear where they compute the same, else the arith
 :mod:`qir.runtimes.numerics` op by op, with its implied Relu/Clip in the float and fp16 modes),
 and GlobalAveragePool as ReduceMean for ``layout_stable`` runs (onnxruntime picks that op's kernel
 by its input's layout, so a part of a model would otherwise average differently from the whole).
-The engine's switches (:mod:`.switches`) build on :func:`lower_fake_quant`."""
+The engine's switches (:mod:`.switches`) build on :func:`lower_fake_quant`. Ops whose
+onnxruntime kernel departs from ONNX's specification are rewritten in every run (:func:`lower_spec`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +18,7 @@ from qir.kinds import CalibMode
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.numerics import ROUNDING
 
-__all__ = ["lower_fake_quant", "lower_layout_stable"]
+__all__ = ["lower_fake_quant", "lower_layout_stable", "lower_spec"]
 
 _QDQ_OPSET = {CalibMode.INT8: 10, CalibMode.INT16: 21}  # first opset with QuantizeLinear of the type
 
@@ -36,6 +37,38 @@ def _implied_clip_nodes(rec: CalibRecord, x: str, y: str, name: str) -> list[onn
             helper.make_node("Clip", [x, p + "lo", p + "hi"], [y], name=name)]
 
 
+def lower_spec(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
+    """An op whose onnxruntime kernel departs from ONNX's specification, written so that it
+    does not (Resize with align_corners and scales: :mod:`.resize_lowering`; ReduceMax/ReduceMin
+    of bool tensors; Pow with an unsigned exponent and a Cast to float4e2m1 that is a graph
+    output, which it has no kernels for: :func:`qir.runtimes.ort.boundary.float4_cast`), else None."""
+    from qir.runtimes.ort.resize_lowering import lower_resize
+
+    if op.op_type in ("ReduceMax", "ReduceMin") and not op.domain and ir.value(op.inputs[0]).dtype == "bool":
+        return _bool_reduction(op)
+    if op.op_type == "Pow" and not op.domain and (ir.value(op.inputs[1]).dtype or "").startswith("uint"):
+        p = f"{op.name}::"  # onnxruntime has no kernel for unsigned exponents; int64 holds them exactly (< 2^63)
+        return [helper.make_node("Cast", [op.inputs[1]], [p + "exponent"], name=p + "exponent", to=TensorProto.INT64),
+                helper.make_node("Pow", [op.inputs[0], p + "exponent"], list(op.outputs), name=op.name)]
+    to_float4 = (op.attrs.get("to") == TensorProto.FLOAT4E2M1 if op.op_type == "Cast"
+                 else op.op_type == "CastLike" and ir.value(op.inputs[1]).dtype == "float4_e2m1fn")
+    if to_float4 and not op.domain and op.outputs[0] in ir.outputs:
+        from qir.runtimes.ort.boundary import float4_cast
+
+        return float4_cast(op.inputs[0], op.outputs[0], op.name)
+    return lower_resize(ir, op)
+
+
+def _bool_reduction(op: OpRecord) -> list[onnx.NodeProto]:
+    """ReduceMax/ReduceMin of a bool tensor on uint8 (onnxruntime fails on an empty bool
+    tensor): over an empty set uint8's identities 0 and 255 cast back to ONNX's False and True."""
+    p = f"{op.name}::"
+    node = helper.make_node(op.op_type, [p + "u8", *op.inputs[1:]], [p + "reduced"], name=op.name)
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in sorted(op.attrs.items()))
+    return [helper.make_node("Cast", [op.inputs[0]], [p + "u8"], name=p + "to_u8", to=TensorProto.UINT8), node,
+            helper.make_node("Cast", [p + "reduced"], [op.outputs[0]], name=p + "to_bool", to=TensorProto.BOOL)]
+
+
 def lower_layout_stable(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
     """GlobalAveragePool as ``ReduceMean`` over the spatial axes (keepdims), else None (the
     op as it is). At level ``all`` onnxruntime runs GlobalAveragePool with its NCHWc kernel or
@@ -43,7 +76,10 @@ def lower_layout_stable(ir: QIR, op: OpRecord) -> list[onnx.NodeProto] | None:
     NCHWc in a whole-model run and none in the analysis engine's one-step sessions), and the
     values differ: the engine's results drifted from a whole-model run by up to 2e-3 relative
     at the outputs. ReduceMean has one kernel whatever the layout, and computes the same mean
-    (within 1e-6, tested)."""
+    (within 1e-6, tested). Ops :func:`lower_spec` writes are written as it writes them."""
+    spec = lower_spec(ir, op)
+    if spec is not None:
+        return spec
     if op.op_type != "GlobalAveragePool" or op.domain:
         return None
     shape = ir.value(op.inputs[0]).shape

@@ -281,26 +281,37 @@ def dropout(data, ratio=None, training_mode=None, *, seed=None, _num_outputs=1, 
 
 
 @kernel("Cast")
-def cast(x, *, to, saturate=1):
+def cast(x, *, to, saturate=1, round_mode="up"):
     """Convert to the ONNX TensorProto element type ``to``. float -> int truncates toward zero;
-    number -> bool is ``x != 0``."""
+    number -> bool is ``x != 0``; to float8, out-of-range values saturate to the largest finite
+    value (``saturate``, the default) and float8e8m0 rounds by ``round_mode``, as ONNX's
+    reference does (:func:`_cast_to`)."""
     from onnx.helper import tensor_dtype_to_np_dtype
 
-    dtype = np.dtype(tensor_dtype_to_np_dtype(int(to)))
-    x = np.asarray(x)
+    return _cast_to(np.asarray(x), np.dtype(tensor_dtype_to_np_dtype(int(to))), saturate, round_mode)
+
+
+@kernel("CastLike")
+def cast_like(x, target, *, saturate=1, round_mode="up"):
+    """Cast to ``target``'s element type (as Cast)."""
+    return _cast_to(np.asarray(x), np.asarray(target).dtype, saturate, round_mode)
+
+
+_FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def _cast_to(x: np.ndarray, dtype: np.dtype, saturate, round_mode: str) -> np.ndarray:
+    """``x`` as ``dtype`` with ONNX's Cast rules (the float8 formats and float8e8m0 through
+    onnx.numpy_helper, as ONNX's reference casts them)."""
+    from onnx import numpy_helper
+
     if dtype == np.bool_:
         return x != 0
     if x.dtype == dtype:
         return x
     with np.errstate(all="ignore"):
+        if dtype.name in _FLOAT8 and saturate:
+            return numpy_helper.saturate_cast(x, dtype)
+        if dtype.name == "float8_e8m0fnu":
+            return numpy_helper.to_float8e8m0(x, bool(saturate), round_mode).astype(dtype)
         return x.astype(dtype)
-
-
-@kernel("CastLike")
-def cast_like(x, target, *, saturate=1):
-    x = np.asarray(x)
-    target = np.asarray(target)
-    if target.dtype == np.bool_:
-        return x != 0
-    with np.errstate(all="ignore"):
-        return x.astype(target.dtype)

@@ -35,5 +35,11 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=1):
 
 @kernel("Einsum")
 def einsum(*inputs, equation):
-    """numpy.einsum with the ONNX equation (spaces removed)."""
-    return np.asarray(np.einsum(equation.replace(" ", ""), *inputs))
+    """numpy.einsum with the ONNX equation (spaces removed); bfloat16 operands (which numpy
+    cannot contract) are contracted in float32 and the result rounded back to bfloat16."""
+    arrays = [np.asarray(x) for x in inputs]
+    narrow = arrays[0].dtype if arrays and arrays[0].dtype.name == "bfloat16" else None
+    if narrow is not None:
+        arrays = [x.astype(np.float32) for x in arrays]
+    out = np.asarray(np.einsum(equation.replace(" ", ""), *arrays))
+    return out.astype(narrow) if narrow is not None else out

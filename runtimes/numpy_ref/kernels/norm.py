@@ -1,5 +1,5 @@
 """Normalization kernels: BatchNormalization (inference), LayerNormalization,
-InstanceNormalization, LpNormalization."""
+InstanceNormalization, GroupNormalization, LpNormalization."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,6 +71,25 @@ def instance_normalization(X, scale, B, *, epsilon=1e-5):
     y = d / np.sqrt(var + np.asarray(epsilon, X.dtype))
     y *= np.asarray(scale, X.dtype).reshape(_channel_shape(X))
     y += np.asarray(B, X.dtype).reshape(_channel_shape(X))
+    return y.astype(X.dtype, copy=False)
+
+
+@kernel("GroupNormalization", context=("_opset",))
+def group_normalization(X, scale, bias, *, num_groups, epsilon=1e-5, stash_type=1, _opset=21):
+    """The channels (axis 1) in ``num_groups`` groups; each (n, group) normalised over its
+    channels and spatial positions (biased variance, in float32 or wider), then
+    Y = normalised * scale + bias per channel (opset 21) or per group (opset 18, deprecated)."""
+    X = np.asarray(X)
+    n, c, g = X.shape[0], X.shape[1], int(num_groups)
+    work = np.float64 if X.dtype == np.float64 else np.float32
+    x = X.astype(work, copy=False).reshape(n, g, -1)
+    d = x - x.mean(axis=2, keepdims=True)
+    var = np.mean(np.square(d), axis=2, keepdims=True)
+    y = (d / np.sqrt(var + np.asarray(epsilon, work))).reshape(X.shape)
+    scale, bias = np.asarray(scale, work), np.asarray(bias, work)
+    if _opset < 21:  # one scale and bias per group
+        scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
+    y = y * scale.reshape(_channel_shape(X)) + bias.reshape(_channel_shape(X))
     return y.astype(X.dtype, copy=False)
 
 

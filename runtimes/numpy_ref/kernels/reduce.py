@@ -54,7 +54,33 @@ def _mean(x, ax, kd):
     return np.mean(x, axis=ax, keepdims=kd, dtype=_acc(x))
 
 
+def _lowest(dtype: np.dtype):
+    """The identity of a maximum: -inf, the smallest integer, or False."""
+    if dtype == np.bool_:
+        return False
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype):
+    """The identity of a minimum: +inf, the largest integer, or True."""
+    if dtype == np.bool_:
+        return True
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+def _max(x, ax, kd):
+    """Maximum; over an empty set the identity (ONNX: -inf, or the type's lowest value)."""
+    return np.max(x, axis=ax, keepdims=kd, initial=_lowest(x.dtype))
+
+
+def _min(x, ax, kd):
+    """Minimum; over an empty set the identity (ONNX: +inf, or the type's highest value)."""
+    return np.min(x, axis=ax, keepdims=kd, initial=_highest(x.dtype))
+
+
 def _log_sum_exp(x, ax, kd):
+    if x.size == 0:  # log of an empty sum: -inf
+        return np.log(np.sum(x, axis=ax, keepdims=kd))
     m = np.max(x, axis=ax, keepdims=True)
     m = np.where(np.isfinite(m), m, np.zeros((), x.dtype))
     s = np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True)) + m
@@ -63,8 +89,8 @@ def _log_sum_exp(x, ax, kd):
 
 _make_reduce("ReduceSum", _sum, "sum")
 _make_reduce("ReduceMean", _mean, "arithmetic mean (integer inputs truncate)")
-_make_reduce("ReduceMax", lambda x, ax, kd: np.max(x, axis=ax, keepdims=kd), "maximum")
-_make_reduce("ReduceMin", lambda x, ax, kd: np.min(x, axis=ax, keepdims=kd), "minimum")
+_make_reduce("ReduceMax", _max, "maximum (-inf over an empty set)")
+_make_reduce("ReduceMin", _min, "minimum (+inf over an empty set)")
 _make_reduce("ReduceProd", lambda x, ax, kd: np.prod(x, axis=ax, keepdims=kd, dtype=x.dtype), "product")
 _make_reduce("ReduceL1", lambda x, ax, kd: np.sum(np.abs(x), axis=ax, keepdims=kd, dtype=x.dtype), "sum of |x|")
 _make_reduce(

@@ -6,7 +6,9 @@ scale s (given, or out/in when ``sizes`` is given), input length L and output le
 
 * half_pixel:           (x + 0.5) / s - 0.5
 * pytorch_half_pixel:   (x + 0.5) / s - 0.5 if R > 1 else 0
-* align_corners:        x * (L - 1) / (R - 1) if R > 1 else 0
+* align_corners:        x * (L - 1) / (R' - 1) if R > 1 else 0, where R' is the resized length
+                        ONNX's reference divides by: s L (not rounded) when ``scales`` is given,
+                        R when ``sizes`` is
 * asymmetric:           x / s
 * tf_half_pixel_for_nn: (x + 0.5) / s
 * tf_crop_and_resize:   start (L - 1) + x (end - start)(L - 1) / (R - 1) if R > 1 else
@@ -24,7 +26,9 @@ is a copy (onnxruntime's rules). Interpolation is separable (one axis after the 
   y = x[i1] (i2 - c) + x[i2] (c - i1) (0.5 / 0.5 at the last element);
 * cubic: Keys kernel with coefficient ``cubic_coeff_a`` over taps floor(c) - 1 .. floor(c) + 2
   (indices clamped to the edge; with ``exclude_outside`` the outside taps get weight 0 and the
-  rest are renormalised).
+  rest are renormalised);
+* ``antialias`` (linear and cubic, on axes that shrink): the kernel stretched by 1 / scale
+  (:func:`_antialias_taps`, as ONNX's reference computes it).
 
 Output size from scales is trunc(s * L) in float32; from sizes with
 keep_aspect_ratio_policy not_larger/not_smaller, one scale (min/max of out/in over the axes)
@@ -46,8 +50,10 @@ def _present(t) -> bool:
     return t is not None and np.size(t) > 0
 
 
-def _original_coords(mode: str, out_len: int, in_len: int, scale, roi_start, roi_end) -> np.ndarray:
-    """Input coordinate (float32) of each output index on one axis."""
+def _original_coords(mode: str, out_len: int, in_len: int, scale, roi_start, roi_end,
+                     resized_len: float | None = None) -> np.ndarray:
+    """Input coordinate (float32) of each output index on one axis; ``resized_len``: the
+    (unrounded) length align_corners divides by, when it is not ``out_len``."""
     x = np.arange(out_len, dtype=_F)
     s = _F(scale)
     L = _F(in_len)
@@ -62,7 +68,11 @@ def _original_coords(mode: str, out_len: int, in_len: int, scale, roi_start, roi
     if mode == "tf_half_pixel_for_nn":
         return (x + half) / s
     if mode == "align_corners":
-        return (x * (L - _F(1))) / (R - _F(1)) if out_len != 1 else np.zeros(out_len, _F)
+        if out_len == 1:
+            return np.zeros(out_len, _F)
+        if resized_len is not None and resized_len != out_len:  # scales whose s L is not whole
+            return (np.arange(out_len) * (in_len - 1.0) / (resized_len - 1.0)).astype(_F)
+        return (x * (L - _F(1))) / (R - _F(1))
     if mode == "tf_crop_and_resize":
         rs, re = _F(roi_start), _F(roi_end)
         if out_len > 1:
@@ -146,9 +156,11 @@ def _apply_taps(y: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray) -> np.
 
 
 def _resize(
-    X, scales_full, out_shape, roi_full, mode, ctm, nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value
+    X, scales_full, out_shape, roi_full, mode, ctm, nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value,
+    lengths=None, antialias=0,
 ):
     X = np.asarray(X)
+    lengths = lengths or [None] * X.ndim
     if tuple(out_shape) == X.shape:
         return X.copy()
     rank = X.ndim
@@ -163,7 +175,7 @@ def _resize(
             if scales_full[ax] == _F(1.0):
                 idx = np.minimum(np.arange(R), L - 1)
             else:
-                c = _original_coords(ctm, R, L, scales_full[ax], roi_full[ax], roi_full[rank + ax])
+                c = _original_coords(ctm, R, L, scales_full[ax], roi_full[ax], roi_full[rank + ax], lengths[ax])
                 if extrapolate:
                     outside.append((ax, (c < 0) | (c > _F(L - 1))))
                 idx = np.clip(_nearest_index(c, nearest_mode, scales_full[ax] < 1), 0, L - 1)
@@ -191,10 +203,12 @@ def _resize(
             if scales_full[ax] == _F(1.0):
                 c = np.arange(R, dtype=_F)
             else:
-                c = _original_coords(ctm, R, L, scales_full[ax], roi_full[ax], roi_full[rank + ax])
+                c = _original_coords(ctm, R, L, scales_full[ax], roi_full[ax], roi_full[rank + ax], lengths[ax])
             if extrapolate:
                 outside.append((ax, (c < 0) | (c > _F(L - 1))))
-            if mode == "linear":
+            if antialias and scales_full[ax] < _F(1.0):
+                idx, w = _antialias_taps(c, L, float(scales_full[ax]), mode, cubic_coeff_a, exclude_outside)
+            elif mode == "linear":
                 cc = np.clip(c, _F(0), _F(L - 1))
                 i1 = np.minimum(cc.astype(np.int64), L - 1)
                 i2 = np.minimum(i1 + 1, L - 1)
@@ -228,6 +242,42 @@ def _resize(
             mask |= m.reshape(shp)
         y = np.where(mask, np.asarray(extrapolation_value, dtype=y.dtype), y)
     return y
+
+
+def _antialias_taps(c: np.ndarray, L: int, scale: float, mode: str, a: float,
+                    exclude_outside) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, weights) of antialiased down-sampling on one axis, as ONNX's reference computes
+    them: the linear (triangle) or cubic (Keys) kernel stretched by 1 / scale, so each output
+    averages every input it covers; n = 2 - 2 start taps (start = floor(-1 / scale) + 1, or
+    floor(-2 / scale) + 1 for cubic) around the coordinate, weights normalised to sum 1,
+    indices clamped to the edge (or, with ``exclude_outside``, outside taps weighted 0)."""
+    c = c.astype(np.float64)
+    base = np.floor(c)
+    ratio = np.where(c == base, 1.0, c - base)  # an exact integer counts from the pixel on its left
+    start = int(np.floor((-2.0 if mode == "cubic" else -1.0) / scale) + 1)
+    n = 2 - 2 * start
+    t = np.abs((np.arange(start, start + n)[None, :] - ratio[:, None]) * scale)
+    if mode == "cubic":
+        a = float(_F(a))
+        w = np.where(t <= 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+                     np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0))
+    else:
+        w = np.clip(1 - t, 0, 1)
+    w = w / w.sum(axis=1, keepdims=True)
+    pad = -(-n // 2)
+    padded = c + pad
+    p = np.floor(padded)
+    frac = padded - p
+    if n % 2 == 0:
+        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (p.astype(np.int64) + offset)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        w = np.where((idx < 0) | (idx >= L), 0.0, w)
+        total = w.sum(axis=1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    return np.clip(idx, 0, L - 1), w
 
 
 def _repeat_axis(y: np.ndarray, axis: int, k: int) -> np.ndarray:
@@ -311,12 +361,11 @@ def resize(
         scales, roi, sizes = roi, None, None
         coordinate_transformation_mode = "asymmetric"
         nearest_mode = "simple"
-    if antialias:
-        raise NotImplementedError("Resize with antialias=1 is not implemented")
     scales_full, out, roi_full = _resize_shapes(X, scales, sizes, roi, axes, keep_aspect_ratio_policy)
+    lengths = [float(s) * n for s, n in zip(scales_full, X.shape)] if _present(scales) else None
     return _resize(
         X, scales_full, out, roi_full, mode, coordinate_transformation_mode, nearest_mode,
-        cubic_coeff_a, exclude_outside, extrapolation_value,
+        cubic_coeff_a, exclude_outside, extrapolation_value, lengths, antialias and mode != "nearest",
     )
 
 

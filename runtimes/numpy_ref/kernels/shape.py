@@ -338,12 +338,19 @@ def depth_to_space(input, *, blocksize, mode="DCR"):  # noqa: A002
 
 
 @kernel("SpaceToDepth")
-def space_to_depth(input, *, blocksize):  # noqa: A002
-    """(N, C, H, W) -> (N, C b^2, H/b, W/b), channel = (by * b + bx) * C + c."""
+def space_to_depth(input, *, blocksize, mode="DCR"):  # noqa: A002
+    """(N, C, H, W) -> (N, C b^2, H/b, W/b), the inverse of DepthToSpace in the same ``mode``
+    (opset 28): DCR: channel = (by * b + bx) * C + c; CRD: channel = c * b^2 + by * b + bx."""
     x = np.asarray(input)
     N, C, H, W = x.shape
     b = int(blocksize)
-    t = x.reshape(N, C, H // b, b, W // b, b).transpose(0, 3, 5, 1, 2, 4)
+    t = x.reshape(N, C, H // b, b, W // b, b)
+    if mode == "DCR":
+        t = t.transpose(0, 3, 5, 1, 2, 4)
+    elif mode == "CRD":
+        t = t.transpose(0, 1, 3, 5, 2, 4)
+    else:
+        raise ValueError(f"SpaceToDepth: unknown mode {mode!r}")
     return t.reshape(N, C * b * b, H // b, W // b)
 
 

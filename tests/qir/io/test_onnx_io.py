@@ -80,6 +80,46 @@ def test_control_flow_is_refused_with_the_node_named():
         qir.load(model)
 
 
+SLICED_SHAPE = """
+<ir_version: 8, opset_import: ["" : 15]>
+sliced ({dims} x) => (int64[2] y, float[?,3,4] z) {{
+    y = Shape <start = 1, end = -1> (x)
+    rest = Constant <value = int64[1] {{-1}}> ()
+    shape = Concat <axis = 0> (rest, y)
+    z = Reshape(x, shape)
+}}
+"""
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "ort"])
+@pytest.mark.parametrize("dims", ["float[2,3,4,5]", "float[N,3,4,M]"])
+def test_shape_keeps_start_and_end(dims, runtime):
+    """Shape's start/end (opset 15) survive the import: folded to the sliced shape when the input
+    is static (onnx-graphsurgeon's own folding would return the whole shape), kept as they are
+    when it is not."""
+    ir = qir.load(onnx.parser.parse_model(SLICED_SHAPE.format(dims=dims)))
+    x = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)
+    out = qir.run(ir, {"x": x}, runtime=runtime, level="float")
+    assert out["y"].tolist() == [3, 4]
+    assert out["z"].shape == (10, 3, 4)
+    assert ("Shape" in {op.op_type for op in ir.ops()}) == dims.endswith("M]")
+
+
+def test_sequences_are_refused_naming_the_node_or_value():
+    node = helper.make_node("SequenceInsert", ["seq", "t"], ["out"], name="grow")
+    seq = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "g", [seq, helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_sequence_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="graph input 'seq' is a sequence"):
+        qir.load(model)
+    graph = model.graph  # tensors at the boundary: the op itself is refused
+    graph.input[0].CopyFrom(helper.make_tensor_value_info("seq", TensorProto.FLOAT, [2]))
+    graph.output[0].CopyFrom(helper.make_tensor_value_info("out", TensorProto.FLOAT, [2]))
+    with pytest.raises(UnsupportedOpError, match="'grow' \\(SequenceInsert\\) works on sequences"):
+        qir.load(model)
+
+
 def test_unknown_domain_and_old_opset_are_refused():
     node = helper.make_node("Magic", ["x"], ["y"], name="m1", domain="vendor.secret")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
