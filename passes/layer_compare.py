@@ -78,6 +78,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -156,6 +158,7 @@ def _rows(run: LayerRun, prefixes: Iterable[str], types: Iterable[str]) -> list[
             values = qmetrics.compute(list(_METRICS.values()) + ["atol"], b, a)
             row.update({col: values[name] for col, name in _METRICS.items()}, Atol=values["atol"])
             row["ill_conditioned"] = qmetrics.ill_conditioned(b, qmetrics.output_bound(base_ir, base_value))
+            row["collapsed"] = qmetrics.collapsed(b, a, qmetrics.output_bound(base_ir, base_value))
             diff = np.asarray(np.abs(a.astype(np.float64) - b))
             diff[~np.isfinite(diff)] = -1
             where = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
@@ -170,6 +173,67 @@ def _rows(run: LayerRun, prefixes: Iterable[str], types: Iterable[str]) -> list[
             row.update(_split(a, b, shadows, op.name, k))
             rows.append(row)
     return rows
+
+
+COLLAPSE_COSINE = 0.9  # a layer whose cosine falls below this has lost its match with the baseline
+COLLAPSE_OWN_ERROR = 0.05  # ... and its own quantization alone this much relative error: it did it
+
+
+@dataclass(frozen=True)
+class CollapseStart:
+    """Where a collapsed output begins on the analysed sample (:func:`collapse_start`)."""
+
+    layer: str  # the table row's name
+    value: str
+    index: int
+    cosine: float
+    own_error: float
+    end: str  # the first collapsed row's name
+    end_how: str  # how its value collapsed (:func:`qir.metrics.collapsed`)
+
+    def describe(self) -> str:
+        return (f"cosine {self.cosine:.4g}, own error {100 * self.own_error:.3g}%; destroyed at {self.end} "
+                f"({self.end_how})")
+
+
+def collapse_start(rows: list[dict]) -> CollapseStart | None:
+    """Where a collapsed output begins: None when no row's analysis value collapsed where the
+    baseline's did not (:func:`qir.metrics.collapsed`; NaN and Inf aside, which the advisor names
+    as such); else the first row, up to the first collapsed one, whose cosine falls below
+    :data:`COLLAPSE_COSINE` by an own error of at least :data:`COLLAPSE_OWN_ERROR` (the layer whose
+    own quantization starts the damage), or the first collapsed row itself."""
+    end = next((r for r in rows if r.get("collapsed") and not r["collapsed"].startswith("not finite")), None)
+    if end is None:
+        return None
+    start = next((r for r in rows[: end["index"] + 1] if not r.get("ill_conditioned")
+                  and _number(r.get("Cosine"), 1.0) < COLLAPSE_COSINE
+                  and _number(r.get("own_error"), 0.0) >= COLLAPSE_OWN_ERROR), end)
+    return CollapseStart(start["mod_name"], start["value"], start["index"], _number(start.get("Cosine"), math.nan),
+                         _number(start.get("own_error"), 0.0), end["mod_name"], end["collapsed"])
+
+
+def _number(x: Any, default: float) -> float:
+    return default if x is None else float(x)
+
+
+def _from_collapse(rows: list[dict], found: list[dict]) -> list[dict]:
+    """With a collapse: a finding for the layer where it begins, first, then the findings at and
+    after that layer, nearest first, then the rest (each group in the order it had)."""
+    start = collapse_start(rows)
+    if start is None:
+        return found
+    where = {r["mod_name"]: r["index"] for r in rows}
+    head = {"kind": "collapse", "layer": start.layer, "value": start.value,
+            "downstream": [r["mod_name"] for r in rows if r["index"] >= start.index],
+            "detail": f"an output collapses on this sample: it is destroyed at {start.end} ({start.end_how}), and "
+                      f"the damage begins here (cosine {start.cosine:.4g}, its own quantization alone "
+                      f"{100 * start.own_error:.3g}% relative error); the findings at and after it come first"}
+
+    def _distance(f: dict) -> tuple[int, int]:
+        k = where.get(re.sub(r"\[\d+\]$", "", str(f.get("layer"))), where.get(str(f.get("layer"))))
+        return (0, k - start.index) if k is not None and k >= start.index else (1, 0)
+
+    return [head, *sorted(found, key=_distance)]
 
 
 def _split(a: np.ndarray, b: np.ndarray, shadows: dict, name: str, k: int) -> dict[str, float | None]:
@@ -248,6 +312,7 @@ def advise(run: LayerRun, rows: list[dict], top: int = TOP_OWN_ERRORS) -> list[d
                                 f"{ill[0]['ill_conditioned']}): Cosine, SQNR and the relative own error measure noise "
                                 "there, so these layers are not ranked by them; read MSE or L1, or compare on a "
                                 "sample where the model responds"})
+    found = _from_collapse(rows, found)
     minor = [f for f in found if f["kind"] == "minor clipping"]
     if minor:  # one line for them all: a few values past a max-calibrated range is normal on a new input
         found = [f for f in found if f["kind"] != "minor clipping"]

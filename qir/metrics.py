@@ -42,7 +42,7 @@ from qir.errors import InputError, did_you_mean
 from qir.records import CalibRecord, OpRecord
 
 __all__ = ["METRICS", "BETTER", "RELATIVE", "compute", "check_metrics", "worst_first", "nonfinite_count",
-           "nonfinite_note", "ill_conditioned", "output_bound", "final_activation"]
+           "nonfinite_note", "ill_conditioned", "collapsed", "output_bound", "final_activation"]
 
 
 def _pair(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -275,6 +275,41 @@ def ill_conditioned(a: np.ndarray, bound: float | None = None) -> str | None:
     if rms < NEAR_ZERO * scale:
         of = f"its range {scale:.6g}" if bound and bound >= peak else f"its peak {peak:.6g}"
         return f"near zero (RMS {rms:.3g}, below {NEAR_ZERO:g} of {of})"
+    return None
+
+
+SATURATED = 0.9  # share of values at the analysis output's own extreme that makes it saturated
+
+
+def collapsed(a: np.ndarray, b: np.ndarray, bound: float | None = None) -> str | None:
+    """How the analysis output ``b`` is degenerate where the reference ``a`` is not, or None: the
+    model's quantization destroyed this output on this sample, which no similarity metric says
+    plainly (a cosine of 0 or of 0.3 reads alike in a table). In order:
+
+    - *not finite*: ``b`` holds NaN or Inf where ``a`` is finite;
+    - *constant* (all zeros included) or *near zero*: :func:`ill_conditioned` holds for ``b`` (with
+      ``bound``) and not for ``a``;
+    - *saturated*: at least :data:`SATURATED` of ``b``'s values sit at its own maximum or minimum
+      while fewer than half of ``a``'s sit at ``a``'s (a quantizer whose range clips everything).
+    """
+    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if x.shape != y.shape or not y.size or not np.isfinite(x).all():
+        return None
+    bad = int(np.size(y) - np.count_nonzero(np.isfinite(y)))
+    if bad:
+        return f"not finite: NaN or Inf in {bad} of {y.size} values"
+    if ill_conditioned(x, bound) is not None:
+        return None
+    why = ill_conditioned(y, bound)
+    if why is not None:
+        rms = math.sqrt(_sum_sq(x.ravel()) / x.size)
+        what = "all zeros" if why.startswith("constant (every value 0)") else why
+        return f"{what}, where the reference's RMS is {rms:.3g}"
+    for end, name in ((np.max(y), "maximum"), (np.min(y), "minimum")):
+        share = float(np.mean(y == end))
+        ref_end = np.max(x) if name == "maximum" else np.min(x)
+        if share >= SATURATED and float(np.mean(x == ref_end)) < 0.5:
+            return f"saturated: {share:.0%} of its values at its {name} {float(end):.6g}"
     return None
 
 

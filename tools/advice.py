@@ -347,6 +347,12 @@ def _finding_fix(ir: QIR, run: Any, finding: Mapping[str, Any]) -> tuple[dict[st
         return {cal: mode}, mode
     if kind == "output not high precision":
         return {cal: "float"}, "float"
+    if kind == "collapse":  # the damage's whole path: what, if anything, precision can restore
+        ops = {re.sub(r"\[\d+\]$", "", name) for name in finding.get("downstream", [])}
+        changes = {c.name: "int16" for c in ir.calibrations("activation")
+                   if c.mode is CalibMode.INT8 and ops & set(c.feeds)}
+        return (changes, f"int16 for the {len(changes)} int8 activation quantizers from {finding['layer']} on"
+                ) if changes else None
     layer = re.sub(r"\[\d+\]$", "", str(finding.get("layer")))  # an op's name, or "name[k]" for its k-th output
     if not kind.startswith("own error") or not ir.has_node(layer):
         return None

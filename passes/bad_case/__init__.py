@@ -77,8 +77,10 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     values: dict[str, dict[str, list[float]]] = {}
     left_out: dict[int, str] = {}
     ill: dict[str, dict[int, str]] = {}  # output -> sample -> why Cosine/SQNR are noise there
+    collapse: dict[str, dict[int, str]] = {}  # output -> sample -> how the analysis output collapsed
     for i, score in enumerate(scores):
-        _record(i, score, values, left_out, ill)
+        _record(i, score, values, left_out, ill, collapse)
+    _warn(ill, collapse, len(samples))
     if len(left_out) == len(samples):
         raise InputError(f"every sample's baseline outputs hold NaN or Inf ({left_out[0]} on sample 0): no bad case "
                          "to find; check the data for NaN or infinite values")
@@ -91,18 +93,31 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     if isinstance(samples, RankShares):  # every rank gets the bad cases from the ranks that hold them
         samples.fetch({e["index"] for e in overall.values()} | {i for per in worst.values() for i in per.values()})
     report = {"metric": metric, "samples": len(samples), "values": values, "bad_case": worst,
-              "worst_output": overall, "chosen": overall[metric]["index"], "data": samples}
+              "worst_output": overall, "chosen": _chosen(metric, overall, values, collapse), "data": samples}
     if left_out:
         report["left_out"] = {str(i): why for i, why in left_out.items()}
     if ill:
         report["ill_conditioned"] = {name: {str(i): why for i, why in per.items()} for name, per in ill.items()}
+    if collapse:
+        report["collapsed"] = {name: {str(i): how for i, how in per.items()} for name, per in collapse.items()}
     return report
 
 
-def _record(i: int, score: Score, values: dict, left_out: dict[int, str], ill: dict[str, dict[int, str]]) -> None:
-    """Sample ``i``'s :data:`.search.Score` into ``values`` (its metrics per output,
-    NaN when it is left out), ``left_out`` and ``ill``, with the warnings that name it."""
-    note, metrics, ill_here = score
+def _chosen(metric: str, overall: dict, values: dict, collapse: dict[str, dict[int, str]]) -> int:
+    """The sample to analyse: the metric's worst, unless an output collapsed on some sample (a
+    destroyed output is the bad case whatever a metric says); then the collapsed sample that
+    metric scores worst."""
+    if not collapse:
+        return overall[metric]["index"]
+    return max(((name, i) for name, per in collapse.items() for i in per),
+               key=lambda kv: _badness(metric, values[kv[0]][metric][kv[1]]))[1]
+
+
+def _record(i: int, score: Score, values: dict, left_out: dict[int, str], ill: dict[str, dict[int, str]],
+            collapse: dict[str, dict[int, str]]) -> None:
+    """Sample ``i``'s :data:`.search.Score` into ``values`` (its metrics per output, NaN when it is
+    left out), ``left_out``, ``ill`` and ``collapse`` (:func:`_warn` says it once per output)."""
+    note, metrics, ill_here, collapse_here = score
     if note is not None:
         left_out[i] = note
         logger.warning("sample %d is left out of the bad-case search: the baseline's outputs hold NaN or Inf (%s)",
@@ -111,12 +126,29 @@ def _record(i: int, score: Score, values: dict, left_out: dict[int, str], ill: d
         slot = values.setdefault(name, {m: [] for m in BAD_CASE_METRICS})
         for seed_name in BAD_CASE_METRICS:
             slot[seed_name].append(per[seed_name])
-        why = ill_here.get(name)
-        if why:
-            ill.setdefault(name, {})[i] = why
-            logger.warning("sample %d is not a candidate for the Cosine and SQNR bad case of %r: its baseline output is "
-                           "%s, so those metrics measure noise there; L1 or MSE pick a meaningful bad case on such "
-                           "data", i, name, why)
+        if ill_here.get(name):
+            ill.setdefault(name, {})[i] = ill_here[name]
+        if collapse_here.get(name):
+            collapse.setdefault(name, {})[i] = collapse_here[name]
+
+
+def _warn(ill: dict[str, dict[int, str]], collapse: dict[str, dict[int, str]], count: int) -> None:
+    """One warning per output for the samples whose baseline makes Cosine and SQNR noise, and one
+    for the samples on which the analysis model's output collapsed (with a count, not a line each)."""
+    for name, per in collapse.items():
+        first = min(per)
+        logger.warning("output %r of the analysis model collapses on %d of %d sample(s) (%s): on sample %d it is %s",
+                       name, len(per), count, _listed(per), first, per[first])
+    for name, per in ill.items():
+        first = min(per)
+        logger.warning("%d sample(s) (%s) are not candidates for the Cosine and SQNR bad case of %r: its baseline "
+                       "output is near zero or constant there (sample %d: %s), so those metrics measure noise; L1 or "
+                       "MSE pick a meaningful bad case on such data", len(per), _listed(per), name, first, per[first])
+
+
+def _listed(indices) -> str:
+    shown = sorted(indices)
+    return ", ".join(map(str, shown[:8])) + (f", ... {len(shown) - 8} more" if len(shown) > 8 else "")
 
 
 def _skipped(metric: str, name: str, left_out: dict[int, str], ill: dict[str, dict[int, str]], count: int) -> set[int]:

@@ -39,20 +39,24 @@ from qir.runtimes.engine.shards import even_split
 __all__ = ["SampleSearch", "Score", "sample_score", "scores_on_cluster", "bad_case_shard", "search_on_cluster",
            "RankShares"]
 
-# (why the sample is left out or None, {output: {metric: value}}, {output: why Cosine/SQNR are noise})
-Score = tuple["str | None", dict[str, dict[str, float]], dict[str, str]]
+# (why the sample is left out or None, {output: {metric: value}}, {output: why Cosine/SQNR are noise},
+#  {output: how the analysis output collapsed})
+Score = tuple["str | None", dict[str, dict[str, float]], dict[str, str], dict[str, str]]
 
 
 def sample_score(outs: Sequence[Mapping[str, np.ndarray]], base_ir: QIR) -> Score:
     """One sample's score from ``outs`` (the baseline's outputs, the analysis model's): NaN
     metrics and the reason when the baseline holds NaN or Inf, else every metric per output and
-    the outputs whose baseline is ill-conditioned (:func:`qir.metrics.ill_conditioned`)."""
+    the outputs whose baseline is ill-conditioned (:func:`qir.metrics.ill_conditioned`) and those
+    the analysis model collapsed (:func:`qir.metrics.collapsed`)."""
     note = qmetrics.nonfinite_note(outs[0])
     metrics = {name: {seed: (math.nan if note else qmetrics.METRICS[q](outs[0][name], outs[1][name]))
                       for seed, q in BAD_CASE_METRICS.items()} for name in outs[0]}
     ill = {} if note else {name: why for name in outs[0]
                            if (why := qmetrics.ill_conditioned(outs[0][name], qmetrics.output_bound(base_ir, name)))}
-    return note, metrics, ill
+    collapse = {} if note else {name: how for name in outs[0] if name in outs[1] and (
+        how := qmetrics.collapsed(outs[0][name], outs[1][name], qmetrics.output_bound(base_ir, name)))}
+    return note, metrics, ill, collapse
 
 
 class SampleSearch:

@@ -62,6 +62,7 @@ from qir.runtimes.engine.cluster import Cluster, executor_for, program_cluster, 
 from qir.tools.advice import measure_findings
 from qir.tools.reports import bad_case as bad_case_report
 from qir.tools.reports import consistency as consistency_report
+from qir.tools.reports import headline
 from qir.tools.reports import layer_compare as layer_report
 from qir.tools.reports import op_sensitivity as sensitivity_report
 from qir.tools.reports.output import Outputs
@@ -106,6 +107,7 @@ class QuantAnalysis:
         self.outputs = Outputs(self.out_dir, overwrite=overwrite)
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
         self.chosen: int | None = None
+        self.bad_case_values: dict[str, dict[str, list[float]]] = {}
         self.layer_run: LayerRun | None = None
         self.report: dict[str, Any] = {}
 
@@ -175,6 +177,7 @@ class QuantAnalysis:
         indices |= {i for per in report["bad_case"].values() for i in per.values()}
         self.bad_cases = {i: report["data"][i] for i in sorted(indices)}
         self.chosen = report["chosen"]
+        self.bad_case_values = report["values"]  # (each output's metrics per sample: the headline's scores)
         self.report["bad_case"] = {k: v for k, v in report.items() if k not in ("data", "values")}
         return report
 
@@ -333,5 +336,8 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
         else:
             logger.warning("the analysis model has no quantized calibration node: no sensitivity table")
     summary = {"out_dir": str(out_dir), "bad_case_index": qa.chosen, "layers": len(rows), **qa.report}
+    collapse = headline.collapse_of(qa.report["bad_case"].get("collapsed"), layer_compare.collapse_start(rows))
+    summary["collapse"] = collapse.to_json() if collapse else None
+    summary["outputs"] = [s.to_json() for s in headline.output_scores(qa.bad_case_values)]
     out.write_json("compare.json", "qir.compare", summary)
     return summary

@@ -59,6 +59,17 @@ def _bad_case(args: argparse.Namespace) -> int:
     return 0
 
 
+def _headline(summary: dict) -> list[str]:
+    """The summary's headline lines (:mod:`qir.tools.reports.headline`): a collapse, then each output."""
+    from qir.tools.reports.headline import Collapse, OutputScore, headline_lines
+
+    c = summary.get("collapse")
+    collapse = Collapse(c["outputs"], c["begins_at"], c["begins_how"]) if c else None
+    scores = [OutputScore(s["output"], s["mean_cosine"], s["worst_cosine"], s["worst_sample"])
+              for s in summary.get("outputs", [])]
+    return headline_lines(collapse, scores, summary["bad_case"]["samples"])
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     with on_cluster(args, "output"):
         return _compare(args)
@@ -76,6 +87,8 @@ def _compare(args: argparse.Namespace) -> int:
                       sensitivity=not args.no_sensitivity, runtime=runtime, replay_discrete=not args.no_replay,
                       overwrite=args.force, level=level, march=march, consistency=args.consistency)
     out = Path(args.output)
+    for line in _headline(summary):
+        print(line)
     print(f"bad case: sample {summary['bad_case_index']}{execution.describe()} ({out / 'badcase.txt'})")
     advice = summary.get("advisor", [])
     print(f"{summary['layers']} layers compared ({out / 'compare_per_layer_out.txt'}); "
