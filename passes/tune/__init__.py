@@ -198,6 +198,7 @@ class TunePass(Pass):
         if not ir.calibrations():
             raise InputError(f"{ir.name!r} has no calibration nodes; calibrate it first (qir calibrate), or give "
                              "qir tune the float model and calibration data")
+        self.target.compared(ir)  # (a value the target names that the model lacks: one error before any work)
         samples = checked_samples(ir, self.eval_data, self.eval_num)
         self._floats = None
         space = Space(ir, self.profile, allow_float=self.allow_float)
@@ -315,7 +316,7 @@ class TunePass(Pass):
             return score, None
         tuned = space.apply(ir.clone(), config)
         if self._floats is None:  # (the float model's outputs: the same for every configuration verified)
-            self._floats = float_outputs(tuned, samples)
+            self._floats = float_outputs(tuned, samples, self.target.values)
         checked = verify(tuned, samples, self.target, score.mean, threads=self.threads, floats=self._floats,
                          march=self.profile.name if self.integer else None, stop_at_floor=quick)
         return score, checked

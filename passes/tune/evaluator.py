@@ -86,6 +86,7 @@ class Evaluator:
         neighbours mostly change weights) running a call's batched variants step by step when
         some run so anyway (in this process only: :class:`~qir.runtimes.engine.EngineOptions`)."""
         options = EngineOptions(reference="quantized", metrics=[self.target.metric], progress=self.progress,
+                                compare=self.target.compared(self.base),
                                 reference_changes=reference_changes, steps_when_mixed=True, **self.engine_options)
         floats = self.floats if options.checked().runtime == Runtime.ORT else None
         return Engine(self.base, self.samples, options, float_baselines=floats, costs=self.costs)
@@ -175,7 +176,7 @@ class Evaluator:
         if self._floats is None:
             rt = get_runtime(Runtime.ORT, level=Level.FLOAT, threads=1, optimization=self._optimization(),
                              layout_stable=True)
-            self._floats = [run_whole(self.base, s, self.base.outputs, rt) for s in self.samples]
+            self._floats = [run_whole(self.base, s, self.target.compared(self.base), rt) for s in self.samples]
         return self._floats
 
     def _optimization(self) -> str:
@@ -219,7 +220,7 @@ class Evaluator:
         out = []
         for c in configs:
             model = configured_clone(self.base, "quantized", self.space.changes(c))
-            outs = [run_whole(model, s, model.outputs, rt) for s in self.samples]
+            outs = [run_whole(model, s, self.target.compared(model), rt) for s in self.samples]
             out.append(Score(*sample_values(self.base, self.target, self.floats(), outs)))
         return out
 

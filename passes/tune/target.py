@@ -10,6 +10,10 @@ higher is better), where ``fn(outputs, index)`` scores the model's outputs (``{n
 on evaluation sample ``index`` (e.g. ``float(outputs["logits"].argmax() == labels[index])``:
 the mean is the accuracy).
 
+``@VALUE[,VALUE...]`` at the end scores only those values, model outputs or any activation
+(``"cosine>=0.99@/model.22/Sigmoid_output_0"``: a detector's class scores, which the mean over
+its one concatenated output hides); by default every model output counts.
+
 ``"cosine>=0.99,worst>=0.98"`` adds a floor: the worst sample must also reach 0.98 (a mean can
 hide one image that a configuration ruins; in Python ``(fn, ">=", 0.95, 0.9)``). The target
 then judges a :class:`Score` by its *margin*, the smaller of the two: ``min(mean - 0.99, worst -
@@ -21,17 +25,18 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from qir import metrics as qmetrics
-from qir.errors import InputError
+from qir.errors import InputError, did_you_mean
 
 __all__ = ["Score", "Target", "parse_target", "SYNTAX"]
 
 ALIASES = {"cosine": "cosine-similarity", "cos": "cosine-similarity"}
 SYNTAX = ("write METRIC>=VALUE or METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3' (metrics: cosine, "
           + ", ".join(qmetrics.METRICS) + "), optionally with a floor for every sample: 'cosine>=0.99,worst>=0.98'; "
+          "and/or only some values: 'cosine>=0.99@scores' (model outputs or activations, comma-separated); "
           "in Python also (fn, '>=', value) or (fn, '>=', value, worst) with fn(outputs, index) -> float")
 _TEXT = re.compile(r"^\s*([A-Za-z][\w-]*)\s*(>=|<=)\s*([^\s,]+)\s*(?:,\s*worst\s*(>=|<=)\s*(\S+)\s*)?$", re.IGNORECASE)
 #: The value a metric takes for a perfect match (cosine 1, errors 0); SQNR has none (infinite).
@@ -56,11 +61,22 @@ class Target:
     op: str
     threshold: float
     floor: float | None = None
+    values: tuple[str, ...] = ()  # the values scored; () for the model's outputs
 
     @property
     def text(self) -> str:
         name = self.metric if isinstance(self.metric, str) else getattr(self.metric, "__name__", "task metric")
-        return f"{name}{self.op}{self.threshold:.10g}" + (f",worst{self.op}{self.floor:.10g}" if self.floor is not None else "")
+        return (f"{name}{self.op}{self.threshold:.10g}" + (f",worst{self.op}{self.floor:.10g}" if self.floor is not None
+                                                           else "") + (f"@{','.join(self.values)}" if self.values else ""))
+
+    def compared(self, ir) -> list[str]:
+        """The values a score compares: the target's, each checked to be a value of ``ir`` (one
+        clear error with the closest names otherwise), or the model's outputs."""
+        for name in self.values:
+            if not ir.has_value(name):
+                raise InputError(did_you_mean(name, [v.name for v in ir.activations()], "value")
+                                 + " in the target's @VALUE (a model output or any activation of the model)")
+        return list(self.values) or list(ir.outputs)
 
     @property
     def higher_is_better(self) -> bool:
@@ -128,7 +144,7 @@ class Target:
         sign = 1.0 if self.higher_is_better else -1.0
         floor_by = by if floor_by is None else floor_by
         return Target(self.metric, self.op, self.threshold + sign * by,
-                      None if self.floor is None else self.floor + sign * floor_by)
+                      None if self.floor is None else self.floor + sign * floor_by, self.values)
 
     def tolerance(self, value: float) -> float:
         """How far two measurements of one configuration may differ and still agree (verification):
@@ -151,14 +167,11 @@ def parse_target(target: Any) -> Target:
     if isinstance(target, Target):
         return target
     if isinstance(target, str):
-        m = _TEXT.match(target)
-        values = [_number(m.group(3)), _number(m.group(5)) if m.group(5) else 0.0] if m else []
-        if not m or None in values:
-            raise InputError(f"cannot read the target {target!r}; {SYNTAX}")
-        if m.group(4) and m.group(4) != m.group(2):
-            raise InputError(f"the worst-sample floor of {target!r} must have the direction of the target "
-                             f"({m.group(2)}): write 'worst{m.group(2)}{m.group(5)}'")
-        return _checked(m.group(1), m.group(2), values[0], values[1] if m.group(5) else None)
+        text, at, names = target.partition("@")
+        values = tuple(n.strip() for n in names.split(",") if n.strip())
+        if at and not values:
+            raise InputError(f"the target {target!r} names no value after '@'; {SYNTAX}")
+        return replace(_parse_text(text, target), values=values)
     if isinstance(target, (tuple, list)) and len(target) in (2, 3, 4):
         metric, op, threshold, *floor = (target[0], ">=", target[1]) if len(target) == 2 else target
         numbers = [_number(x) for x in (threshold, *floor)]
@@ -166,6 +179,18 @@ def parse_target(target: Any) -> Target:
             raise InputError(f"cannot read the target {target!r}; {SYNTAX}")
         return _checked(metric, op, numbers[0], numbers[1] if floor else None)
     raise InputError(f"cannot read the target {target!r}; {SYNTAX}")
+
+
+def _parse_text(text: str, target: str) -> Target:
+    """The metric, direction, threshold and floor of a written target (``target``: as given, for errors)."""
+    m = _TEXT.match(text)
+    values = [_number(m.group(3)), _number(m.group(5)) if m.group(5) else 0.0] if m else []
+    if not m or None in values:
+        raise InputError(f"cannot read the target {target!r}; {SYNTAX}")
+    if m.group(4) and m.group(4) != m.group(2):
+        raise InputError(f"the worst-sample floor of {target!r} must have the direction of the target "
+                         f"({m.group(2)}): write 'worst{m.group(2)}{m.group(5)}'")
+    return _checked(m.group(1), m.group(2), values[0], values[1] if m.group(5) else None)
 
 
 def _number(x: Any) -> float | None:

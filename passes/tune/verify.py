@@ -49,10 +49,11 @@ def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequenc
         values = tuple(float(target.metric(o, i)) for i, o in enumerate(outs))
         return float(np.nanmean(values)) if any(v == v for v in values) else math.nan, values
     metric, relative = target.metric, target.metric in qmetrics.RELATIVE
-    bounds = {v: qmetrics.output_bound(ir, v) for v in ir.outputs}
+    compared = target.compared(ir)
+    bounds = {v: qmetrics.output_bound(ir, v) for v in compared}
     trusted, every = [], []
     for f, o in zip(floats, outs):
-        per = {v: qmetrics.compute([metric], f[v], o[v])[metric] for v in ir.outputs}
+        per = {v: qmetrics.compute([metric], f[v], o[v])[metric] for v in compared}
         good = [x for v, x in per.items() if x == x and not (relative and qmetrics.ill_conditioned(f[v], bounds[v]))]
         trusted.append(float(np.mean(good)) if good else math.nan)
         every.append(float(np.nanmean(list(per.values()))) if any(x == x for x in per.values()) else math.nan)
@@ -86,8 +87,8 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
     (:func:`_integer_level`)."""
     model = export_qdq(ir)
     back = import_onnx(model)
-    floats = float_outputs(ir, samples) if floats is None else floats
-    outs = _onnxruntime_outputs(model, [check_feeds(ir, s) for s in samples], threads)
+    floats = float_outputs(ir, samples, target.values) if floats is None else floats
+    outs = _onnxruntime_outputs(model, [check_feeds(ir, s) for s in samples], threads, target.values)
     score = Score(*sample_values(ir, target, floats, outs))
     roundtrip = _roundtrip(ir, back)
     agrees = abs(score.mean - searched) <= target.tolerance(searched)  # (False when either is NaN)
@@ -114,7 +115,7 @@ def _integer_level(ir: QIR, back: QIR, samples: Sequence[dict], target: Target, 
     order = sorted(range(len(samples)), key=lambda i: (fake.samples[i] == fake.samples[i], sign * fake.samples[i]))
     outs: dict[int, dict] = {}
     for i in order:
-        outs[i] = rt.run(back, check_feeds(back, samples[i]))
+        outs[i] = rt.run(back, check_feeds(back, samples[i]), capture=target.values)
         if stop_at_floor and target.floor is not None and len(outs) < len(samples):
             done = sorted(outs)
             part = Score(*sample_values(ir, target, [floats[j] for j in done], [outs[j] for j in done]))
@@ -127,14 +128,21 @@ def _integer_level(ir: QIR, back: QIR, samples: Sequence[dict], target: Target, 
     return {"march": march, **target.judged(Score(*sample_values(ir, target, floats, ints))), "complete": True}
 
 
-def float_outputs(ir: QIR, samples: Sequence[dict]) -> list[dict]:
-    """The outputs of ``ir`` run as float in onnxruntime, on each of ``samples``."""
+def float_outputs(ir: QIR, samples: Sequence[dict], values: Sequence[str] = ()) -> list[dict]:
+    """The outputs of ``ir`` (and ``values``, any activations) run as float in onnxruntime, on each of ``samples``."""
     rt = get_runtime(Runtime.ORT, level="float")
-    return [rt.run(ir, check_feeds(ir, sample)) for sample in samples]
+    return [rt.run(ir, check_feeds(ir, sample), capture=values) for sample in samples]
 
 
-def _onnxruntime_outputs(model, feeds: Sequence[dict], threads: int | None) -> list[dict]:
-    """The emitted ``model``'s outputs in onnxruntime, on each of ``feeds``."""
+def _onnxruntime_outputs(model, feeds: Sequence[dict], threads: int | None, values: Sequence[str] = ()) -> list[dict]:
+    """The emitted ``model``'s outputs in onnxruntime (and ``values``, activations it computes,
+    made outputs of a copy), on each of ``feeds``."""
+    extra = [v for v in values if v not in {o.name for o in model.graph.output}]
+    if extra:
+        import onnx
+
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(v) for v in extra)
     session = new_session(model, threads=threads, what="the emitted model")
     names = [o.name for o in session.get_outputs()]
     return [dict(zip(names, session.run(names, f))) for f in feeds]
@@ -144,5 +152,6 @@ def check_unseen(ir: QIR, model, samples: Sequence[dict], target: Target, *, thr
     """The emitted ``model`` (of the tuned ``ir``) on ``samples`` the search never saw, in
     onnxruntime as :func:`verify` runs it: ``{"samples", "mean", "worst", "worst_sample",
     "margin", "meets"}``. Whether the result holds beyond the evaluation data it was picked on."""
-    floats, outs = float_outputs(ir, samples), _onnxruntime_outputs(model, [check_feeds(ir, s) for s in samples], threads)
+    floats = float_outputs(ir, samples, target.values)
+    outs = _onnxruntime_outputs(model, [check_feeds(ir, s) for s in samples], threads, target.values)
     return {"samples": len(samples), **target.judged(Score(*sample_values(ir, target, floats, outs)))}

@@ -59,6 +59,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from qir import metrics as qmetrics
+from qir import once
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.execution import Level, Runtime
@@ -86,6 +87,7 @@ __all__ = ["Engine"]
 
 logger = logging.getLogger(__name__)
 
+_ILL_SAID = "engine: samples a relative metric cannot judge"  # :mod:`qir.once` topic
 Job = list[tuple[Variant, "dict[str, CalibRecord] | None"]]  # one call: batched rows, or one variant step by step
 
 
@@ -249,6 +251,7 @@ class Engine:
         self._left_out, self._ill = {}, {}
         try:
             self._evaluate_missing(variants, done, pool, emit)
+            self._warn_ill()
         finally:
             if pool:
                 pool.shutdown(cancel_futures=True)
@@ -389,12 +392,21 @@ class Engine:
             return
         ill = {v: why for v in self.compare if (why := qmetrics.ill_conditioned(base[v], self._bounds[v]))}
         self._ill[s] = ill
-        if ill:
-            relative = "/".join(m for m in self.metrics if m in qmetrics.RELATIVE)
-            shown = "; ".join(f"{v!r} {why}" for v, why in list(ill.items())[:3]) + (" ..." if len(ill) > 3 else "")
-            logger.warning("sample %d: %s is noise on it, its %s being near zero or constant (%s); it is left out "
-                           "of the %s means (use mse or l1 to rank on such data)", s, relative,
-                           self._baseline_name(), shown, relative)
+
+    def _warn_ill(self) -> None:
+        """One warning for the samples of this call whose baseline makes a relative metric noise,
+        each sample said once per process for this model and compared values (:mod:`qir.once`)."""
+        new = sorted(s for s, ill in self._ill.items()
+                     if ill and once.first_time(_ILL_SAID, (self.ir.name, self.compare, s)))
+        if not new:
+            return
+        relative = "/".join(m for m in self.metrics if m in qmetrics.RELATIVE)
+        ill = self._ill[new[0]]
+        shown = "; ".join(f"{v!r} {why}" for v, why in list(ill.items())[:3]) + (" ..." if len(ill) > 3 else "")
+        listed = ", ".join(map(str, new[:8])) + (f", ... {len(new) - 8} more" if len(new) > 8 else "")
+        logger.warning("%d sample(s) (%s): %s is noise on them, their %s being near zero or constant (sample %d: %s); "
+                       "they are left out of the %s means (use mse or l1 to rank on such data)", len(new), listed,
+                       relative, self._baseline_name(), new[0], shown, relative)
 
     def _baseline_name(self) -> str:
         """What variants are compared with, for messages (``float outputs``)."""

@@ -661,3 +661,39 @@ def _state(path, final):
 
     return TuneState(start=final, plain_start=final, int16=final, upper=final, ceiling=final, fixes=[], reached=True,
                      final=final, path=path)
+
+
+# ------------------------------------------------------------------ a target on named values
+def test_a_target_may_name_the_values_it_scores():
+    target = parse_target("cosine>=0.99,worst>=0.98@scores, boxes")
+    assert target.values == ("scores", "boxes") and target.text == "cosine-similarity>=0.99,worst>=0.98@scores,boxes"
+    assert parse_target(target.text) == target and target.tightened(0.001).values == target.values
+    with pytest.raises(InputError, match="names no value after '@'"):
+        parse_target("cosine>=0.99@")
+    ir = _calibrated()
+    with pytest.raises(InputError, match="no value named 'relu3_ot'; did you mean 'relu3_out'"):
+        parse_target("cosine>=0.99@relu3_ot").compared(ir)
+    assert parse_target("cosine>=0.99").compared(ir) == list(ir.outputs)
+
+
+def _value_score(ir: qir.QIR, value: str, metric: str) -> float:
+    """``metric`` of ``value`` in ``ir`` against the same value in its float run, mean over EVAL:
+    whole-model runs on the numpy runtime, no engine."""
+    return float(np.mean([qmetrics.compute([metric], qir.run(ir, s, level="float", capture=[value])[value],
+                                           qir.run(ir, s, capture=[value])[value])[metric] for s in EVAL]))
+
+
+def test_a_target_on_an_inner_value_is_met_and_verified_on_that_value():
+    """A detector's class scores can fall where its one concatenated output hides it: a target on
+    an activation is searched, verified in onnxruntime and at the integer level on that value."""
+    ir, value = _calibrated("percentile"), "relu3_out"
+    start = _value_score(_configured(ir, {c.name: "int8" for c in ir.calibrations()}), value, "mse")
+    upper = _value_score(_configured(ir, {c.name: "int16" for c in ir.calibrations("activation")}), value, "mse")
+    threshold = (start + upper) / 2
+    result = _tune(ir, f"mse<={threshold!r}@{value}")
+    report = result.report
+    assert report["target"].endswith(f"@{value}") and report["reached"] and report["verification"]["agrees"]
+    plain = _value_score(result.ir, value, "mse")
+    assert plain <= threshold
+    assert report["verification"]["mean"] == pytest.approx(plain, abs=parse_target("mse<=1").tolerance(plain))
+    assert _plain(result.ir, "mse") != pytest.approx(plain)  # (the model's output scores otherwise: it was not what counted)

@@ -136,7 +136,7 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
 
 def _add_profile(sub) -> None:
     p = add_analysis_command(sub, "profile", ["model-profiler"], "per-op statistics of inputs, weights, biases and "
-                             "outputs (horizon ModelProfiler)", "./debug_result/profiler", ("-s", "-o", "--output"))
+                             "outputs (horizon ModelProfiler)", "./debug_result/profiler", ("-o", "--output", "-s"))
     p.add_argument("-p", "--prefixes", help="only ops whose names start with these: \"['backbone','head']\" or a,b")
     p.add_argument("-t", "--types", help="only these op types: Conv,Gemm")
     p.add_argument("--histograms", action="store_true", help="also one PNG of histograms per op")

@@ -124,7 +124,7 @@ def _runall(args: argparse.Namespace) -> int:
 # Each analysis is built twice: under qir's name, whose short flags mean what they mean in every qir
 # command (seed_flag drops hmct's others to their long form), and under hmct's name, unlisted in
 # `qir --help`, with hmct's own flags (-o the output node, -n the node type, ...).
-_QIR_OUTPUT = ("-s", "-o", "--output")  # qir's names: -o/--output is the output folder too
+_QIR_OUTPUT = ("-o", "--output", "-s")  # qir's names: -o/--output is the output folder too
 
 
 def _debugger_command(sub, name: str, hmct_name: str, what: str, save_dir: str, hmct: bool):

@@ -44,11 +44,13 @@ def add_commands(sub) -> None:
                                 "for there; a float model is calibrated on it)")
     p.add_argument("--eval", required=True, help="evaluation data, where the target must be met (the mean over its "
                                                  "samples): DIR/<input>/<i>.npy, .npz or .npy")
-    p.add_argument("--target", required=True, help="the accuracy target against the float model: METRIC>=VALUE or "
-                                                   "METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3'; add ',worst>=V' "
-                                                   "for a floor every sample must reach: 'cosine>=0.99,worst>=0.98'")
+    p.add_argument("--target", required=True,
+                   help="the accuracy target against the float model: METRIC>=VALUE or METRIC<=VALUE, e.g. "
+                        "'cosine>=0.99' or 'mse<=1e-3'; add ',worst>=V' for a floor every sample must reach: "
+                        "'cosine>=0.99,worst>=0.98'; add '@VALUE[,VALUE]' to score only those model outputs or "
+                        "activations (a detector's class scores: 'cosine>=0.99@/model.22/Sigmoid_output_0')")
     add_march(p, help="the march whose mixed-precision pipeline and dtype rules to follow")
-    p.add_argument("-s", "--save-dir", "-o", "--output", dest="save_dir", required=True,
+    p.add_argument("-o", "--output", "-s", "--save-dir", dest="save_dir", required=True,
                    help="the output folder: tuned model, emitted QDQ model, tune_report.txt/.json/.html, "
                         "reproduce/commands.sh")
     p.add_argument("--allow", action="append", choices=["float"], default=[],
