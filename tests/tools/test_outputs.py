@@ -43,7 +43,7 @@ COMMANDS = {
     "run": (lambda out, cal: ["run", MODEL, DATA, "--limit", "2", "-o", f"{out}/o.npz"], "o.npz"),
     "calibrate": (lambda out, cal: ["calibrate", MODEL, DATA, "-o", f"{out}/c.onnx"], "c.onnx"),
     "calibrate model check": (lambda out, cal: ["calibrate", MODEL, DATA, "-o", f"{out}/c.onnx"],
-                              "model_check_result.txt"),
+                              "c.check.txt"),
     "calibrate --dump-dir": (lambda out, cal: ["calibrate", MODEL, DATA, "-o", f"{out}/c.onnx", "--dump-dir",
                                                f"{out}/dumps"], "dumps/002_fuse.qir.txt"),
     "pipeline": (lambda out, cal: ["pipeline", cal, "set-mode{nodes='conv2',mode=int16}", "-o", f"{out}/p.onnx"],
