@@ -88,6 +88,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     state._start({"model": model_path or ir.name, "data": str(calibrated_data), "data_num": data_num, "types": types,
                  "metrics": metrics, "output_node": output_node, "runtime": str(runtime)})
     results: dict[str, Any] = {"model": model_path or ir.name, "sensitivity": {},
+                               "headline": [],  # lines the report shows first (a collapsed output, the worst one)
                                "quantizers": {c.name: {"role": c.role.value, "feeds": list(c.feeds)}
                                               for c in ir.calibrations()}}
     started = time.perf_counter()

@@ -55,7 +55,7 @@ def test_compare_names_its_fixes_in_order_bounds_layers_and_writes_a_report(yolo
     assert gains == sorted(gains, reverse=True)
     assert not (out / "layers").exists()
     size = re.search(r"per-layer values not kept \((\d+(?:\.\d+)?) MB; --layers", printed)
-    assert size and float(size.group(1)) > 50, printed  # YOLOv8n at 320x320: ~116 MB
+    assert size and float(size.group(1)) > 50, printed  # YOLOv8n at 320x320: ~119 MB
     assert max(len(line) for line in (out / "compare_per_layer_out.txt").read_text().splitlines()) <= 160
     page = (out / "index.html").read_text()
     assert page.index('id="headline"') < page.index('class="toc"') < page.index('id="fixes"') < page.index('id="findings"')

@@ -337,7 +337,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     """The whole workflow; returns (and writes as ``compare.json``) a summary, and writes
     ``index.html`` (:mod:`qir.tools.reports.compare`). Every file it writes is checked first
     (PyTorch models: ``layers/`` when they are exported, before that step runs). The per-layer
-    values (``layers/``: every value of both models, 116 MB on YOLOv8n at 320x320) are kept only
+    values (``layers/``: every value of both models, 119 MB on YOLOv8n at 320x320) are kept only
     with ``keep_layers``; the summary's ``layer_values`` says their size either way.
     ``level``/``march``: see the module docstring; ``consistency``: also
     :meth:`QuantAnalysis.consistency` on the bad case (``march``, default nash-e)."""
@@ -366,7 +366,9 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
         else:
             logger.warning("the analysis model has no quantized calibration node: no sensitivity table")
     summary = {"out_dir": str(out_dir), "bad_case_index": qa.chosen, "layers": len(rows),
-               "output_cosine": _output_cosine(qa.layer_run), **qa.report}
+               "output_cosine": _output_cosine(qa.layer_run),
+               "headline": [],  # lines index.html shows first (a collapsed output, the worst one)
+               **qa.report}
     out.write_json("compare.json", "qir.compare", summary)
     summary["index"] = str(write_index(summary, rows, out))
     return summary

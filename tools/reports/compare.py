@@ -19,14 +19,17 @@ from qir.tools.reports.html import Section, command, page, table
 from qir.tools.reports.layer_compare import helping_fixes
 from qir.tools.reports.output import Outputs, as_outputs
 
-__all__ = ["write_index", "megabytes"]
+__all__ = ["write_index", "human_size"]
 
 WORST = 20  # layers shown from the layer-by-layer table
 
 
-def megabytes(n: int) -> str:
-    """A size in bytes as people read it: ``116 MB``."""
-    return f"{n / 1e6:.3g} MB" if n >= 1e6 else f"{n / 1e3:.3g} kB"
+def human_size(n: int) -> str:
+    """A size in bytes as people read it: ``119 MB``, ``1.38 GB``."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n / 1e3:.3g} kB"
 
 
 def _headline(summary: dict[str, Any]) -> list[str]:
@@ -108,7 +111,7 @@ def _files(summary: dict[str, Any]) -> str:
              "sensitive_ops.txt/.json", "compare.json"]
     items = "".join(f"<li><code>{n}</code></li>" for n in names)
     if lv:
-        size = megabytes(lv["bytes"])
+        size = human_size(lv["bytes"])
         items += (f"<li><code>layers/</code>: every value of both models on the bad case, {size}</li>" if lv["kept"]
                   else f"<li><code>layers/</code> not written ({size} of per-layer values; --layers keeps them)</li>")
     return f"<ul>{items}</ul>"

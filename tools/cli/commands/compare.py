@@ -67,7 +67,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from qir.tools.advice import fix_line
     from qir.tools.compat.quant_analysis import compare
-    from qir.tools.reports.compare import megabytes
+    from qir.tools.reports.compare import human_size
     from qir.tools.reports.layer_compare import helping_fixes
 
     execution = resolve_level(args, march_alone=args.consistency)
@@ -99,8 +99,8 @@ def _compare(args: argparse.Namespace) -> int:
         top = ", ".join(f"{r['op_name']} ({r['sensitive_type']})" for r in rows[:5])
         print(f"most sensitive for {name}: {top}  ({out / 'sensitive_ops.txt'})")
     values = summary["layer_values"]
-    print(f"per-layer values: {out / 'layers'} ({megabytes(values['bytes'])})" if values["kept"] else
-          f"per-layer values not kept ({megabytes(values['bytes'])}; --layers writes them to {out / 'layers'})")
+    print(f"per-layer values: {out / 'layers'} ({human_size(values['bytes'])})" if values["kept"] else
+          f"per-layer values not kept ({human_size(values['bytes'])}; --layers writes them to {out / 'layers'})")
     print(f"report: {summary['index']}")
     return 0
 
@@ -169,7 +169,7 @@ def _add_compare(sub) -> None:
     p.add_argument("--no-sensitivity", action="store_true", help="skip the op sensitivity table")
     p.add_argument("--layers", action="store_true",
                    help="also keep every value of both models on the bad case in layers/ (.npy files; large: about "
-                        "116 MB for YOLOv8n at 320x320, 1.3 GB for PP-OCRv4 det at 640x640; the size is printed)")
+                        "119 MB for YOLOv8n at 320x320, 1.38 GB for PP-OCRv4 det at 640x640; the size is printed)")
     p.add_argument("--no-replay", action="store_true",
                    help="do not replay the baseline's TopK/ArgMax/NonZero/NMS indices in the analysis model")
     p.add_argument("--consistency", action="store_true",
