@@ -195,3 +195,17 @@ def test_a_bad_choice_for_a_later_step_fails_before_any_step_runs(tmp_path, caps
     captured = capsys.readouterr()
     assert message in captured.err and "[1/5]" not in captured.out
     assert not out.exists()  # nothing written: the check runs before step 1
+
+
+def test_resume_refuses_a_run_asked_something_else(digits_calibrated_file, tmp_path, capsys):
+    """--resume continues only the same run: other arguments are named, and --force starts over."""
+    out = str(tmp_path / "ra")
+    argv = ["runall", digits_calibrated_file, str(DATA), "-s", out, "--runtime", "numpy"]
+    assert main([*argv, "-dn", "2"]) == 0
+    state = json.loads((tmp_path / "ra" / "runall_state.json").read_text())
+    assert state["finished"] and sorted(state["steps"]) == ["1", "2", "3", "4", "5"]
+    capsys.readouterr()
+    assert main([*argv, "-dn", "3", "--resume"]) == 2
+    assert "data_num differ" in capsys.readouterr().err
+    assert main([*argv, "-dn", "2", "--resume"]) == 0  # the same run: every step read back
+    assert capsys.readouterr().out.count("read back from runall_state.json") == 5
