@@ -6,14 +6,16 @@ Per node in ``nodes_list``, the values one plot draws, and their statistics:
   weights, and its threshold;
 - an **activation calibration node**: the values entering it in the calibrated model, its
   threshold (the largest one for per-channel nodes) and the share of values beyond it
-  (``clipped_fraction``);
+  (``clipped_fraction``), and the values entering it in the float model (``float_input``: what
+  calibration reads, larger where an upstream quantizer clips; the advice's max |x| is the larger
+  of the two);
 - a **general node**: its first output in the float and in the calibrated model, and the error
   (calibrated − float).
 
 Values are gathered over the first ``data_num`` samples. The pass only computes: it returns a
 :class:`~qir.passes.lib.capture.PlotResult` whose ``report`` holds, per node, the statistics
 (``{"nodes": {node: {"type", ...}}}``) and whose ``arrays`` hold what the plots draw
-(``original``/``calibrated`` for a weight node, ``input`` for an activation node,
+(``original``/``calibrated`` for a weight node, ``input`` and ``float_input`` for an activation node,
 ``float``/``calibrated`` for a general node). ``qir.tools.reports.distribution`` draws one PNG
 per node (log-scale counts; the threshold as a red dashed line, max |x| as a blue triangle) and
 writes ``distribution.json`` (schema ``qir.distribution`` v1); hmct's ``plot_distribution``
@@ -84,8 +86,8 @@ class DistributionPass(AnalysisPass):
         outs = [r.outputs[0] for r in recs if not isinstance(r, CalibRecord)]
         quant = {v: _flat(a) for v, a in collect(ir, self.data, acts + outs, quantized=True, data_num=self.data_num,
                                                   runtime=self.runtime).items()} if acts or outs else {}
-        flt = {v: _flat(a) for v, a in collect(ir, self.data, outs, quantized=False, data_num=self.data_num,
-                                                runtime=self.runtime).items()} if outs else {}
+        flt = {v: _flat(a) for v, a in collect(ir, self.data, acts + outs, quantized=False, data_num=self.data_num,
+                                                runtime=self.runtime).items()} if acts or outs else {}
         report: dict[str, Any] = {"nodes": {}}
         arrays: dict[str, dict[str, np.ndarray]] = {}
         for rec in recs:
@@ -97,9 +99,9 @@ class DistributionPass(AnalysisPass):
             elif isinstance(rec, CalibRecord):
                 x = quant[rec.input]
                 th = max_threshold(rec)
-                arrays[rec.name] = {"input": x}
-                entry = {"type": "activation", "input": _stats(x), "threshold": th,
-                         "clipped_fraction": clipped_fraction(x, th)}
+                arrays[rec.name] = {"input": x, "float_input": flt[rec.input]}
+                entry = {"type": "activation", "input": _stats(x), "float_input": _stats(flt[rec.input]),
+                         "threshold": th, "clipped_fraction": clipped_fraction(x, th)}
             else:
                 f, q = flt[rec.outputs[0]], quant[rec.outputs[0]]
                 arrays[rec.name] = {"float": f, "calibrated": q}

@@ -31,7 +31,10 @@ T = TypeVar("T")
 
 class Progress:
     """One task's progress: ``update(n)`` as work is done, ``close()`` at the end (also a context
-    manager). This base class shows nothing."""
+    manager: a block left by an exception, Ctrl-C's KeyboardInterrupt included, sets ``stopped``
+    to its name before closing). This base class shows nothing."""
+
+    stopped: str | None = None
 
     def update(self, n: int = 1) -> None:
         pass
@@ -42,14 +45,18 @@ class Progress:
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.stopped = exc_type.__name__
         self.close()
 
 
 class LogProgress(Progress):
     """Progress as log lines on ``qir.progress``: the first once ``delay`` seconds have passed,
     then one every ``interval`` seconds (default: the module's ``DELAY`` and ``INTERVAL``), and a
-    last one at the end of a task that logged any: ``variants: 120/480 runs (25%), 6.1 s, ETA 18 s``."""
+    last one at the end of a task that logged any: ``variants: 120/480 runs (25%), 6.1 s, ETA 18 s``,
+    then ``...: done, 480 runs in 24.0 s``, or, for a task stopped early (Ctrl-C, an error, fewer
+    units than its total), ``...: stopped after 120/480 runs in 6.3 s (KeyboardInterrupt)``."""
 
     def __init__(self, desc: str, total: int | None, unit: str = "it", initial: int = 0, *,
                  delay: float | None = None, interval: float | None = None) -> None:
@@ -69,9 +76,16 @@ class LogProgress(Progress):
             logger.info("%s", self.line(now))
 
     def close(self) -> None:
-        if self.logged:
-            self.logged = False
-            logger.info("%s: done, %d %s in %.1f s", self.desc, self.n, self.unit, time.perf_counter() - self.start)
+        if not self.logged:
+            return
+        self.logged = False
+        took = time.perf_counter() - self.start
+        if self.stopped is None and (not self.total or self.n >= self.total):
+            logger.info("%s: done, %d %s in %.1f s", self.desc, self.n, self.unit, took)
+            return
+        count = f"{self.n}/{self.total}" if self.total else str(self.n)
+        why = f" ({self.stopped})" if self.stopped and self.stopped != "GeneratorExit" else ""
+        logger.info("%s: stopped after %s %s in %.1f s%s", self.desc, count, self.unit, took, why)
 
     def line(self, now: float) -> str:
         elapsed = now - self.start

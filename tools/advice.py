@@ -25,8 +25,10 @@ their numbers. Kept fixes are ordered by gain, cause first where gains tie.
 **Commands** (:func:`command`) are complete and pasteable: ``qir set-mode MODEL --nodes ...
 (--mode M | --threshold T) -o OUT`` for one kind of change, ``qir pipeline MODEL
 'set-mode{...},set-mode{...}' -o OUT`` for several, ``qir pipeline MODEL 'calibrate{method=M}'
---data DATA -o OUT`` to recalibrate. MODEL is the model file as given; OUT a new file beside it,
-``<stem>_fix<k>.onnx`` (k: the fix's rank; names that exist are skipped). A fix whose ``--nodes``
+--data DATA -o OUT`` to recalibrate. MODEL is the model file as given; OUT a new file beside it
+named after the model and the tool that suggests it, ``<stem>_runall_fix<k>.onnx`` or
+``<stem>_compare_fix<k>.onnx`` (k: the fix's place in the list shown, best first; names that
+exist are skipped), so runall's and compare's suggestions never share a name. A fix whose ``--nodes``
 list would select other quantizers too is dropped, not printed.
 """
 from __future__ import annotations
@@ -122,13 +124,13 @@ def command(ir: QIR, model: str, output: str, changes: Mapping[str, str] | None 
     return shlex.join(["qir", "pipeline", model, ",".join(steps), "-o", output])
 
 
-def _output_names(model: str, count: int) -> list[str]:
-    """``count`` new files beside ``model``: ``<stem>_fix<k>.onnx``, skipping names that exist."""
+def _output_names(model: str, count: int, tool: str) -> list[str]:
+    """``count`` new files beside ``model``: ``<stem>_<tool>_fix<k>.onnx``, skipping names that exist."""
     path = Path(model)
     names, k = [], 0
     while len(names) < count:
         k += 1
-        out = path.with_name(f"{path.stem}_fix{k}.onnx")
+        out = path.with_name(f"{path.stem}_{tool}_fix{k}.onnx")
         if not out.exists():
             names.append(str(out))
     return names
@@ -322,7 +324,7 @@ def _keep(ir: QIR, tried: list[dict], model: str, data: Any) -> dict[str, list[d
             dropped.append(dict(c, reason=str(exc)))
         else:
             kept.append(c)
-    for c, out in zip(kept, _output_names(model, len(kept))):
+    for c, out in zip(kept, _output_names(model, len(kept), "runall")):
         cmd = command(ir, model, out, c["changes"], recalibrate=c.get("recalibrate"), data=data)
         c.update(command=cmd, output=out, text=f"{c['cause']}: {c['why']}; {c['fix']}: output cosine "
                  f"{c['before']:.5f} -> {c['after']:.5f} ({c['gain']:+.5f}): {cmd}")
@@ -377,8 +379,9 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
     """Measure the fix of each advisor finding that has one on the layer run's sample (output
     cosine of the analysis model with that change against the baseline's outputs, mean over the
     outputs) and add it to the finding as ``fix``: ``{"changes", "fix", "before", "after", "gain",
-    "helps"}`` plus, when it helps (:func:`helps`), the ``command`` that writes it; a fix that does
-    not help is kept as tried (``helps`` False) and gets no command. Logs each."""
+    "helps"}`` plus, when it helps (:func:`helps`), its ``rank`` (best first), ``output`` and the
+    ``command`` that writes it; a fix that does not help is kept as tried (``helps`` False) and gets
+    no command. Logs each."""
     from qir import metrics as qmetrics
     from qir.runtimes.engine import evaluate_plainly
 
@@ -397,7 +400,6 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
     if not math.isfinite(before):
         logger.warning("advisor: the analysis model's outputs are not finite on the bad case; its fixes are not measured")
         return
-    names = iter(_output_names(model, len(fixes)))
     done: dict[tuple, dict] = {}  # the same change for two findings: measured once, one command
     for finding, (changes, text) in fixes:
         key = tuple(sorted(changes.items()))
@@ -405,21 +407,38 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
             finding["fix"] = dict(done[key], fix=text)
             continue
         after = score(changes)
-        fix = {"changes": changes, "fix": text, "before": before, "after": after, "gain": after - before,
-               "helps": helps(before, after)}
-        if fix["helps"]:
-            try:
-                fix["command"] = command(ir, model, next(names), changes)
-            except QirError as exc:
-                fix.update(helps=False, reason=str(exc))
-        finding["fix"] = done[key] = fix
+        finding["fix"] = done[key] = {"changes": changes, "fix": text, "before": before, "after": after,
+                                      "gain": after - before, "helps": helps(before, after)}
         logger.info("advisor: %s for %s: output cosine %.5f -> %.5f%s", text, finding["layer"], before, after,
-                    "" if fix["helps"] else " (does not help)")
+                    "" if finding["fix"]["helps"] else " (does not help)")
+    _name_fixes(ir, model, findings, list(done.values()))
 
 
-def fix_line(fix: Mapping[str, Any]) -> str:
-    """One line for a measured advisor fix (see :func:`measure_findings`)."""
+def _name_fixes(ir: QIR, model: str, findings: list[dict], measured: list[dict]) -> None:
+    """Give each fix that helps its command, output file and ``rank``: numbered as they are shown,
+    best first (``<stem>_compare_fix1.onnx`` is the best); a finding sharing a fix gets the same."""
+    helping = []
+    for fix in sorted((f for f in measured if f["helps"]), key=lambda f: -f["gain"]):
+        try:
+            command(ir, model, "OUT", fix["changes"])
+        except QirError as exc:
+            fix.update(helps=False, reason=str(exc))
+        else:
+            helping.append(fix)
+    for rank, (fix, out) in enumerate(zip(helping, _output_names(model, len(helping), "compare")), 1):
+        fix.update(rank=rank, output=out, command=command(ir, model, out, fix["changes"]))
+    by_changes = {tuple(sorted(f["changes"].items())): f for f in measured}
+    for finding in findings:
+        if finding.get("fix"):
+            shared = by_changes[tuple(sorted(finding["fix"]["changes"].items()))]
+            finding["fix"].update({k: shared[k] for k in ("helps", "reason", "rank", "output", "command") if k in shared})
+
+
+def fix_line(fix: Mapping[str, Any], with_command: bool = True) -> str:
+    """One line for a measured advisor fix (see :func:`measure_findings`); a fix that helps is
+    named by its rank (``fix 2``), its command left out unless ``with_command``."""
     numbers = f"output cosine on the bad case {fix['before']:.5f} -> {fix['after']:.5f} ({fix['gain']:+.5f})"
     if fix.get("command"):
-        return f"fix ({fix['fix']}), measured: {numbers}: {fix['command']}"
+        return (f"fix {fix.get('rank', '')} ({fix['fix']}), measured: {numbers}"
+                + (f": {fix['command']}" if with_command else " (its command is in the list of fixes)"))
     return f"tried {fix['fix']}: {numbers}: {fix.get('reason') or 'does not help'}, not suggested"

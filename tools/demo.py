@@ -73,7 +73,8 @@ def run_demo(out: Path | None, runtimes: list[str], *, overwrite: bool = False) 
     print(f"ir      {ir!r}; verify: {'ok' if not problems else problems}")
     dump = str(ir).splitlines()
     shown = [line for line in dump if not line.startswith("  weight ")]
-    print("dump    (weights omitted; the full text is model.qir.txt with -o)")
+    print(f"dump    (weights omitted; the full text goes to {files.path('model.qir.txt')})" if out is not None
+          else "dump    (weights omitted; with -o the full text goes to model.qir.txt)")
     print("\n".join("        " + line for line in shown))
     images = np.load(root / "eval_images.npy")
     labels = np.load(root / "eval_labels.npy")
@@ -99,9 +100,15 @@ def run_demo(out: Path | None, runtimes: list[str], *, overwrite: bool = False) 
         files.write_text("model.qir.txt", str(ir))
         files.write_text("model.qir.json", json.dumps(ir.to_json(), indent=1, allow_nan=False) + "\n")
         files.write_text("model.dot", ir.to_dot())
-        print(f"wrote   {out}/ (model.qir.txt, model.qir.json, model.dot, outputs_<runtime>.npz, "
-              "calibrated_<method>.onnx)")
+    print(f"wrote   {work}/ ({', '.join(written_entries(files))})")
     return 0
+
+
+def written_entries(files) -> list[str]:
+    """What the demo wrote in its folder, one entry per file or folder at its top (``debug_result/``)."""
+    top = {p.relative_to(files.folder).parts[0] + ("/" if len(p.relative_to(files.folder).parts) > 1 else "")
+           for p in files.written}
+    return sorted(top, key=lambda e: (e.endswith("/"), e))
 
 
 def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.ndarray, files) -> None:
@@ -128,7 +135,12 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     repaired = qir.load(path)
     logits = np.concatenate([r["logits"] for r in run_samples(repaired, samples, Runtime.ORT, desc="repaired")])
     fixed = float((logits.argmax(1) == labels).mean())
-    print(f"repair  {', '.join(nodes[:k])} back to float -> {path.name}: accuracy {acc:.4f} -> {fixed:.4f}")
+    print(f"repair  {path.name}: the float fallback, the sensitivity analysis's ops {', '.join(nodes[:k])} back to "
+          f"float (an emitted ONNX model): accuracy {acc:.4f} -> {fixed:.4f}")
+    if report["advice"]:
+        best = report["advice"][0]
+        print(f"        not runall's best measured fix, which is {best['cause']}: {best['fix']} (output cosine "
+              f"{best['before']:.5f} -> {best['after']:.5f}; its command above writes {Path(best['output']).name})")
 
 
 def check_deployment(calibrated: dict, root: Path, samples: list, labels: np.ndarray, files) -> None:

@@ -15,11 +15,12 @@ __all__ = ["check_model"]
 
 
 def check_model(model_or_file: Any, march: str = "nash-e", *, save_dir: Outputs | str | Path | None = None,
-                overwrite: bool = False) -> dict[str, Any]:
-    """Run the checks on a model file or IR; write the report to ``save_dir`` when given."""
+                overwrite: bool = False, names: tuple[str, str] = FILES) -> dict[str, Any]:
+    """Run the checks on a model file or IR; write the report to ``save_dir`` when given, as
+    ``names`` (default ``model_check_result.txt``/``.json``)."""
     if save_dir is not None:
-        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*FILES).check()
+        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*names).check()
     report = ModelCheckPass(march)(as_ir(model_or_file)).report
     if save_dir is not None:
-        write_report(report, save_dir)
+        write_report(report, save_dir, names)
     return report

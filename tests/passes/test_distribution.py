@@ -85,7 +85,8 @@ def test_the_passes_only_compute(calibrated, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     assert isinstance(dist, PlotResult) and isinstance(boxes, PlotResult)
     json.dumps(dist.report), json.dumps(boxes.report)
-    assert set(dist.arrays["relu1_out_calib"]) == {"input"} and set(dist.arrays["conv2"]) == {"float", "calibrated"}
+    assert set(dist.arrays["relu1_out_calib"]) == {"input", "float_input"}
+    assert set(dist.arrays["conv2"]) == {"float", "calibrated"}
     assert set(dist.arrays["conv2.weight_calib"]) == {"original", "calibrated"}
     assert boxes.arrays["conv2.weight_calib"]["channels"].shape[0] == boxes.report["nodes"]["conv2.weight_calib"]["channels"]
     assert "png" not in dist.report["nodes"]["conv2"] and boxes.report["outlier_ratio"] == 4.0

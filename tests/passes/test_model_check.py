@@ -99,7 +99,7 @@ def test_calibrate_writes_the_check_and_the_check_command(tmp_path, capsys):
     out = tmp_path / "cal.onnx"
     assert main(["calibrate", str(DIGITS / "model.onnx"), str(DATA), "-o", str(out)]) == 0
     assert "model check: 0 finding(s)" in capsys.readouterr().out
-    doc = json.loads((tmp_path / "model_check_result.json").read_text())
+    doc = json.loads((tmp_path / "cal.check.json").read_text())  # beside the model, named after it
     assert doc["schema"] == "qir.model_check" and doc["march"] == "nash-e"
     assert main(["check-model", str(DIGITS / "model.onnx"), "-s", str(tmp_path / "c")]) == 0
     printed = capsys.readouterr().out

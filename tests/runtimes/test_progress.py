@@ -29,9 +29,10 @@ def test_log_lines_come_after_the_delay_then_every_interval(monkeypatch, caplog)
         with P.LogProgress("quick", 3, "items", delay=2, interval=5) as t:
             clock[0] += 1.0
             t.update(3)  # done within the delay: says nothing
-    # 2 done after 2.5 s: 8 more at 1.25 s each; then 5 done after 8 s: 5 more at 1.6 s each
+    # 2 done after 2.5 s: 8 more at 1.25 s each; then 5 done after 8 s: 5 more at 1.6 s each; closed at
+    # 5 of 10: stopped, not done (issue 32 item 8)
     assert _lines(caplog) == ["work: 2/10 items (20%), 2.5 s, ETA 10 s", "work: 5/10 items (50%), 8.0 s, ETA 8 s",
-                              "work: done, 5 items in 8.0 s"]
+                              "work: stopped after 5/10 items in 8.0 s"]
 
 
 def test_every_long_step_reports_progress(digits_calibrated, digits_samples, monkeypatch, caplog):

@@ -117,6 +117,12 @@ def test_demo_runs_the_whole_workflow(capsys, tmp_path):
     assert abs(integer - fake) <= 0.02
     report = json.loads((tmp_path / "demo" / "consistency" / "consistency_result.json").read_text())
     assert report["march"] == "nash-e" and report["rows"]
+    # issue 32 item 8: no line says what is not so
+    assert "with -o)" not in out and f"the full text goes to {tmp_path / 'demo' / 'model.qir.txt'}" in out
+    wrote = out.splitlines()[-1]
+    for entry in ("repaired.onnx", "debug_result/", "consistency/", "calibrated_mix.onnx", "model.qir.txt"):
+        assert entry in wrote, wrote
+    assert "float fallback" in repair and "not runall's best measured fix" in out
 
 
 def test_calibrate_set_mode_and_emit_from_the_command_line(tmp_path, capsys):

@@ -23,13 +23,15 @@ def test_cli_runs_the_whole_workflow(digits_calibrated, tmp_path, capsys):
     qir.save(digits_calibrated, model)
     out = tmp_path / "qa"
     assert main(["compare", str(DIGITS / "model.onnx"), str(model), str(DIGITS_DATA), "-o", str(out),
-                 "-n", "8", "-m", "cosine"]) == 0
+                 "-n", "8", "-m", "cosine", "--layers"]) == 0
     printed = capsys.readouterr().out
     assert "bad case: sample" in printed and "most sensitive for logits" in printed
     for f in FILES:
         assert (out / f).is_file(), f
     summary = json.loads((out / "compare.json").read_text())
     assert summary["bad_case"]["metric"] == "Cosine" and summary["layers"] == 9
+    assert summary["layer_values"]["kept"] and summary["layer_values"]["bytes"] > 0
+    assert "per-layer values: " in printed and (out / "index.html").is_file()
     # the same file twice: float vs fake-quantized
     assert main(["compare", str(model), str(model), str(DIGITS_DATA), "-o", str(tmp_path / "self"), "-n", "4",
                  "--no-sensitivity"]) == 0

@@ -43,7 +43,7 @@ COMMANDS = {
     "run": (lambda out, cal: ["run", MODEL, DATA, "--limit", "2", "-o", f"{out}/o.npz"], "o.npz"),
     "calibrate": (lambda out, cal: ["calibrate", MODEL, DATA, "-o", f"{out}/c.onnx"], "c.onnx"),
     "calibrate model check": (lambda out, cal: ["calibrate", MODEL, DATA, "-o", f"{out}/c.onnx"],
-                              "model_check_result.txt"),
+                              "c.check.txt"),
     "calibrate --dump-dir": (lambda out, cal: ["calibrate", MODEL, DATA, "-o", f"{out}/c.onnx", "--dump-dir",
                                                f"{out}/dumps"], "dumps/002_fuse.qir.txt"),
     "pipeline": (lambda out, cal: ["pipeline", cal, "set-mode{nodes='conv2',mode=int16}", "-o", f"{out}/p.onnx"],
@@ -71,7 +71,7 @@ COMMANDS = {
     "profile": (lambda out, cal: ["profile", cal, DATA, "-s", str(out), "-t", "Gemm", "--histograms"], "histograms/fc.png"),
     "bad-case": (lambda out, cal: ["bad-case", cal, DATA, "-n", "4", "-o", str(out)], "badcase.npz"),
     "compare": (lambda out, cal: ["compare", MODEL, cal, DATA, "-n", "4", "-o", str(out)], "compare.json"),
-    "compare layers": (lambda out, cal: ["compare", MODEL, cal, DATA, "-n", "4", "-o", str(out)],
+    "compare layers": (lambda out, cal: ["compare", MODEL, cal, DATA, "-n", "4", "-o", str(out), "--layers"],
                        "layers/baseline/0.npy"),
     "numeric-suite": (lambda out, cal: ["numeric-suite", MODEL, cal, DATA, "-n", "2", "-o", str(out)],
                       "numeric_suite.txt"),
@@ -152,7 +152,7 @@ def test_compare_leaves_layer_files_of_an_earlier_run_alone(calibrated, tmp_path
     stale = tmp_path / "layers" / "baseline" / "999.npy"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(PRECIOUS)
-    assert main(["compare", MODEL, calibrated, DATA, "-n", "2", "-o", str(tmp_path), "--no-sensitivity"]) == 0
+    assert main(["compare", MODEL, calibrated, DATA, "-n", "2", "-o", str(tmp_path), "--no-sensitivity", "--layers"]) == 0
     assert stale.read_bytes() == PRECIOUS and (tmp_path / "layers" / "baseline" / "0.npy").exists()
 
 

@@ -39,7 +39,10 @@ def test_runall_writes_everything_and_points_at_the_fault(tmp_path, capsys):
     out = tmp_path / "debug_result"
     assert main(["runall", str(model), str(DATA), "-s", str(out), "--runtime", "numpy"]) == 0
     printed = capsys.readouterr().out
-    assert [line[:5] for line in printed.splitlines()[:5]] == ["[1/5]", "[2/5]", "[3/5]", "[4/5]", "[5/5]"]
+    lines = printed.splitlines()
+    assert lines[0].startswith("runall: analysing ") and "time budget" in lines[0]  # all 32, or as many as fit
+    assert lines[1].startswith("outputs, worst first: ")  # the headline (no output collapsed here)
+    assert [line[:5] for line in lines[2:7]] == ["[1/5]", "[2/5]", "[3/5]", "[4/5]", "[5/5]"]
     for folder, files in {
         "node_sensitivity": ["sensitivity_of_weight.txt", "sensitivity_of_activation.json"],
         "data_distribution": ["relu3_out_calib.png"],
@@ -50,11 +53,11 @@ def test_runall_writes_everything_and_points_at_the_fault(tmp_path, capsys):
         for name in files:
             assert (out / folder / name).stat().st_size > 0, (folder, name)
     page = (out / "index.html").read_text()
-    assert not re.findall(r'(?:src|href)="(?!data:)', page)  # everything embedded: renders offline
+    assert not re.findall(r'(?:src|href)="(?!data:|#)', page)  # everything embedded (links: in the page)
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert len(images) >= 4 and all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
     assert page.count("<table>") >= 3  # weight and activation sensitivity, sensitivity analysis
-    advice = page[page.index("What to try next"):page.index("Node sensitivity")]
+    advice = re.sub(r"<[^>]+>", "", page[page.index("<h2>Measured fixes"):page.index("<h2>Node sensitivity")])
     assert "relu3_out_calib" in advice and f"qir set-mode {model}" in advice
     assert (out / "advice.json").stat().st_size > 0
     activation = page[page.index("Node sensitivity: activation"):]
@@ -136,12 +139,13 @@ def test_printed_commands_run_and_score_as_claimed(kl_report, monkeypatch):
 def test_header_names_model_method_march_data_samples_and_score(kl_report):
     model, report, _ = kl_report
     page = (model.parent / "debug_result" / "index.html").read_text()
-    head = page[:page.index("What to try next")]
+    head = page[page.index('id="about"'):]
     for field, value in (("model", str(model)), ("calibration method", "kl"), ("march", "nash-e"),
                          ("data", str(DATA)), ("samples analysed", "1"),
                          ("float vs quantized", f"{report['header']['score']:.6f}")):
         assert re.search(f"<th>{re.escape(field)}[^<]*</th><td><code>{re.escape(value)}", head), field
     sa = page[page.index("<h2>Sensitivity analysis"):]
+    assert page.index('id="headline"') < page.index('class="toc"') < page.index('id="fixes"') < page.index('id="about"')
     assert "<th>quantizers</th>" in sa and "relu2_out_calib" in sa  # ops named with their quantizers
     assert "relu2_out_calib (feeds dw3, add4)" in page  # and quantizers with their ops
 
@@ -192,3 +196,17 @@ def test_a_bad_choice_for_a_later_step_fails_before_any_step_runs(tmp_path, caps
     captured = capsys.readouterr()
     assert message in captured.err and "[1/5]" not in captured.out
     assert not out.exists()  # nothing written: the check runs before step 1
+
+
+def test_resume_refuses_a_run_asked_something_else(digits_calibrated_file, tmp_path, capsys):
+    """--resume continues only the same run: other arguments are named, and --force starts over."""
+    out = str(tmp_path / "ra")
+    argv = ["runall", digits_calibrated_file, str(DATA), "-s", out, "--runtime", "numpy"]
+    assert main([*argv, "-dn", "2"]) == 0
+    state = json.loads((tmp_path / "ra" / "runall_state.json").read_text())
+    assert state["finished"] and sorted(state["steps"]) == ["1", "2", "3", "4", "5"]
+    capsys.readouterr()
+    assert main([*argv, "-dn", "3", "--resume"]) == 2
+    assert "data_num differ" in capsys.readouterr().err
+    assert main([*argv, "-dn", "2", "--resume"]) == 0  # the same run: every step read back
+    assert capsys.readouterr().out.count("read back from runall_state.json") == 5

@@ -65,6 +65,7 @@ from qir.tools.reports import consistency as consistency_report
 from qir.tools.reports import headline
 from qir.tools.reports import layer_compare as layer_report
 from qir.tools.reports import op_sensitivity as sensitivity_report
+from qir.tools.reports.compare import write_index
 from qir.tools.reports.output import Outputs
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
@@ -109,6 +110,7 @@ class QuantAnalysis:
         self.chosen: int | None = None
         self.bad_case_values: dict[str, dict[str, list[float]]] = {}
         self.layer_run: LayerRun | None = None
+        self.keep_layers = True  # run() writes layers/ (compare(): only with keep_layers=True)
         self.report: dict[str, Any] = {}
 
     @property
@@ -212,13 +214,23 @@ class QuantAnalysis:
     def run(self, index: int | None = None) -> LayerRun:
         """Both models on the bad case (``index``: another bad case from ``badcase.txt``), every
         layer's values saved under ``<out_dir>/layers/`` as they are captured (and read back
-        memory-mapped: a large model's layers need not fit in RAM), indexed by ``layers.json``."""
-        layers = self.outputs.sub("layers")
+        memory-mapped: a large model's layers need not fit in RAM), indexed by ``layers.json``; with
+        ``keep_layers`` False (:func:`compare`'s default) in a temporary folder removed with this
+        object instead. ``report["layer_values"]`` says which, and their size in bytes."""
         case = self._case(index)
+        if not self.keep_layers:  # spilled to a temporary folder, removed with this object
+            folder = tempfile.mkdtemp(prefix="qir-layers-")
+            weakref.finalize(self, shutil.rmtree, folder, True)
+            self.layer_run = run_layers(self.baseline, self.analysis, case, runtime=self.runtime, store=folder,
+                                        level=self.level, march=self.march)
+            self.report["layer_values"] = {"kept": False, "bytes": _folder_bytes(Path(folder))}
+            return self.layer_run
+        layers = self.outputs.sub("layers")
         layers.plan(*layer_report.layer_files(self.baseline, self.analysis)).check()
         self.layer_run = run_layers(self.baseline, self.analysis, case, runtime=self.runtime, store=layers.folder,
                                     level=self.level, march=self.march)
         layer_report.save_layers(self.layer_run, layers)
+        self.report["layer_values"] = {"kept": True, "bytes": _folder_bytes(layers.folder)}
         return self.layer_run
 
     def compare_per_layer(self, prefixes: Iterable[str] = (), types: Iterable[str] = ()) -> list[dict]:
@@ -274,6 +286,22 @@ class QuantAnalysis:
         return report
 
 
+def _output_cosine(run: LayerRun) -> float | None:
+    """The analysis model's output cosine against the baseline's on the layer run's sample, mean
+    over the outputs both have."""
+    from qir import metrics
+
+    pairs = [(run.base(o), run.analy_values.get(o)) for o in run.analysis.outputs]
+    got = [metrics.compute(["cosine-similarity"], a, b)["cosine-similarity"] for a, b in pairs
+           if a is not None and b is not None]
+    return float(np.mean(got)) if got else None
+
+
+def _folder_bytes(folder: Path) -> int:
+    """The size of the files under ``folder``."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
 def _one_data(data: Any, data_generator: Any) -> Any:
     """The data given as ``data`` or (horizon's name) ``data_generator``: one of them."""
     if (data is None) == (data_generator is None):
@@ -307,16 +335,21 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
             metric: str = "L1", prefixes: Iterable[str] = (), types: Iterable[str] = (),
             sensitivity: bool = True, post_process: Callable[[dict], dict] | None = None,
             runtime: str | None = None, replay_discrete: bool = True, overwrite: bool = False,
-            level: str = Level.FAKEQUANT, march: str | None = None, consistency: bool = False) -> dict[str, Any]:
-    """The whole workflow; returns (and writes as ``compare.json``) a summary. Every file it writes
-    is checked first (PyTorch models: ``layers/`` when they are exported, before that step runs).
+            level: str = Level.FAKEQUANT, march: str | None = None, consistency: bool = False,
+            keep_layers: bool = False) -> dict[str, Any]:
+    """The whole workflow; returns (and writes as ``compare.json``) a summary, and writes
+    ``index.html`` (:mod:`qir.tools.reports.compare`). Every file it writes is checked first
+    (PyTorch models: ``layers/`` when they are exported, before that step runs). The per-layer
+    values (``layers/``: every value of both models, 119 MB on YOLOv8n at 320x320) are kept only
+    with ``keep_layers``; the summary's ``layer_values`` says their size either way.
     ``level``/``march``: see the module docstring; ``consistency``: also
     :meth:`QuantAnalysis.consistency` on the bad case (``march``, default nash-e)."""
     qa = QuantAnalysis(baseline, analysis, post_process=post_process, out_dir=out_dir, runtime=runtime,
                        replay_discrete=replay_discrete, overwrite=overwrite, level=level, march=march)
+    qa.keep_layers = keep_layers
     out = qa.outputs.plan(*bad_case_report.FILES, *layer_report.FILES, *sensitivity_report.FILES, "compare.json",
-                          *(consistency_report.FILES if consistency else ()))
-    if not qa._torch:
+                          "index.html", *(consistency_report.FILES if consistency else ()))
+    if keep_layers and not qa._torch:
         out.sub("layers").plan(*layer_report.layer_files(qa.baseline, qa.analysis))
     out.check()
     if not qa._torch:
@@ -335,9 +368,14 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
             qa.sensitivity(metric)
         else:
             logger.warning("the analysis model has no quantized calibration node: no sensitivity table")
-    summary = {"out_dir": str(out_dir), "bad_case_index": qa.chosen, "layers": len(rows), **qa.report}
+    summary = {"out_dir": str(out_dir), "bad_case_index": qa.chosen, "layers": len(rows),
+               "output_cosine": _output_cosine(qa.layer_run), **qa.report}
     collapse = headline.collapse_of(qa.report["bad_case"].get("collapsed"), layer_compare.collapse_start(rows))
+    scores = headline.output_scores(qa.bad_case_values)
     summary["collapse"] = collapse.to_json() if collapse else None
-    summary["outputs"] = [s.to_json() for s in headline.output_scores(qa.bad_case_values)]
+    summary["outputs"] = [s.to_json() for s in scores]
+    # lines the terminal and index.html show first: a collapsed output, then each output worst first
+    summary["headline"] = headline.headline_lines(collapse, scores, qa.report["bad_case"]["samples"])
     out.write_json("compare.json", "qir.compare", summary)
+    summary["index"] = str(write_index(summary, rows, out))
     return summary

@@ -6,8 +6,12 @@ the values drawn (see ``qir.passes.distribution``). Counts are on a log scale (q
 effects live in the tails):
 
 - a weight node: the original and the calibrated weights overlaid, with the threshold;
-- an activation node: its input in the calibrated model, the threshold (red dashed lines), max
-  |x| (blue triangle) and the clipped share in the title;
+- an activation node: its input in the calibrated and in the float model (what calibration
+  read), the threshold (red dashed lines), max |x| over both (blue triangle: the value the
+  advice names) and the clipped share in the title;
+
+Values that are never negative (after a ReLU) are drawn from 0, with the threshold's positive
+side only; others on an axis that takes in ±threshold.
 - a general node: its float and calibrated outputs overlaid, and next to them the error.
 """
 from __future__ import annotations
@@ -50,7 +54,10 @@ def _figure(name: str, entry: dict, arrays: dict[str, np.ndarray]) -> Any:
     if entry["type"] == "activation":
         th = entry["threshold"]
         title = name if th is None else f"{name}: {100 * entry['clipped_fraction']:.3g}% clipped"
-        return plot_overlay(title, {f"input of {name} (calibrated model)": arrays["input"]}, th, "activation value")
+        series = {f"input of {name} (calibrated model)": arrays["input"]}
+        if "float_input" in arrays:
+            series["input (float model)"] = arrays["float_input"]
+        return plot_overlay(title, series, th, "activation value")
     return _plot_node(name, arrays["float"], arrays["calibrated"])
 
 
@@ -66,8 +73,9 @@ def plot_overlay(title: str, series: dict[str, np.ndarray], threshold: float | N
     finite = {k: v[np.isfinite(v)] for k, v in series.items()}
     lo = min((v.min() for v in finite.values() if v.size), default=0.0)
     hi = max((v.max() for v in finite.values() if v.size), default=1.0)
+    signed = lo < 0
     if threshold is not None:
-        lo, hi = min(lo, -threshold), max(hi, threshold)
+        lo, hi = (min(lo, -threshold) if signed else 0.0), max(hi, threshold)
     bins = np.linspace(lo, hi if hi > lo else lo + 1, 201)
     for label, v in finite.items():
         ax.hist(v, bins=bins, histtype="step" if len(finite) > 1 else "stepfilled", alpha=0.8, label=label, log=True)
@@ -76,7 +84,7 @@ def plot_overlay(title: str, series: dict[str, np.ndarray], threshold: float | N
     ax.plot([amax], [ymax * 0.5], marker="v", color="tab:blue", linestyle="none", markersize=9,
             label=f"max |x| = {amax:.4g}")
     if threshold is not None:
-        for t in (-threshold, threshold):
+        for t in ((-threshold, threshold) if signed else (threshold,)):
             ax.axvline(t, color="red", linestyle="--", linewidth=1)
         ax.plot([], [], color="red", linestyle="--", label=f"threshold = {threshold:.4g}")
     ax.set_xlabel(xlabel)

@@ -13,7 +13,7 @@ from qir.passes.lib.layer_run import LayerRun, captured_values
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.tables import write_table
 
-__all__ = ["COLUMNS", "FILES", "format_advice", "write_report", "layer_files", "save_layers"]
+__all__ = ["COLUMNS", "FILES", "format_advice", "helping_fixes", "write_report", "layer_files", "save_layers"]
 
 FILES = ("compare_per_layer_out.txt", "compare_per_layer_out.csv", "compare_per_layer_out.json",
          "abnormal_layer_advisor.txt", "abnormal_layer_advisor.json")
@@ -23,16 +23,39 @@ COLUMNS = ("index", "mod_name", "base_op_type", "analy_op_type", "shape", "quant
            "base_model_min", "analy_model_min", "base_model_max", "analy_model_max", "base_model_mean",
            "analy_model_mean", "base_model_var", "analy_model_var", "ill_conditioned")
 
+#: Columns read together, kept in one part of the text table (no wider than 160 characters).
+GROUPS = (("base_op_type", "analy_op_type", "shape", "quant_dtype", "qscale"),
+          ("Cosine", "MSE", "L1", "KL", "SQNR"), ("Atol", "Rtol", "max_atol_diff", "max_qscale_diff"),
+          ("clip%", "round%", "inherited%", "ill_conditioned"),
+          ("base_model_min", "analy_model_min", "base_model_max", "analy_model_max"),
+          ("base_model_mean", "analy_model_mean", "base_model_var", "analy_model_var"))
+
+
+def helping_fixes(findings: list[dict]) -> list[dict]:
+    """The findings whose measured fix helps, one per fix, in the fixes' order (best first)."""
+    seen: dict[int, dict] = {}
+    for f in findings:
+        rank = (f.get("fix") or {}).get("rank")
+        if rank is not None and f["fix"].get("command"):
+            seen.setdefault(rank, f)
+    return [seen[k] for k in sorted(seen)]
+
 
 def format_advice(findings: list[dict]) -> str:
     """``abnormal_layer_advisor.txt``: one ``[kind] layer: detail`` line per finding, and below it
-    the measured fix where there is one (:func:`qir.tools.advice.fix_line`)."""
+    the measured fix where there is one (:func:`qir.tools.advice.fix_line`); then the fixes that
+    help, numbered best first, with their commands."""
     from qir.tools.advice import fix_line
 
     if not findings:
         return "no abnormal layer found\n"
-    return "".join(f"[{f['kind']}] {f['layer']}: {f['detail']}\n" + (f"    {fix_line(f['fix'])}\n" if f.get("fix") else "")
-                   for f in findings)
+    text = "".join(f"[{f['kind']}] {f['layer']}: {f['detail']}\n"
+                   + (f"    {fix_line(f['fix'], with_command=False)}\n" if f.get("fix") else "") for f in findings)
+    helping = helping_fixes(findings)
+    if helping:
+        text += "\nfixes that help, measured on the bad case, best first:\n" + "".join(
+            f"  {fix_line(f['fix'])}\n    for [{f['kind']}] {f['layer']}\n" for f in helping)
+    return text
 
 
 def write_report(rows: list[dict], findings: list[dict], out_dir: Outputs | str | Path) -> list[Path]:
@@ -40,7 +63,8 @@ def write_report(rows: list[dict], findings: list[dict], out_dir: Outputs | str 
     through :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(out_dir)
     txt, csv_name, js, advisor, advisor_js = FILES
-    files = write_table(out, txt, csv_name, COLUMNS, rows, "compare per layer (baseline vs analysis)")
+    files = write_table(out, txt, csv_name, COLUMNS, rows, "compare per layer (baseline vs analysis)",
+                        keys=("index", "mod_name"), groups=GROUPS)
     files.append(out.write_json(js, "qir.compare_per_layer", {"rows": rows}))
     files += [out.write_text(advisor, format_advice(findings)),
               out.write_json(advisor_js, "qir.abnormal_layer_advisor", {"findings": findings})]

@@ -1,15 +1,26 @@
 """The model-check report (:mod:`qir.passes.model_check`): ``model_check_result.txt`` (the findings,
 then the per-op configuration table) and ``model_check_result.json`` (schema ``qir.model_check``
-v1). The pass computes; only this module writes."""
+v1). ``qir calibrate`` writes the same report beside the model it writes, named after it
+(``<model stem>.check.txt`` / ``.json``: :func:`files`), so two calibrated models in one folder
+keep their own. The pass computes; only this module writes."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from qir.tools.reports.output import Outputs, as_outputs
 
-__all__ = ["FILES", "format_report", "write_report"]
+__all__ = ["FILES", "files", "format_report", "write_report"]
 
 FILES = ("model_check_result.txt", "model_check_result.json")
+
+
+def files(model: str | Path | None = None) -> tuple[str, str]:
+    """The report's two file names: :data:`FILES`, or for a ``model`` file the names beside it
+    (``yolo_max.onnx`` -> ``yolo_max.check.txt``, ``yolo_max.check.json``)."""
+    if model is None:
+        return FILES
+    stem = Path(model).stem
+    return (f"{stem}.check.txt", f"{stem}.check.json")
 
 
 def format_report(report: dict) -> str:
@@ -31,8 +42,8 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
+def write_report(report: dict, save_dir: Outputs | str | Path, names: tuple[str, str] = FILES) -> list[Path]:
     """``model_check_result.txt`` and ``model_check_result.json`` (schema ``qir.model_check`` v1),
-    through :class:`~qir.tools.reports.output.Outputs`."""
+    or the two ``names`` (:func:`files`), through :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(save_dir)
-    return [out.write_text(FILES[0], format_report(report)), out.write_json(FILES[1], "qir.model_check", report)]
+    return [out.write_text(names[0], format_report(report)), out.write_json(names[1], "qir.model_check", report)]

@@ -66,6 +66,11 @@ class Outputs:
         """Every file planned so far, by any view, in order."""
         return list(self._plan.planned)
 
+    @property
+    def written(self) -> list[Path]:
+        """Every file written so far through this plan (by any view), in no particular order."""
+        return list(self._plan.written)
+
     def sub(self, name: str | Path) -> Outputs:
         """A view on the subfolder ``name`` that shares this plan (and its permission)."""
         return Outputs(self.path(name), _plan=self._plan)

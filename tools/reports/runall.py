@@ -3,35 +3,26 @@ PNG (readable offline), the top of each table, and the measured "what to try nex
 from the results ``qir.tools.runall.runall`` gathers and the files its steps wrote under the same
 folder.
 
-The page opens with what it is about (model file, calibration method, march, data, samples,
-runtime, the float-vs-quantized output cosine). Wherever a quantizer is named, the ops it feeds
+The page (:func:`qir.tools.reports.html.page`) opens with the headline (``results["headline"]``:
+lines another analysis adds, e.g. an output that collapsed; then the float-vs-quantized output
+cosine, the samples and the best measured fix), a table of contents, the measured fixes, and
+what it is about (model file, calibration method, march, data, samples, runtime). Data
+distributions show the activations that clip most first. Wherever a quantizer is named, the ops it feeds
 are named beside it, and wherever an op is named, its quantizers (``results["quantizers"]``).
 """
 from __future__ import annotations
 
-import base64
 import html
 from pathlib import Path
 from typing import Any
 
 from qir.tools.reports.acc_error import dips
+from qir.tools.reports.html import Section, command, page
+from qir.tools.reports.html import img as _img
+from qir.tools.reports.html import table as _table
 from qir.tools.reports.output import Outputs, as_outputs
 
-__all__ = ["write_index"]
-
-
-def _img(path: Path) -> str:
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(Path(path).name)}" src="data:image/png;base64,{data}">'
-
-
-def _table(rows: list[dict], keys: list[str], limit: int | None = 10) -> str:
-    def cell(v):
-        return f"{v:.6g}" if isinstance(v, float) else html.escape(str(v))
-
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(f"<td>{cell(r.get(k, ''))}</td>" for k in keys) + "</tr>" for r in rows[:limit])
-    return f"<table><tr>{head}</tr>{body}</table>"
+__all__ = ["write_index", "distribution_order"]
 
 
 class _Names:
@@ -70,7 +61,27 @@ def _header(results: dict[str, Any]) -> str:
              f"{h['score']:.6f}" if isinstance(h.get("score"), float) else h.get("score")),
             ("time", f"{results.get('seconds', 0)} s")]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td><code>{html.escape(str(v))}</code></td></tr>" for k, v in rows)
-    return f"<h1>qir debug report</h1><table class='header'>{body}</table>"
+    return f"<table class='header'>{body}</table>"
+
+
+def _headline(results: dict[str, Any]) -> list[str]:
+    """The headline's lines: ``results["headline"]`` (lines another analysis adds, first), the
+    output cosine, the samples analysed and the best measured fix."""
+    h = results.get("header") or {}
+    lines = list(results.get("headline") or [])
+    if isinstance(h.get("score"), float):
+        lines.append(f"float vs quantized {h.get('score_metric', 'output cosine')}: {h['score']:.5f} "
+                     f"(mean over {h.get('samples')} sample(s))")
+    if h.get("budget"):
+        lines.append(h["budget"])
+    advice = results.get("advice") or []
+    if advice:
+        best = advice[0]
+        lines.append(f"best measured fix ({len(advice)} help): {best['fix']} for {best['cause']}: "
+                     f"{best['before']:.5f} -> {best['after']:.5f} ({best['gain']:+.5f})")
+    else:
+        lines.append("no fix that was tried helps")
+    return lines
 
 
 def _advice(results: dict[str, Any]) -> str:
@@ -78,8 +89,8 @@ def _advice(results: dict[str, Any]) -> str:
     for fix in results.get("advice", []):
         items.append(f"<li><b>{html.escape(fix['cause'])}</b>: {html.escape(fix['why'])}. Fix: {html.escape(fix['fix'])}."
                      f"<br>measured: output cosine {fix['before']:.5f} &rarr; <b>{fix['after']:.5f}</b> "
-                     f"({fix['gain']:+.5f})<br><code>{html.escape(fix['command'])}</code></li>")
-    part = "<h2>What to try next</h2><p>Each fix was measured on the same samples before it is listed; best first.</p>"
+                     f"({fix['gain']:+.5f}){command(fix['command'])}</li>")
+    part = "<p>Each fix was measured on the same samples before it is listed; best first.</p>"
     part += f"<ol>{''.join(items)}</ol>" if items else "<p>No fix that was tried helps (see below).</p>"
     dropped = results.get("dropped") or []
     if dropped:
@@ -92,7 +103,7 @@ def _advice(results: dict[str, Any]) -> str:
     return part
 
 
-def _sensitivity(results: dict[str, Any], names: _Names) -> list[str]:
+def _sensitivity(results: dict[str, Any], names: _Names) -> list[Section]:
     parts = []
     for nt, report in results["sensitivity"].items():
         rows = [dict(r) for r in report["rows"]]
@@ -100,19 +111,20 @@ def _sensitivity(results: dict[str, Any], names: _Names) -> list[str]:
             for r in rows:
                 r["quantizers"] = names.quantizers(r["node"])
         keys = [k for k in ("node", "consumers", "quantizers", "threshold", "bit") if rows and k in rows[0]]
-        parts.append(f"<h2>Node sensitivity: {html.escape(nt)}</h2><p>only this node quantized, compared with the "
-                     f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
-                     f"{len(report['rows'])}; consumers: the ops a quantizer feeds).</p>"
-                     + _table(rows, keys + report["metrics"]))
+        part = (f"<p>only this node quantized, compared with the "
+                f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
+                f"{len(report['rows'])}; consumers: the ops a quantizer feeds).</p>"
+                + _table(rows, keys + report["metrics"]))
         if report.get("saturated"):
-            parts.append(f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>")
+            part += f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>"
+        parts.append((f"sensitivity-{nt}", f"Node sensitivity: {nt}", part))
     return parts
 
 
 def _acc_error(results: dict[str, Any], out: Outputs, names: _Names) -> str:
     report = results["acc_error"]
     png = out.path(f"accumulate_error/acc_error_{report['metric']}.png")
-    part = "<h2>Accumulated error</h2>" + (_img(png) if png.exists() else "")
+    part = _img(png) if png.exists() else ""
     worst = [dict(d, quantizers=names.quantizers(d["node"])) for d in dips(report, 10)]
     if worst:
         part += "<p>Worst dips (the metric falls most from the node before):</p>" + _table(
@@ -126,35 +138,39 @@ def _acc_error(results: dict[str, Any], out: Outputs, names: _Names) -> str:
     return part
 
 
+def _sensitivity_analysis(results: dict[str, Any], out: Outputs, names: _Names) -> str:
+    sa = results.get("sensitivity_analysis") or {}
+    png = out.path("sensitivity_analysis/partial_quantization.png")
+    part = _img(png) if png.exists() else ""
+    if sa.get("nodes"):
+        rows = [{"op": n, "quantizers": names.quantizers(n), "only this op quantized": sa["single"][n],
+                 "calibrated, raised up to here": sa["cumulative"][k + 1]} for k, n in enumerate(sa["nodes"])]
+        return part + _table(rows, list(rows[0]), limit=50)
+    return part + f"<p>No node is below the pick threshold {sa.get('pick_threshold')}.</p>"
+
+
+def distribution_order(nodes: dict[str, dict]) -> list[str]:
+    """The distribution plots' order: activations that clip, most clipped first, then the other
+    activations, then general nodes, then weights (whose histograms rarely surprise)."""
+    rank = {"activation": 0, "weight": 2}
+    return sorted(nodes, key=lambda n: (-(nodes[n].get("clipped_fraction") or 0.0), rank.get(nodes[n].get("type"), 1)))
+
+
 def write_index(results: dict[str, Any], save_dir: Outputs | Path) -> Path:
     """``index.html``: one page, plots embedded, readable offline (written through
     :class:`~qir.tools.reports.output.Outputs`)."""
     out = as_outputs(save_dir)
     names = _Names(results.get("quantizers") or {})
-    parts = [_header(results), _advice(results), *_sensitivity(results, names)]
-    sa = results.get("sensitivity_analysis") or {}
-    parts.append("<h2>Sensitivity analysis</h2>")
-    png = out.path("sensitivity_analysis/partial_quantization.png")
-    if png.exists():
-        parts.append(_img(png))
-    if sa.get("nodes"):
-        rows = [{"op": n, "quantizers": names.quantizers(n), "only this op quantized": sa["single"][n],
-                 "calibrated, raised up to here": sa["cumulative"][k + 1]} for k, n in enumerate(sa["nodes"])]
-        parts.append(_table(rows, list(rows[0]), limit=50))
-    else:
-        parts.append(f"<p>No node is below the pick threshold {sa.get('pick_threshold')}.</p>")
-    parts.append(_acc_error(results, out, names))
-    if results.get("distribution"):
-        parts.append("<h2>Data distributions</h2>" + "".join(f"<h3>{html.escape(names.label(n))}</h3>{_img(e['png'])}"
-                                                             for n, e in results["distribution"].items()))
+    sections: list[Section] = [("fixes", "Measured fixes: what to try next", _advice(results)),
+                               ("about", "What was analysed", _header(results)), *_sensitivity(results, names),
+                               ("sensitivity-analysis", "Sensitivity analysis", _sensitivity_analysis(results, out, names)),
+                               ("accumulated-error", "Accumulated error", _acc_error(results, out, names))]
+    dist = results.get("distribution") or {}
+    if dist:
+        sections.append(("distributions", "Data distributions", "<p>Clipped activations first.</p>" + "".join(
+            f"<h3>{html.escape(names.label(n))}</h3>{_img(dist[n]['png'])}" for n in distribution_order(dist))))
     if results.get("channelwise"):
-        parts.append("<h2>Channel-wise distributions</h2>" + "".join(
+        sections.append(("channelwise", "Channel-wise distributions", "".join(
             f"<h3>{html.escape(names.label(n))}</h3><p>outlier channels: {e['outlier_channels'] or 'none'}</p>"
-            f"{_img(e['png'])}" for n, e in results["channelwise"].items()))
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left;font-size:90%}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
-             "li{margin:.6em 0}code{word-break:break-all}")
-    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>qir debug report</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
-    return out.write_text("index.html", page)
+            f"{_img(e['png'])}" for n, e in results["channelwise"].items())))
+    return out.write_text("index.html", page("qir debug report", _headline(results), sections))

@@ -76,15 +76,15 @@ def calibration_passes(data: Any, *, march: str, method: str, percentile: float)
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from qir.tools.model_check import check_model
-    from qir.tools.reports.model_check import FILES
+    from qir.tools.reports.model_check import files
 
-    folder = Path(args.output).parent
-    out = outputs(args).plan(*(folder / name for name in FILES))  # the model check, beside the model
+    folder, names = Path(args.output).parent, files(args.output)  # the model check, beside the model, named after it
+    out = outputs(args).plan(*(folder / name for name in names))
     passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile)
     code = run_pipeline(args, passes, data=args.data, out=out)
-    report = check_model(args.output, march=args.march, save_dir=out.sub(folder))
+    report = check_model(args.output, march=args.march, save_dir=out.sub(folder), names=names)
     issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
-    print(f"model check: {issues} finding(s); {folder / 'model_check_result.txt'}")
+    print(f"model check: {issues} finding(s); {folder / names[0]}")
     return code
 
 

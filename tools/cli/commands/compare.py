@@ -59,17 +59,6 @@ def _bad_case(args: argparse.Namespace) -> int:
     return 0
 
 
-def _headline(summary: dict) -> list[str]:
-    """The summary's headline lines (:mod:`qir.tools.reports.headline`): a collapse, then each output."""
-    from qir.tools.reports.headline import Collapse, OutputScore, headline_lines
-
-    c = summary.get("collapse")
-    collapse = Collapse(c["outputs"], c["begins_at"], c["begins_how"]) if c else None
-    scores = [OutputScore(s["output"], s["mean_cosine"], s["worst_cosine"], s["worst_sample"])
-              for s in summary.get("outputs", [])]
-    return headline_lines(collapse, scores, summary["bad_case"]["samples"])
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     with on_cluster(args, "output"):
         return _compare(args)
@@ -78,6 +67,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from qir.tools.advice import fix_line
     from qir.tools.compat.quant_analysis import compare
+    from qir.tools.reports.compare import human_size
+    from qir.tools.reports.layer_compare import helping_fixes
 
     execution = resolve_level(args, march_alone=args.consistency)
     runtime, level, march = execution.runtime, execution.level, execution.march
@@ -85,9 +76,10 @@ def _compare(args: argparse.Namespace) -> int:
     summary = compare(args.baseline, analysis, args.data, args.output, num_steps=args.data_num, metric=args.metric,
                       prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
                       sensitivity=not args.no_sensitivity, runtime=runtime, replay_discrete=not args.no_replay,
-                      overwrite=args.force, level=level, march=march, consistency=args.consistency)
+                      overwrite=args.force, level=level, march=march, consistency=args.consistency,
+                      keep_layers=args.layers)
     out = Path(args.output)
-    for line in _headline(summary):
+    for line in summary["headline"]:  # (a collapsed output, then each output worst first)
         print(line)
     print(f"bad case: sample {summary['bad_case_index']}{execution.describe()} ({out / 'badcase.txt'})")
     advice = summary.get("advisor", [])
@@ -96,18 +88,22 @@ def _compare(args: argparse.Namespace) -> int:
     for f in advice[:8]:
         print(f"  [{f['kind']}] {f['layer']}: {f['detail']}")
         if f.get("fix"):
-            print(f"      {fix_line(f['fix'])}")
-    helping = {f["fix"]["command"]: f for f in advice if f.get("fix", {}).get("command")}
+            print(f"      {fix_line(f['fix'], with_command=False)}")
+    helping = helping_fixes(advice)
     if helping:
         print("fixes that help, measured on the bad case, best first:")
-    for f in sorted(helping.values(), key=lambda f: -f["fix"]["gain"])[:5]:
-        print(f"  [{f['kind']}] {f['layer']}: {fix_line(f['fix'])}")
+    for f in helping[:5]:
+        print(f"  {fix_line(f['fix'])}  [{f['kind']}] {f['layer']}")
     if "consistency" in summary:
         print(f"fake quantization vs {summary['consistency']['march']}'s integer level on the bad case: output cosine "
               f"{summary['consistency']['output_cosine']:.6f} ({out / 'consistency_result.txt'})")
     for name, rows in summary.get("sensitivity", {}).items():
         top = ", ".join(f"{r['op_name']} ({r['sensitive_type']})" for r in rows[:5])
         print(f"most sensitive for {name}: {top}  ({out / 'sensitive_ops.txt'})")
+    values = summary["layer_values"]
+    print(f"per-layer values: {out / 'layers'} ({human_size(values['bytes'])})" if values["kept"] else
+          f"per-layer values not kept ({human_size(values['bytes'])}; --layers writes them to {out / 'layers'})")
+    print(f"report: {summary['index']}")
     return 0
 
 
@@ -173,6 +169,9 @@ def _add_compare(sub) -> None:
     p.add_argument("--prefixes", help="compare only layers whose name or module path starts with these")
     p.add_argument("--types", help="compare only layers of these op types, e.g. Conv,Add")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the op sensitivity table")
+    p.add_argument("--layers", action="store_true",
+                   help="also keep every value of both models on the bad case in layers/ (.npy files; large: about "
+                        "119 MB for YOLOv8n at 320x320, 1.38 GB for PP-OCRv4 det at 640x640; the size is printed)")
     p.add_argument("--no-replay", action="store_true",
                    help="do not replay the baseline's TopK/ArgMax/NonZero/NMS indices in the analysis model")
     p.add_argument("--consistency", action="store_true",

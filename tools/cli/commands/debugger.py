@@ -19,11 +19,14 @@ from qir.tools.cli.options import (
     on_cluster,
     parse_bool,
     parse_list,
+    positive_float,
     resolve_level,
     seed_flag,
 )
 
 ORDER = 40
+
+TIME_BUDGET = 120.0  # seconds runall's analyses aim at when -dn is not given
 
 
 def cmd_sensitivity(args: argparse.Namespace) -> int:
@@ -117,7 +120,8 @@ def _runall(args: argparse.Namespace) -> int:
            axis=args.axis, quantize_node=parse_list(args.quantize_node),
            non_quantize_node=parse_list(args.non_quantize_node), ae_metric=args.ae_metric,
            average_mode=args.average_mode, pick_threshold=args.pick_threshold,
-           sensitive_nodes=parse_list(args.sensitive_nodes), runtime=args.runtime, overwrite=args.force)
+           sensitive_nodes=parse_list(args.sensitive_nodes), runtime=args.runtime, overwrite=args.force,
+           time_budget=args.time_budget, resume=args.resume)
     return 0
 
 
@@ -209,7 +213,13 @@ def _add_runall(sub) -> None:
     p.add_argument("-nm", "--ns-metrics", default="cosine-similarity", help="node sensitivity metric(s)")
     p.add_argument("-o", "--output-node", help="compare this node's output instead of the model outputs")
     p.add_argument("-nt", "--node-type", help="node sensitivity types (default: ['weight','activation'])")
-    add_data_num(p, "-dn")
+    add_data_num(p, "-dn", default=None, help="samples to analyse (default: all of them, or as many as fit "
+                 "--time-budget; hmct's default is 1); the first line printed says how many")
+    p.add_argument("--time-budget", type=positive_float, default=TIME_BUDGET, metavar="SECONDS",
+                   help=f"without -dn: analyse as many samples as fit about this many seconds (default {TIME_BUDGET:g})")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run in the same folder: its finished steps are read back, "
+                        "its partial files replaced")
     p.add_argument("-v", "--verbose", dest="table", nargs="?", const=True, default=False, type=parse_bool,
                    help="print the node sensitivity table (-v or -v True)")
     p.add_argument("-i", "--interested-nodes", help="node sensitivity of only these nodes")

@@ -1,0 +1,133 @@
+"""``qir compare``'s ``index.html``: one self-contained page like runall's
+(:func:`qir.tools.reports.html.page`), read from the summary :func:`qir.tools.compat.quant_analysis.compare`
+returns and the per-layer rows.
+
+It leads with the headline (``summary["headline"]``: lines another analysis adds, e.g. an output
+that collapsed; then the output cosine on the bad case and the best measured fix), a table of
+contents, the measured fixes (numbered as their output files, best first, with their commands),
+then the advisor's findings, the worst layers of the layer-by-layer table, the bad case, the op
+sensitivity, the consistency check when it ran, and the files written (``layers/`` with its size,
+or the size it would have taken).
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from qir.tools.reports.html import Section, command, page, table
+from qir.tools.reports.layer_compare import helping_fixes
+from qir.tools.reports.output import Outputs, as_outputs
+
+__all__ = ["write_index", "human_size"]
+
+WORST = 20  # layers shown from the layer-by-layer table
+
+
+def human_size(n: int) -> str:
+    """A size in bytes as people read it: ``119 MB``, ``1.38 GB``."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n / 1e3:.3g} kB"
+
+
+def _headline(summary: dict[str, Any]) -> list[str]:
+    """The headline's lines: ``summary["headline"]`` first, then the output cosine on the bad case
+    and the best measured fix."""
+    lines = list(summary.get("headline") or [])
+    cos = summary.get("output_cosine")
+    if cos is not None:
+        lines.append(f"output cosine on the bad case (sample {summary.get('bad_case_index')}): {cos:.5f} "
+                     "(analysis vs baseline, mean over outputs)")
+    fixes = helping_fixes(summary.get("advisor") or [])
+    if fixes:
+        best = fixes[0]["fix"]
+        lines.append(f"best measured fix ({len(fixes)} help): {best['fix']} for {fixes[0]['layer']}: "
+                     f"{best['before']:.5f} -> {best['after']:.5f} ({best['gain']:+.5f})")
+    else:
+        lines.append("no measured fix helps on the bad case")
+    return lines
+
+
+def _fixes(summary: dict[str, Any]) -> str:
+    fixes = helping_fixes(summary.get("advisor") or [])
+    if not fixes:
+        return "<p>No fix that was tried helps on the bad case (the findings below say what was tried).</p>"
+    items = "".join(
+        f"<li value='{f['fix']['rank']}'><b>{html.escape(f['fix']['fix'])}</b> for [{html.escape(f['kind'])}] "
+        f"{html.escape(f['layer'])}<br>measured: output cosine on the bad case {f['fix']['before']:.5f} &rarr; "
+        f"<b>{f['fix']['after']:.5f}</b> ({f['fix']['gain']:+.5f}){command(f['fix']['command'])}</li>" for f in fixes)
+    return ("<p>Each fix was measured on the bad case before it is listed; best first, numbered as the files "
+            f"its command writes.</p><ol>{items}</ol>")
+
+
+def _findings(summary: dict[str, Any]) -> str:
+    findings = summary.get("advisor") or []
+    if not findings:
+        return "<p>No abnormal layer found.</p>"
+
+    def _measured(f: dict) -> str:
+        fix = f.get("fix")
+        if not fix:
+            return "-"
+        verdict = f"fix {fix['rank']}" if fix.get("command") else (fix.get("reason") or "does not help")
+        return f"{fix['fix']}: {fix['before']:.5f} -> {fix['after']:.5f} ({verdict})"
+
+    rows = [{"kind": f["kind"], "layer": f["layer"], "detail": f["detail"], "fix measured": _measured(f)}
+            for f in findings]
+    return table(rows, list(rows[0]), limit=None)
+
+
+def _layers(rows: list[dict]) -> str:
+    scored = [r for r in rows if isinstance(r.get("Cosine"), float)]
+    worst = sorted(scored, key=lambda r: r["Cosine"])[:WORST]
+    keys = ["index", "mod_name", "analy_op_type", "quant_dtype", "Cosine", "SQNR", "clip%", "round%", "inherited%"]
+    return (f"<p>The {len(worst)} layers of {len(rows)} whose output cosine (analysis vs baseline) is lowest; "
+            "the whole table: compare_per_layer_out.txt / .csv.</p>" + table(worst, keys, limit=None))
+
+
+def _bad_case(summary: dict[str, Any]) -> str:
+    bc = summary.get("bad_case") or {}
+    rows = [{"output": out, **per} for out, per in (bc.get("bad_case") or {}).items()]
+    text = (f"<p>Sample {summary.get('bad_case_index')} of {bc.get('samples')}, chosen by {html.escape(str(bc.get('metric')))}. "
+            "The worst sample per output and metric:</p>")
+    return text + (table(rows, list(rows[0]), limit=None) if rows else "")
+
+
+def _sensitivity(summary: dict[str, Any]) -> str:
+    parts = []
+    for out, rows in (summary.get("sensitivity") or {}).items():
+        keys = [k for k in ("op_name", "sensitive_type", "op_type", "quant_dtype") if rows and k in rows[0]]
+        metric = [k for k in (rows[0] if rows else {}) if k not in keys and k not in
+                  ("module", "calibrations", "flops", "flops_text")]
+        parts.append(f"<h3>{html.escape(out)}</h3>" + table(rows, keys + metric, limit=None))
+    return "".join(parts) or "<p>Not computed (--no-sensitivity, or no quantized calibration node).</p>"
+
+
+def _files(summary: dict[str, Any]) -> str:
+    lv = summary.get("layer_values") or {}
+    names = ["badcase.txt/.json/.npz", "compare_per_layer_out.txt/.csv/.json", "abnormal_layer_advisor.txt/.json",
+             "sensitive_ops.txt/.json", "compare.json"]
+    items = "".join(f"<li><code>{n}</code></li>" for n in names)
+    if lv:
+        size = human_size(lv["bytes"])
+        items += (f"<li><code>layers/</code>: every value of both models on the bad case, {size}</li>" if lv["kept"]
+                  else f"<li><code>layers/</code> not written ({size} of per-layer values; --layers keeps them)</li>")
+    return f"<ul>{items}</ul>"
+
+
+def write_index(summary: dict[str, Any], rows: list[dict], save_dir: Outputs | Path) -> Path:
+    """``index.html`` (written through :class:`~qir.tools.reports.output.Outputs`)."""
+    out = as_outputs(save_dir)
+    sections: list[Section] = [("fixes", "Measured fixes", _fixes(summary)),
+                               ("findings", "Advisor findings", _findings(summary)),
+                               ("layers", "Layer by layer: the worst layers", _layers(rows)),
+                               ("bad-case", "Bad case", _bad_case(summary)),
+                               ("sensitivity", "Op sensitivity on the bad case", _sensitivity(summary))]
+    if summary.get("consistency"):
+        c = summary["consistency"]
+        sections.append(("consistency", "Fake quantization vs the integer level",
+                         f"<p>{html.escape(str(c.get('summary')))}</p><p>output cosine {c.get('output_cosine')}</p>"))
+    sections.append(("files", "Files", _files(summary)))
+    return out.write_text("index.html", page("qir compare report", _headline(summary), sections))
