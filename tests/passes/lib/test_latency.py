@@ -158,3 +158,29 @@ def test_a_malformed_latency_table_says_what_where_and_how_to_fix_it(tmp_path, t
 def test_a_missing_latency_table_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="cannot read latency table"):
         read_latency_table(tmp_path / "none.csv")
+
+
+@pytest.mark.slow
+def test_raising_the_elementwise_quantizers_of_ppocr_det_is_not_cheap():
+    """The issue's case: on PP-OCRv4 det the FLOP price calls int16 on every Add/Mul/Div/Clip input
+    a few percent; by the latency model those ops move twice the bytes and the model slows by half
+    or more."""
+    from qir.passes.tune.space import Space
+    from qir.records import OpRecord
+
+    from ...conftest import calibrated_real
+
+    ir, _ = calibrated_real("ppocrv4_det", [1, 3, 640, 640], count=1)
+    before, flop_before = LatencyModel(ir, NASH_E).estimate(), Space(ir, NASH_E).cost_of_ir()
+    assert before.total_us == pytest.approx(LatencyModel(ir, NASH_E).estimate("int8").total_us)
+    raised = 0
+    for cal in ir.calibrations("activation"):
+        readers = [op for op, _ in ir.uses(cal.output) if isinstance(op, OpRecord)]
+        if readers and all(op.op_type in ("Add", "Mul", "Div", "Clip") for op in readers):
+            ir.set_calibration(cal.name, mode="int16")
+            raised += 1
+    after, flop_after = LatencyModel(ir, NASH_E).estimate(), Space(ir, NASH_E).cost_of_ir()
+    assert raised > 200
+    assert flop_after / flop_before < 1.05
+    assert after.total_us / before.total_us > 1.5
+    assert all(g.bound is Bound.MEMORY for g in after.groups if g.group.op_type in ("Add", "Mul"))
