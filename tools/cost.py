@@ -61,7 +61,7 @@ def _check_inputs(ir: QIR, model: str) -> None:
         shown = ", ".join(f"{n}: {','.join('?' if not isinstance(d, int) else str(d) for d in (s or ()))}"
                           for n, s in dynamic)
         raise InputError(f"{model} has dynamic input shapes ({shown}); the latency model counts bytes, so fix them: "
-                         f"--input-shape {dynamic[0][0]}=1,3,640,640 (your sizes)")
+                         f"--input-shape {dynamic[0][0]}=1,3,640,640 with your sizes (input_shapes= in Python)")
 
 
 def model_cost(model: str | Path | QIR, march: str | MarchProfile = "nash-e", *,

@@ -64,6 +64,8 @@ def test_cost_errors_say_what_to_do(capsys, tmp_path):
     assert "leave out the data" in capsys.readouterr().err
     assert main(["profile", MODEL]) == 2
     assert "--cost MODEL" in capsys.readouterr().err
+    assert main(["profile", MODEL, str(DIGITS / "calibration_data"), "--latency-table", "t.csv", "--totals"]) == 2
+    assert "--latency-table, --totals apply to --cost only" in capsys.readouterr().err
     dynamic = tmp_path / "dyn.onnx"
     import onnx
 

@@ -38,8 +38,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.data is None:
         raise InputError("qir profile MODEL DATA needs the data to profile; without data, "
                          "--cost MODEL prints the latency model's estimate")
-    if args.latency_table:
-        raise InputError("--latency-table overrides the latency model of --cost; add --cost")
+    given = [flag for flag, value in (("--march", args.march), ("--input-shape", args.input_shape),
+                                      ("--latency-table", args.latency_table), ("--totals", args.totals)) if value]
+    if given:
+        raise InputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --cost only; add --cost, "
+                         "or leave them out")
     rows = profile_model(args.model, args.data, save_dir=args.save_dir, data_num=args.data_num,
                          prefixes=parse_list(args.prefixes), types=parse_list(args.types),
                          histograms=args.histograms, tensorboard=args.tensorboard, runtime=args.runtime,
