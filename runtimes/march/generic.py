@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from qir.runtimes.march.op_classes import OpClass
 from qir.runtimes.march.profile import I8_I16, A, D, LutInt8, LutInt16, S, make_profile
+from qir.runtimes.march.rates import VIEW_OPS
 
 __all__ = ["GENERIC"]
 
@@ -61,4 +62,9 @@ GENERIC = make_profile(
                   "int8 first, then int16, dual int16 for GEMMs, fp16 for other ops"),
     tune_costs=S({"int8": 1, "int16": 2, "fp16": 2, "float": 4, "int8 x int8": 1, "int16 x int8": 2,
                   "int16 x int16": 4, "float x float": 4}, A, "cost per FLOP relative to int8: data size"),
+    peak_tops=S({"int8 x int8": 10, "int16 x int8": 5, "int16 x int16": 2.5, "fp16": 5, "float": 2.5}, A,
+                "a small NPU: 10 TOPS int8, rates halving with each doubled operand (our guess)"),
+    memory_gbps=S(25.6, A, "a 32-bit LPDDR5-6400 interface, our guess"),
+    op_overhead_us=S(1.0, A, "time to launch one op, our guess"),
+    free_ops=S(VIEW_OPS, A, "reshape-like ops are views: no data moves (our assumption)"),
 )

@@ -7,9 +7,10 @@ public Horizon / D-Robotics material behind it (OpenExplorer and D-Robotics tool
 from __future__ import annotations
 
 from qir.runtimes.march.op_classes import OpClass
-from qir.runtimes.march.profile import I8_I16, SRC, A, D, LutInt8, LutInt16, S, make_profile
+from qir.runtimes.march.profile import I8_I16, SRC, A, D, LutInt8, LutInt16, S, Status, make_profile
+from qir.runtimes.march.rates import VIEW_OPS
 
-__all__ = ["NASH_E", "DOC_SUMMARY", "TUNE_COST_NOTE"]
+__all__ = ["NASH_E", "DOC_SUMMARY", "TUNE_COST_NOTE", "nash_rates"]
 
 #: The note of a value the reference marks *DOC-summary* (it counts as documented).
 DOC_SUMMARY = "doc summary (Horizon page seen, URL not kept; re-verify)"
@@ -42,6 +43,32 @@ TUNE_COST_NOTE = ("cost per FLOP relative to int8, our assumption: an int16 valu
                   "one and an int16 x int8 MAC takes two int8 MACs (int16 x int16 four); fp16 runs on a small float "
                   "unit; float is the CPU. The guide says only that cost tracks FLOPs and that int16 and fp16 cost "
                   "more than int8; only the ratios matter")
+
+
+
+def nash_rates(int8_tops: float, march: str) -> tuple[dict[str, float], dict[str, tuple[Status, str]]]:
+    """``peak_tops`` (rate key -> TOPS) and its per-item provenance for a nash march whose int8 peak is public.
+
+    Only the int8 figure is published (a chip's headline TOPS: peak, not sustained); the other
+    rates are our ratios to it, the ones ``tune_costs`` assumes: an int16 x int8 MAC takes two int8
+    MACs, int16 x int16 four; fp16 runs on a small float unit (1/16 of int8), float on the CPU.
+    """
+    rates = {"int8 x int8": int8_tops, "int16 x int8": int8_tops / 2, "int16 x int16": int8_tops / 4,
+             "fp16": int8_tops / 16, "float": 0.2}
+    items = {"int8 x int8": (D, f"{march}: {int8_tops:g} TOPS int8, the chip's public headline figure (Horizon "
+                                "Robotics' Journey 6 product announcement, April 2024; D-Robotics RDK S100 "
+                                "product pages; address not kept, re-verify)"),
+             "float": (A, "the CPU: about 0.2 TFLOPS fp32 for a few Cortex-A cores, our guess")}
+    return rates, items
+
+
+_RATES_NOTE = ("TOPS, operations as qir counts FLOPs (a MAC is two); int16 rates are half / a quarter of "
+               "int8, fp16 a sixteenth: our assumption")
+_MEMORY_NOTE = ("not published: a 64-bit LPDDR5-6400 interface (51.2 GB/s) is our guess; the model sends "
+                "every tensor that leaves a fused group through this memory (no reuse in on-chip SRAM)")
+_OVERHEAD_NOTE = "time to launch one op (a fused group once): not published, our guess"
+_FREE_NOTE = "reshape-like ops are views: no data moves (our assumption)"
+_E_RATES = nash_rates(80, "J6E")
 
 NASH_E = make_profile(
     name=S("nash-e", D, "hmct / horizon_plugin_pytorch march name (J6E)"),
@@ -157,4 +184,8 @@ NASH_E = make_profile(
                   "cannot reach the target (J6M has little float compute)",
                   items={"gemm": (A, "int16+w16 (dual int16) rests on the assumed (int16, int16) GEMM pair")}),
     tune_costs=S(_NASH_COSTS, A, TUNE_COST_NOTE),
+    peak_tops=S(_E_RATES[0], A, _RATES_NOTE, items=_E_RATES[1]),
+    memory_gbps=S(51.2, A, _MEMORY_NOTE),
+    op_overhead_us=S(2.0, A, _OVERHEAD_NOTE),
+    free_ops=S(VIEW_OPS, A, _FREE_NOTE),
 )

@@ -1,10 +1,12 @@
 """The ``nash-m`` march (J6M, S100P): ``nash-e`` plus its documented differences."""
 from __future__ import annotations
 
-from qir.runtimes.march.nash_e import DOC_SUMMARY, NASH_E
+from qir.runtimes.march.nash_e import DOC_SUMMARY, NASH_E, nash_rates
 from qir.runtimes.march.profile import A, D, S, derive_profile
 
 __all__ = ["NASH_M"]
+
+_M_RATES = nash_rates(128, "J6M")
 
 NASH_M = derive_profile(
     NASH_E,
@@ -17,4 +19,5 @@ NASH_M = derive_profile(
                        items={("int16", "int16"): (D, "dual-int16 example on J6M: " + DOC_SUMMARY)}),
     tune_ladder=S(NASH_E.tune_ladder, D, NASH_E.provenance["tune_ladder"].note
                   + "; int16+w16: dual int16 is documented on J6M"),
+    peak_tops=S(_M_RATES[0], A, NASH_E.provenance["peak_tops"].note, items=_M_RATES[1]),
 )

@@ -2,13 +2,14 @@
 differences, chiefly native fp16 on every non-GEMM op."""
 from __future__ import annotations
 
-from qir.runtimes.march.nash_e import DOC_SUMMARY, NASH_E, TUNE_COST_NOTE
+from qir.runtimes.march.nash_e import DOC_SUMMARY, NASH_E, TUNE_COST_NOTE, nash_rates
 from qir.runtimes.march.op_classes import OpClass
 from qir.runtimes.march.profile import I8_I16, SRC, A, D, S, derive_profile
 
 __all__ = ["NASH_P"]
 
 _P_ALL = ("int8", "int16", "fp16")
+_P_RATES = nash_rates(560, "J6P")
 _P_NOTE = "J6P: non-GEMM ops default to float16; nonlinear ops int8->int8, int16->int8|int16, fp16"
 NASH_P = derive_profile(
     NASH_E,
@@ -54,4 +55,8 @@ NASH_P = derive_profile(
                   "bound), then GEMM inputs int8 with int16 raised by sensitivity; other ops stay fp16"),
     tune_costs=S({**NASH_E.tune_costs, "fp16": 2}, A, TUNE_COST_NOTE + "; fp16 is native on every non-GEMM op of "
                                                                         "J6P, costed as int16"),
+    peak_tops=S({**_P_RATES[0], "fp16": 560 / 4}, A, NASH_E.provenance["peak_tops"].note
+                + "; J6P: fp16 native on every non-GEMM op, a quarter of int8 (our guess)", items=_P_RATES[1]),
+    memory_gbps=S(102.4, A, "not published: a 128-bit LPDDR5-6400 interface (102.4 GB/s) is our guess for the "
+                            "larger chip; every tensor leaving a fused group goes through it"),
 )

@@ -48,4 +48,8 @@ ORT = derive_profile(
                                       "graphs of onnxruntime 1.32; others run DQ -> float -> Q",
                   items={"Resize": (A, "nearest Resize on codes; onnxruntime keeps Q/DQ around it when "
                                        "scales differ, which the rescale at the next node reproduces")}),
+    peak_tops=S({"int8 x int8": 0.5, "int16 x int8": 0.25, "int16 x int16": 0.25, "fp16": 0.1, "float": 0.25}, A,
+                "a few x86/Arm CPU cores running MLAS kernels, our guess; measure yours (--latency-table)"),
+    memory_gbps=S(20.0, A, "a desktop CPU's sustained DRAM bandwidth, our guess"),
+    op_overhead_us=S(5.0, A, "onnxruntime's per-kernel dispatch, our guess"),
 )

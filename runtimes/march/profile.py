@@ -51,6 +51,7 @@ import numpy as np
 from qir.calibration import QRANGE
 from qir.errors import did_you_mean
 from qir.runtimes.march.op_classes import OpClass, op_class
+from qir.runtimes.march.rates import check_rates, rate_key
 from qir.runtimes.numerics import ROUNDING
 
 __all__ = [
@@ -319,6 +320,11 @@ class MarchProfile:
     # accuracy tuning (qir tune): the march's mixed-precision pipeline, as data
     tune_ladder: FrozenMap               # "gemm" | "other" -> precision levels, cheapest first (TUNE_LEVELS)
     tune_costs: FrozenMap                # level -> cost per FLOP relative to int8 (GEMM keys "A x W")
+    # the latency model (qir profile --cost; runtimes/march/rates.py)
+    peak_tops: FrozenMap                 # rate key ("int8 x int8" ... "fp16", "float") -> tera-ops/s
+    memory_gbps: float                   # bandwidth of the memory feature maps and weights cross, GB/s
+    op_overhead_us: float                # fixed time per op the march runs (a fused group once), µs
+    free_ops: tuple[str, ...]            # op types that move no data (views): they cost nothing
     # every field above -> Provenance
     provenance: FrozenMap = field(repr=False, compare=True)
 
@@ -349,6 +355,10 @@ class MarchProfile:
         put("act_dtypes", FrozenMap(act))
         put("tune_ladder", FrozenMap({str(k): tuple(str(v) for v in levels) for k, levels in dict(self.tune_ladder).items()}))
         put("tune_costs", FrozenMap({str(k): float(v) for k, v in dict(self.tune_costs).items()}))
+        put("peak_tops", FrozenMap({str(k): float(v) for k, v in dict(self.peak_tops).items()}))
+        put("memory_gbps", float(self.memory_gbps))
+        put("op_overhead_us", float(self.op_overhead_us))
+        put("free_ops", tuple(str(o) for o in self.free_ops))
         for f in ("int8_only_inputs", "int8_only_outputs", "fp16_documented_ops"):
             put(f, tuple(str(o) for o in getattr(self, f)))
         if self.integer_ops is not None:
@@ -374,6 +384,7 @@ class MarchProfile:
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{self.name}: {f}={getattr(self, f)!r}; expected one of {allowed}")
         _check_tune(self)
+        check_rates(self)
         if self.lut_int16.divide_strategy not in ("evenly", "curvature"):
             raise ValueError(f"{self.name}: lut_int16.divide_strategy must be 'evenly' or 'curvature'")
         if self.consistency_level not in (0, 1, 2):
@@ -437,6 +448,12 @@ class MarchProfile:
         """Whether the integer level computes ``op_type`` in integer arithmetic on this march
         (given qir has an integer kernel for it); otherwise it runs in float, as a CPU would."""
         return self.integer_ops is None or op_type in self.integer_ops
+
+    def peak_ops_per_s(self, input_dtype: Any, weight_dtype: Any = None) -> float:
+        """Operations per second of an op at this (input, weight) precision: ``peak_tops`` at
+        :func:`~qir.runtimes.march.rates.rate_key` × 1e12."""
+        weight = normalize_dtype(weight_dtype) if weight_dtype is not None else None
+        return self.peak_tops[rate_key(normalize_dtype(input_dtype), weight)] * 1e12
 
     def round_fn(self) -> Callable:
         """The numpy rounding function of ``quant_round`` (float -> int quantization)."""

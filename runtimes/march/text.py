@@ -66,7 +66,8 @@ def _marker(prov: Provenance) -> str:
     others = sorted(prov.statuses - {prov.status}, key=list(Status).index)
     if not others:
         return prov.status.marker
-    return f"[{prov.status.value}, partly " + ", ".join(
+    own = prov.status.value.upper() if prov.status is Status.ASSUMED else prov.status.value
+    return f"[{own}, partly " + ", ".join(
         s.value.upper() if s is Status.ASSUMED else s.value for s in others) + "]"
 
 

@@ -139,11 +139,12 @@ def test_nash_m_and_p_are_nash_e_plus_their_documented_differences():
     def diff(a, b):
         return {f for f in PARAM_FIELDS if getattr(a, f) != getattr(b, f)}
 
-    assert diff(NASH_E, NASH_M) == {"name", "aliases"}
+    assert diff(NASH_E, NASH_M) == {"name", "aliases", "peak_tops"}  # J6M's public int8 peak
     assert NASH_M.provenance["gemm_dtype_pairs"] != NASH_E.provenance["gemm_dtype_pairs"]
     assert diff(NASH_E, NASH_P) == {
         "name", "aliases", "act_dtypes", "default_non_gemm_act_dtype", "gemm_float_output",
-        "elementwise_dtypes", "fp16_ops", "fp16_documented_ops", "dynamic_quant_linear", "tune_ladder", "tune_costs"}
+        "elementwise_dtypes", "fp16_ops", "fp16_documented_ops", "dynamic_quant_linear", "tune_ladder", "tune_costs",
+        "peak_tops", "memory_gbps"}
     assert NASH_P.gemm_float_output and not NASH_E.gemm_float_output
 
 
@@ -319,7 +320,7 @@ def test_the_assumed_parameters_are_pinned():
                    "fp16_saturate", "fusions", "quant_round", "scale_divisor", "requant_mode",
                    "requant_multiplier_bits", "requant_shift_round", "intermediate_sat16",
                    "acc_bits", "acc_overflow", "bias_round", "lut_mode", "lut_int16", "softmax_mode",
-                   "integer_ops", "tune_costs"}
+                   "integer_ops", "tune_costs", "peak_tops", "memory_gbps", "op_overhead_us", "free_ops"}
     assert set(NASH_E.assumed_fields()) == nash_common | {"gemm_dtype_pairs", "saturate", "tune_ladder"}
     assert set(NASH_M.assumed_fields()) == nash_common | {"saturate"}
     assert set(NASH_P.assumed_fields()) == (nash_common - {"matmul_act_act_pairs"}) | {
@@ -358,3 +359,19 @@ def test_the_tuning_pipeline_is_profile_data():
         NASH_E.with_overrides(tune_costs={"int8": 1})
     line = _field_line(_blocks(format_profiles(["nash-p"]))["nash-p"], "tune_costs")
     assert "[ASSUMED]" in line
+
+
+def test_the_latency_model_parameters_print_with_their_provenance():
+    """``qir profiles`` shows the latency model's parameters; only the int8 peak of a nash march is public."""
+    text = format_profiles(["nash-e", "nash-p"])
+    blocks = _blocks(text)
+    for name in ("nash-e", "nash-p"):
+        lines = blocks[name]
+        assert "[ASSUMED, partly documented]" in _field_line(lines, "peak_tops")
+        i = lines.index(_field_line(lines, "peak_tops"))
+        assert lines[i + 1].split()[:4] == ["int8", "x", "int8", str(PROFILES[name].peak_tops["int8 x int8"])]
+        assert lines[i + 1].split()[-1] == "[documented]" and lines[i + 2].split()[-1] == "[ASSUMED]"
+        assert "[ASSUMED]" in _field_line(lines, "memory_gbps") and "[ASSUMED]" in _field_line(lines, "op_overhead_us")
+    assert NASH_P.peak_tops["int8 x int8"] > NASH_M.peak_tops["int8 x int8"] > NASH_E.peak_tops["int8 x int8"]
+    fast = NASH_E.with_overrides(memory_gbps=400)
+    assert "[override]" in _field_line(_blocks(format_profiles([fast]))["nash-e"], "memory_gbps")

@@ -271,11 +271,13 @@ OLD_SAMPLE_FLAGS = frozenset({"--limit", "-n", "--num", "--num-steps"})
 
 
 def add_analysis_command(sub, name: str, aliases: list[str], help: str, save_dir: str,  # noqa: A002
-                         save_flags: tuple[str, ...] = ("-s",), listed: bool = True) -> argparse.ArgumentParser:
-    """A debugger subcommand: MODEL DATA, -d/--data-num, -s/--save-dir, --runtime and --force."""
+                         save_flags: tuple[str, ...] = ("-s",), listed: bool = True,
+                         data_optional: bool = False) -> argparse.ArgumentParser:
+    """A debugger subcommand: MODEL DATA, -d/--data-num, -s/--save-dir, --runtime and --force
+    (``data_optional``: DATA may be left out, for a mode of the command that needs none)."""
     p = sub.add_parser(name, aliases=aliases, description=help, **({"help": help} if listed else {}))
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
-    p.add_argument("data", help=CALIBRATION_DATA_HELP)
+    p.add_argument("data", help=CALIBRATION_DATA_HELP, **({"nargs": "?"} if data_optional else {}))
     add_data_num(p, "-d")
     p.add_argument(*save_flags, "--save-dir", dest="save_dir", default=save_dir, help=f"output folder (default {save_dir})")
     add_runtime(p)

@@ -4,16 +4,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from qir.errors import InputError
 from qir.tools.cli.options import (
+    MARCH_HELP,
     SAMPLES_HELP,
     add_analysis_command,
     add_cluster,
     add_data_num,
     add_force,
+    add_input_shape,
     add_level,
     add_runtime,
     on_cluster,
     outputs,
+    parse_input_shapes,
     parse_list,
     resolve_level,
 )
@@ -29,6 +33,16 @@ def _same_file(a: str, b: str) -> bool:
 def cmd_profile(args: argparse.Namespace) -> int:
     from qir.tools.profiler import profile_model
 
+    if args.cost:
+        return _cost(args)
+    if args.data is None:
+        raise InputError("qir profile MODEL DATA needs the data to profile; without data, "
+                         "--cost MODEL prints the latency model's estimate")
+    given = [flag for flag, value in (("--march", args.march), ("--input-shape", args.input_shape),
+                                      ("--latency-table", args.latency_table), ("--totals", args.totals)) if value]
+    if given:
+        raise InputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --cost only; add --cost, "
+                         "or leave them out")
     rows = profile_model(args.model, args.data, save_dir=args.save_dir, data_num=args.data_num,
                          prefixes=parse_list(args.prefixes), types=parse_list(args.types),
                          histograms=args.histograms, tensorboard=args.tensorboard, runtime=args.runtime,
@@ -37,6 +51,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     print(f"{len(rows)} tensor(s) of {ops} op(s): {Path(args.save_dir) / 'statistic.txt'}"
           + (f" and histograms/ ({ops} PNG)" if args.histograms else "")
           + (f"; tensorboard --logdir {Path(args.save_dir) / 'tensorboard'}" if args.tensorboard else ""))
+    return 0
+
+
+def _cost(args: argparse.Namespace) -> int:
+    from qir.tools.cost import model_cost
+    from qir.tools.reports.cost import format_cost
+
+    if args.data is not None:
+        raise InputError(f"--cost estimates time from the model alone; leave out the data ({args.data})")
+    report = model_cost(args.model, args.march or "nash-e", input_shapes=parse_input_shapes(args.input_shape),
+                        latency_table=args.latency_table)
+    print(format_cost(report, rows=not args.totals), end="")
     return 0
 
 
@@ -132,12 +158,25 @@ def cmd_numeric_suite(args: argparse.Namespace) -> int:
 
 def _add_profile(sub) -> None:
     p = add_analysis_command(sub, "profile", ["model-profiler"], "per-op statistics of inputs, weights, biases and "
-                             "outputs (horizon ModelProfiler)", "./debug_result/profiler", ("-o", "--output", "-s"))
+                             "outputs (horizon ModelProfiler); with --cost MODEL (no data): the latency model's "
+                             "time per op on the march", "./debug_result/profiler", ("-o", "--output", "-s"),
+                             data_optional=True)
     p.add_argument("-p", "--prefixes", help="only ops whose names start with these: \"['backbone','head']\" or a,b")
     p.add_argument("-t", "--types", help="only these op types: Conv,Gemm")
     p.add_argument("--histograms", action="store_true", help="also one PNG of histograms per op")
     p.add_argument("--tensorboard", action="store_true",
                    help="also the histograms as a TensorBoard event file (needs: pip install tensorboard)")
+    cost = p.add_argument_group("latency model (--cost MODEL, no data)")
+    cost.add_argument("--cost", action="store_true",
+                      help="print the latency model's table instead: per group the march runs as one, FLOPs, bytes, "
+                           "compute- or memory-bound, time at int8/int16/fp16 (and the calibrated precisions)")
+    cost.add_argument("--march", help=f"{MARCH_HELP} whose peak rates, bandwidth and fusions price the ops "
+                                      "(default nash-e)")
+    add_input_shape(cost)
+    cost.add_argument("--latency-table", metavar="FILE",
+                      help="CSV of measured times (op name or type, input precision, weight precision, time_us) that "
+                           "override the model for the ops it lists")
+    cost.add_argument("--totals", action="store_true", help="print the totals only, not a row per group")
     p.set_defaults(func=cmd_profile)
 
 

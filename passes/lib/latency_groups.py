@@ -1,0 +1,190 @@
+"""What the latency model prices: the ops a march runs as one (its fused groups), the elements
+that cross memory around each group, and each op's precision in a calibrated IR.
+
+**Groups.** The fusion groups ``fuse`` marked (``ir.meta["fusion_groups"]``) when there are any;
+else the profile's fusion patterns matched here the way ``fuse`` matches them (longest first, an
+op in one group at most), without changing the IR. Every other op is a group of its own.
+
+**Traffic of a group** (element counts; the precision turns them into bytes):
+
+* ``inputs``: activation inputs not produced inside the group (each value once, however many
+  members read it), past any calibration node in between;
+* ``outputs``: outputs of members read outside the group or that are graph outputs (a value
+  passed from one member to the next never reaches memory);
+* ``weights``: a GEMM's weight (input 1); ``bias``: its bias (input 2, int32); ``consts``: every
+  other constant input, at the op's input precision.
+
+**Precision of an op** (:func:`precisions_of`): its input is the widest mode of the calibration
+nodes it reads (an input straight from another op takes that op's output precision, a graph
+input that no calibration node quantizes is ``float``); its weight is the mode of the calibration
+node on a GEMM's input 1 (``float`` for an unquantized weight, None for an op without one); its
+output is the widest mode of the calibration nodes that read its outputs, else its input's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qir.graph import QIR
+from qir.kinds import CalibRole, NodeKind
+from qir.passes.lib.fusion import fusion_groups, match_pattern
+from qir.records import CalibRecord, OpRecord
+from qir.runtimes.engine.cost import elements, op_flops
+from qir.runtimes.march import MarchProfile, OpClass, normalize_dtype, op_class
+from qir.runtimes.march.rates import widest
+
+__all__ = ["Group", "Precision", "fused_units", "build_groups", "precisions_of"]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precisions an op runs at (profile spellings: int8, int16, fp16, float).
+
+    ``weight`` is None for an op without a weight; ``output`` None means the input's precision.
+    """
+
+    input: str
+    weight: str | None = None
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input", normalize_dtype(self.input))
+        if self.weight is not None:
+            object.__setattr__(self, "weight", normalize_dtype(self.weight))
+        object.__setattr__(self, "output", normalize_dtype(self.output) if self.output else self.input)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One unit the march runs: its ops (head first), what it computes and the elements it moves."""
+
+    name: str                 # the head op's name
+    ops: tuple[str, ...]
+    op_type: str              # member types joined with "+": "Conv+Add+Relu"
+    flops: int
+    gemm: bool                # the head is a GEMM (it runs on the MAC array)
+    inputs: int
+    outputs: int
+    weights: int
+    bias: int
+    consts: int
+    free: bool                # a lone view op (profile.free_ops): nothing moves
+
+
+def fused_units(ir: QIR, profile: MarchProfile) -> list[list[OpRecord]]:
+    """The ops of ``ir`` in groups, in op order (see the module docstring)."""
+    marked = fusion_groups(ir)
+    claimed: dict[str, str] = {}
+    heads: dict[str, list[OpRecord]] = {}
+    if marked:
+        for head, members in marked.items():
+            heads[head] = [ir.op(m) for m in members]
+            claimed.update({m: head for m in members})
+    else:
+        patterns = sorted((tuple(p) for p in profile.fusions), key=len, reverse=True)
+        for op in ir.ops():
+            if op.name in claimed:
+                continue
+            for pattern in patterns:
+                members = match_pattern(ir, op, pattern)
+                if members and not any(m.name in claimed for m in members):
+                    heads[op.name] = members
+                    claimed.update({m.name: op.name for m in members})
+                    break
+    units = []
+    for op in ir.ops():
+        if op.name not in claimed:
+            units.append([op])
+        elif claimed[op.name] == op.name:
+            units.append(heads[op.name])
+    return units
+
+
+def _source(ir: QIR, value: str) -> str:
+    """``value`` past the calibration nodes in front of it."""
+    producer = ir.producer(value)
+    while isinstance(producer, CalibRecord):
+        value = producer.input
+        producer = ir.producer(value)
+    return value
+
+
+def _leaves(ir: QIR, value: str, members: set[str]) -> bool:
+    """Whether ``value`` (or a calibration node's output of it) is a graph output or read by an op
+    outside ``members``."""
+    if value in ir.outputs:
+        return True
+    for reader in ir.consumers(value):
+        if isinstance(reader, CalibRecord):
+            if _leaves(ir, reader.output, members):
+                return True
+        elif reader.name not in members:
+            return True
+    return False
+
+
+def _group(ir: QIR, unit: list[OpRecord], profile: MarchProfile) -> Group:
+    names = {op.name for op in unit}
+    seen: set[str] = set()
+    inputs = outputs = weights = bias = consts = 0
+    for op in unit:
+        gemm = op_class(op.op_type) is OpClass.GEMM
+        for slot, value in enumerate(op.inputs):
+            if not value:
+                continue
+            src = _source(ir, value)
+            producer = ir.producer(src)
+            if src in seen or (isinstance(producer, OpRecord) and producer.name in names):
+                continue
+            seen.add(src)
+            if ir.value(src).kind is NodeKind.WEIGHT:
+                n = elements(ir, src)
+                if gemm and slot == 1:
+                    weights += n
+                elif gemm and slot == 2:
+                    bias += n
+                else:
+                    consts += n
+            else:
+                inputs += elements(ir, value)
+        outputs += sum(elements(ir, o) for o in op.outputs if o and _leaves(ir, o, names))
+    head = unit[0]
+    return Group(head.name, tuple(op.name for op in unit), "+".join(op.op_type for op in unit),
+                 sum(op_flops(ir, op) for op in unit), op_class(head.op_type) is OpClass.GEMM,
+                 inputs, outputs, weights, bias, consts,
+                 free=len(unit) == 1 and head.op_type in profile.free_ops)
+
+
+def build_groups(ir: QIR, profile: MarchProfile) -> list[Group]:
+    """The :class:`Group` of every unit of :func:`fused_units`."""
+    return [_group(ir, unit, profile) for unit in fused_units(ir, profile)]
+
+
+def precisions_of(ir: QIR) -> dict[str, Precision]:
+    """Op name -> the :class:`Precision` it runs at in ``ir`` (see the module docstring)."""
+    out_of: dict[str, str] = {}
+    result: dict[str, Precision] = {}
+    for op in ir.ops():
+        gemm = op_class(op.op_type) is OpClass.GEMM
+        acts: list[str] = []
+        weight = None
+        for slot, value in enumerate(op.inputs):
+            if not value:
+                continue
+            producer = ir.producer(value)
+            if isinstance(producer, CalibRecord):
+                if producer.role is CalibRole.WEIGHT:
+                    weight = producer.mode.value if gemm and slot == 1 else weight
+                else:
+                    acts.append(producer.mode.value)
+            elif isinstance(producer, OpRecord):
+                acts.append(out_of.get(value, "float"))
+            elif ir.value(value).kind is NodeKind.WEIGHT:
+                weight = "float" if gemm and slot == 1 else weight
+            else:
+                acts.append("float")  # a graph input no calibration node quantizes
+        precision = widest(acts) if acts else "float"
+        read = [r.mode.value for o in op.outputs if o for r in ir.consumers(o)
+                if isinstance(r, CalibRecord) and r.role is CalibRole.ACTIVATION]
+        result[op.name] = Precision(precision, weight, widest(read) if read else precision)
+        out_of.update({o: result[op.name].output for o in op.outputs if o})
+    return result
