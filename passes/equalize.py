@@ -30,6 +30,7 @@ __all__ = ["EqualizePass"]
 
 logger = logging.getLogger(__name__)
 
+S_BOUNDS = (1e-4, 1e4)  # a dead channel must not push a weight to under- or overflow
 NOT_HOMOGENEOUS = ("Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Mul", "Tanh", "Elu", "Selu", "Gelu",
                    "Softplus", "Mish", "Swish")
 
@@ -68,7 +69,8 @@ class EqualizePass(Pass):
        choice: both then have range sqrt(r1_i · r2_i)); with ``activations``, r1_i is instead the
        activation's channel range on the calibration data, which equalizes the per-tensor
        activation's channels against W₂ (what matters when weights are quantized per channel).
-       Factors are rounded to powers of two (exact in binary floating point) and 1 where a range is 0.
+       Factors are clipped to [1e-4, 1e4], rounded to powers of two (exact in binary floating
+       point) and 1 where a range is 0.
     3. W₁'s output channel i and its bias are divided by s_i, W₂'s input channel i multiplied:
        ``Conv₂(f(Conv₁(x) / s) · s) = Conv₂(f(Conv₁(x)))`` for homogeneous f (PRelu's per-channel
        slope is unaffected). Pairs are swept ``iterations`` times (chains share convs) or until
@@ -157,7 +159,7 @@ class EqualizePass(Pass):
             r1 = w1.reshape(w1.shape[0], -1).max(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             s = np.sqrt(r1 * r2) / r2
-        s = power_of_two(np.where(np.isfinite(s) & (r1 > 0) & (r2 > 0), s, 1.0))
+        s = power_of_two(np.clip(np.where(np.isfinite(s) & (r1 > 0) & (r2 > 0), s, 1.0), *S_BOUNDS))
         if np.all(s == 1.0):
             return False
         edits = divide_channels(ir, p.between, 1, s)
@@ -171,7 +173,7 @@ class EqualizePass(Pass):
         done = {}
         for p in pairs:
             key = f"min:{p.first.outputs[0]}"
-            if key not in stats:
+            if key not in stats or not _absorbable(ir, p):
                 continue
             c = np.maximum(stats[key] / total[p.name], 0.0)
             if np.any(c > 0):
