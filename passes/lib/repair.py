@@ -112,10 +112,11 @@ def float_captures(ir: QIR, data: Any, values: list[str], *, runtime: str = Runt
 
 
 def all_int8_error(ir: QIR, data: Any, *, march: str, runtime: str = Runtime.ORT,
-                   limit: int | None = None) -> QuantError:
-    """The fake-quant error of ``ir`` on ``data`` against its float outputs: a calibrated IR as
-    it is calibrated; an uncalibrated one all-int8, through ``insert-calibration{march}`` and
-    ``calibrate{method=max}`` on a clone first (the input is never changed)."""
+                   limit: int | None = None, reference: QIR | None = None) -> QuantError:
+    """The fake-quant error of ``ir`` on ``data`` against the float outputs of ``reference``
+    (default ``ir`` itself): a calibrated IR as it is calibrated; an uncalibrated one all-int8,
+    through ``insert-calibration{march}`` and ``calibrate{method=max}`` on a clone first (the
+    input is never changed)."""
     from qir.passes.base import get_pass
 
     model = ir
@@ -128,7 +129,7 @@ def all_int8_error(ir: QIR, data: Any, *, march: str, runtime: str = Runtime.ORT
     cosines, errors = [], []
     for sample in model_samples(ir, data, limit):
         feed = check_feeds(ir, sample)
-        ref, got = ref_rt.run(ir, feed), q_rt.run(model, feed)
+        ref, got = ref_rt.run(reference or ir, feed), q_rt.run(model, feed)
         cosines.append(min(cosine_similarity(ref[o], got[o]) for o in ir.outputs))
         errors.append(float(np.mean([mse(ref[o], got[o]) for o in ir.outputs])))
     return QuantError(float(np.mean(cosines)), float(np.min(cosines)), float(np.mean(errors)))
