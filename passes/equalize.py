@@ -75,10 +75,12 @@ class EqualizePass(Pass):
        ``Conv₂(f(Conv₁(x) / s) · s) = Conv₂(f(Conv₁(x)))`` for homogeneous f (PRelu's per-channel
        slope is unaffected). Pairs are swept ``iterations`` times (chains share convs) or until
        no factor changes.
-    4. High-bias absorption (``absorb_bias``, needs data, Relu between, Conv₂ without padding):
-       c_i = max(0, min of Conv₁'s output channel i on the calibration data); b₁ -= c, and
-       b₂ += Σ_i c_i Σ_(spatial) W₂[:, i]. Exact wherever the pre-activation stays above its
-       calibration minimum (all the calibration data); elsewhere Relu would have clipped below c_i.
+    4. High-bias absorption (``absorb_bias``, off by default; needs data, Relu between, Conv₂
+       without padding): c_i = max(0, min of Conv₁'s output channel i on the calibration data);
+       b₁ -= c, and b₂ += Σ_i c_i Σ_(spatial) W₂[:, i]. Exact wherever the pre-activation stays
+       above its calibration minimum (all the calibration data); elsewhere Relu would have
+       clipped below c_i, so the float function changes there: measured on PP-OCRv4 det, an
+       unseen text image's output moved by 0.97 of its range. Hence off unless asked for.
     5. Changed ops carry a note; with data and ``measure`` the report holds the all-int8 error
        (max calibration, ``march``) on the calibration data before and after.
     """
@@ -86,7 +88,7 @@ class EqualizePass(Pass):
     name = "equalize"
 
     def __init__(self, data: Any = None, iterations: int = 4, *, activations: bool = False,
-                 absorb_bias: bool = True, march: str = DEFAULT_MARCH, runtime: str = Runtime.ORT,
+                 absorb_bias: bool = False, march: str = DEFAULT_MARCH, runtime: str = Runtime.ORT,
                  limit: int | None = None, measure: bool = True) -> None:
         if activations and data is None:
             raise InputError("equalize{activations=True} needs calibration data to measure activation ranges; "

@@ -89,7 +89,7 @@ def test_an_already_balanced_pair_is_left_alone():
     ir.set_weight("w1", w1 * scale[:, None, None, None])  # r1_i == r2_i on every channel
     ir.set_weight("b1", ir.weight_array("b1") * scale)
     before = str(ir)
-    result = get_pass("equalize", data=samples(), absorb_bias=False)(ir)
+    result = get_pass("equalize", data=samples())(ir)
     assert not result.modified and str(ir) == before
     assert result.report["skipped"][0]["reason"].startswith("already balanced")
 
@@ -113,7 +113,7 @@ def test_high_bias_absorption_moves_a_always_positive_bias_into_the_next_conv():
     ir.set_weight("b1", np.full(8, 20.0, np.float32))  # pre-activation always > 0: a high bias
     original, data = ir.clone(), samples(3)
     data = [{"x": 0.3 * s["x"][:, :, :6, :6]} for s in data]
-    result = get_pass("equalize", data=data)(ir)
+    result = get_pass("equalize", data=data, absorb_bias=True)(ir)
     assert result.report["changed"][0]["detail"]["bias_absorbed"] == 8
     assert np.all(ir.weight_array(ir.op("Conv_0").inputs[2]) < 20.0 - 1.0)
     assert len(ir.op("Conv_1").inputs) == 3  # the second conv got a bias
