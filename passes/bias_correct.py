@@ -6,16 +6,19 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
+from qir.data import model_samples
 from qir.errors import InputError
-from qir.execution import DEFAULT_MARCH, Runtime
+from qir.execution import DEFAULT_MARCH, Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole, NodeKind
 from qir.passes.base import Pass, PassResult, register_pass
 from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, float_captures, note_change
 from qir.passes.lib.rescale import Edit, apply_edits
 from qir.records import CalibRecord, OpRecord
+from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import apply_calibration
 from qir.runtimes.numpy_ref.registry import lookup
 
@@ -24,6 +27,7 @@ __all__ = ["BiasCorrectPass"]
 logger = logging.getLogger(__name__)
 
 OP_TYPES = ("Conv", "Gemm", "MatMul")
+MODES = ("weights", "empirical")
 
 
 @dataclass
@@ -46,10 +50,17 @@ class BiasCorrectPass(Pass):
 
     1. A layer is a Conv, Gemm or MatMul (``op_types``) whose input 1 is a constant behind a WEIGHT
        calibration node that quantizes (int8/int16) and whose input 0 is an activation.
-    2. Its shift, per output channel c: ``δ_c = E[(W_q x)_c] - E[(W x)_c] = E[((W_q - W) x)_c]``,
-       the mean over the calibration samples and every other output position, with x the layer's
-       float input (streamed: one sample at a time, nothing kept but running sums), computed by
-       the numpy kernel of the op on ``W_q - W`` without bias.
+    2. Its shift, per output channel c, a mean over the calibration samples and every other
+       output position, streamed (one sample at a time, nothing kept but running sums):
+
+       * ``mode="weights"`` (default): ``δ_c = E[(W_q x)_c] - E[(W x)_c] = E[((W_q - W) x)_c]``
+         with x the layer's float input, computed by the op's numpy kernel on ``W_q - W``
+         without bias: the shift the layer's own weight quantization causes. One float pass.
+       * ``mode="empirical"``: ``δ_c = E[y_q,c] - E[y_c]``, the layer's output (after its bias)
+         in the fake-quant model, corrections upstream already applied, against the original
+         float model: the whole mean shift arriving there, activation quantization and upstream
+         layers included (AIMET's empirical bias correction). Layers are corrected in waves, a
+         layer once every target layer upstream of it is done; one fake-quant pass per wave.
     3. The bias becomes ``b - δ / beta`` (beta: Gemm's, else 1): Conv's and Gemm's bias input
        (added where the op has none: both can take one); for a MatMul, the constant of the Add
        that is the only reader of its output (through activation calibration nodes). A MatMul
@@ -64,17 +75,19 @@ class BiasCorrectPass(Pass):
     name = "bias-correct"
 
     def __init__(self, data: Any = None, op_types: tuple[str, ...] | list[str] = OP_TYPES, *,
-                 runtime: str = Runtime.ORT, limit: int | None = None, measure: bool = True,
-                 march: str = DEFAULT_MARCH) -> None:
+                 mode: str = "weights", runtime: str = Runtime.ORT, limit: int | None = None,
+                 measure: bool = True, march: str = DEFAULT_MARCH) -> None:
         if data is None:
             raise InputError("bias-correct needs calibration data (a folder, .npz, .npy or samples) to measure "
                              "output shifts; give it data=...")
         unknown = set(op_types) - set(OP_TYPES)
         if unknown:
             raise InputError(f"bias-correct: unknown op types {sorted(unknown)}; choose from {', '.join(OP_TYPES)}")
-        self.data, self.op_types = data, tuple(op_types)
+        if mode not in MODES:
+            raise InputError(f"bias-correct: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        self.data, self.op_types, self.mode = data, tuple(op_types), mode
         self.runtime, self.limit, self.measure, self.march = runtime, limit, bool(measure), march
-        self.options = {"op_types": list(self.op_types), "runtime": runtime}
+        self.options = {"op_types": list(self.op_types), "mode": mode, "runtime": runtime}
         self.report: RepairReport | None = None
 
     def run(self, ir: QIR) -> PassResult:
@@ -86,18 +99,17 @@ class BiasCorrectPass(Pass):
         original = ir.clone()  # the float reference: correcting biases moves the float outputs too
         if layers and self.measure:
             report.before = self._error(ir, original)
-        shifts = self._shifts(ir, layers)
-        edits = []
+        if self.mode == "weights":
+            shifts = self._shifts(ir, layers)
+            apply_edits(ir, [_corrected(layer, shifts[layer.op.name]) for layer in layers])
+        else:
+            shifts = self._empirical(ir, layers, original)
         for layer in layers:
             delta = shifts[layer.op.name]
-            t = layer.target
-            new = (t.array.astype(np.float64) - delta.reshape(t.array.shape) / layer.scale).astype(np.float32)
-            edits.append(Edit(t.op, t.slot, new))
             detail = {"shift_max": float(np.abs(delta).max()), "shift_mean": float(np.abs(delta).mean()),
-                      "bias_of": t.op}
+                      "bias_of": layer.target.op, "mode": self.mode}
             note_change(ir, layer.op, self.name, detail)
-            report.changed.append(Site(layer.op.name, [t.op], detail))
-        apply_edits(ir, edits)
+            report.changed.append(Site(layer.op.name, [layer.target.op], detail))
         if layers and self.measure:
             report.after = self._error(ir, original)
         logger.info("bias-correct: %d layer(s) corrected, %d skipped", len(report.changed), len(report.skipped))
@@ -140,9 +152,55 @@ class BiasCorrectPass(Pass):
             count += 1
             for layer in layers:
                 y = _run_op(ir, layer.op, got[layer.op.inputs[0]], deltas[layer.op.name])
-                y = np.moveaxis(np.asarray(y, np.float64), layer.axis, 0).reshape(y.shape[layer.axis], -1)
-                sums[layer.op.name] = sums.get(layer.op.name, 0.0) + y.mean(axis=1)
+                sums[layer.op.name] = sums.get(layer.op.name, 0.0) + _channel_mean(y, layer.axis)
         return {name: s / count for name, s in sums.items()}
+
+
+    def _empirical(self, ir: QIR, layers: list[_Layer], original: QIR) -> dict[str, np.ndarray]:
+        """Rule 2's empirical shifts, applied wave by wave; returns them."""
+        out = {layer.op.name: ir.op(layer.target.op).outputs[0] for layer in layers}
+        reference = self._means(original, Level.FLOAT, {out[layer.op.name]: layer.axis for layer in layers})
+        names = {layer.op.name for layer in layers}
+        upstream = {layer.op.name: names & nx.ancestors(ir.graph, layer.op.name) for layer in layers}
+        done: dict[str, np.ndarray] = {}
+        while len(done) < len(layers):
+            wave = [layer for layer in layers if layer.op.name not in done and upstream[layer.op.name] <= done.keys()]
+            got = self._means(ir, Level.FAKEQUANT, {out[layer.op.name]: layer.axis for layer in wave})
+            edits = []
+            for layer in wave:
+                value = out[layer.op.name]
+                done[layer.op.name] = got[value] - reference[value]
+                edits.append(_corrected(layer, done[layer.op.name], ir))
+            apply_edits(ir, edits)
+        return done
+
+    def _means(self, ir: QIR, level: Level, values: dict[str, int]) -> dict[str, np.ndarray]:
+        """Per-channel means (channel axis per value) over the calibration samples."""
+        rt = get_runtime(self.runtime, level=level)
+        sums: dict[str, np.ndarray] = {}
+        count = 0
+        for sample in model_samples(ir, self.data, self.limit):
+            got = rt.run(ir, check_feeds(ir, sample), capture=list(values))
+            count += 1
+            for v, axis in values.items():
+                sums[v] = sums.get(v, 0.0) + _channel_mean(got[v], axis)
+        return {v: s / count for v, s in sums.items()}
+
+
+def _corrected(layer: _Layer, delta: np.ndarray, ir: QIR | None = None) -> Edit:
+    """The layer's bias minus ``delta / beta``; with ``ir``, its bias as ``ir`` holds it now."""
+    t = layer.target
+    bias = t.array
+    if ir is not None:
+        inputs = ir.op(t.op).inputs
+        if t.slot < len(inputs) and inputs[t.slot]:
+            bias = ir.weight_array(inputs[t.slot])
+    return Edit(t.op, t.slot, (bias.astype(np.float64) - delta.reshape(bias.shape) / layer.scale).astype(np.float32))
+
+
+def _channel_mean(y: np.ndarray, axis: int) -> np.ndarray:
+    y = np.asarray(y, np.float64)
+    return np.moveaxis(y, axis, 0).reshape(y.shape[axis], -1).mean(axis=1)
 
 
 def _bias_target(ir: QIR, op: OpRecord):

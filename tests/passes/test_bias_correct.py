@@ -88,3 +88,20 @@ def test_bias_correct_refuses_an_uncalibrated_model_and_runs_last_in_a_pipeline(
         get_pass("bias-correct", data=data)(depthwise())
     result = PassManager("fold-bn,fuse,insert-calibration,calibrate,bias-correct", context={"data": data}).run(depthwise())
     assert result.report["passes"]["bias-correct"]["modified"]
+
+
+def test_empirical_mode_also_removes_the_shift_activation_quantization_causes():
+    """Inputs sit 0.4 of a step above an int8 grid point (step 0.05, a fixed threshold): the
+    quantizer rounds every one down, a mean shift the weights mode cannot see and the empirical
+    mode removes with the weights' own."""
+    rng = np.random.default_rng(1)
+    data = [{"x": (1.02 + 0.002 * rng.standard_normal((1, 8, 16, 16))).astype(np.float32)} for _ in range(4)]
+    ir = calibrate_for_nash_e(depthwise(), data)
+    for name in ("x_calib", "r_calib"):
+        ir.set_calibration(name, threshold=np.float32(127 * 0.05), fixed=True)
+    by_weights = get_pass("bias-correct", data=data)(ir.clone()).report
+    result = get_pass("bias-correct", data=data, mode="empirical")(ir)
+    report = result.report
+    assert result.modified and report["changed"][0]["detail"]["mode"] == "empirical"
+    assert by_weights["after"]["mse"] < by_weights["before"]["mse"]
+    assert report["after"]["mse"] < 0.1 * by_weights["after"]["mse"]
