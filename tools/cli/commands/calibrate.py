@@ -66,12 +66,33 @@ def _short(value) -> str:
     return str(value)
 
 
-def calibration_passes(data: Any, *, march: str, method: str, percentile: float) -> list[Pass]:
-    """The passes ``qir calibrate`` runs, as instances: fold-bn, fuse, insert-calibration, calibrate."""
+#: The repair transforms ``--fixes`` takes, in the order they run: smooth and equalize on the float
+#: model (before insert-calibration), bias-correct on the calibrated one.
+FIXES = ("smooth", "equalize", "bias-correct")
+
+
+def parse_fixes(text: str | None) -> tuple[str, ...]:
+    """``--fixes``: comma-separated names of :data:`FIXES`; an unknown one is an error that lists them."""
+    if not text:
+        return ()
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FIXES]
+    if unknown:
+        raise InputError(f"--fixes: unknown transform {unknown[0]!r}; choose from {', '.join(FIXES)} "
+                         "(comma-separated)")
+    return tuple(n for n in FIXES if n in names)
+
+
+def calibration_passes(data: Any, *, march: str, method: str, percentile: float,
+                       fixes: tuple[str, ...] = ()) -> list[Pass]:
+    """The passes ``qir calibrate`` runs, as instances: fold-bn, fuse, the float ``fixes``
+    (smooth, equalize), insert-calibration, calibrate, then bias-correct if asked for."""
     from qir.passes import get_pass
 
-    return [get_pass("fold-bn"), get_pass("fuse", march=march), get_pass("insert-calibration", march=march),
-            get_pass("calibrate", data=data, method=method, percentile=percentile)]
+    before = [get_pass(n, data=data, march=march) for n in fixes if n != "bias-correct"]
+    after = [get_pass("bias-correct", data=data, march=march)] if "bias-correct" in fixes else []
+    return [get_pass("fold-bn"), get_pass("fuse", march=march), *before, get_pass("insert-calibration", march=march),
+            get_pass("calibrate", data=data, method=method, percentile=percentile), *after]
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -80,7 +101,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     folder = Path(args.output).parent
     out = outputs(args).plan(*(folder / name for name in FILES))  # the model check, beside the model
-    passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile)
+    passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile,
+                                fixes=parse_fixes(args.fixes))
     code = run_pipeline(args, passes, data=args.data, out=out)
     report = check_model(args.output, march=args.march, save_dir=out.sub(folder))
     issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
@@ -129,6 +151,10 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max",
                    help="how activation thresholds are chosen (default max; see the README's calibration section)")
     p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    p.add_argument("--fixes", metavar="NAMES",
+                   help="repair transforms to apply, comma-separated: smooth (move activation outliers into the "
+                        "next GEMMs' weights), equalize (cross-layer equalization of Conv pairs), bias-correct "
+                        "(remove the output shift quantized weights cause); each reports what it changed")
     add_march(p)
     add_input_shape(p)
     p.add_argument("--dump-dir", help="write the IR after each pass here")
