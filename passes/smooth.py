@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from qir.data import model_samples
 from qir.errors import InputError
 from qir.execution import DEFAULT_MARCH, Runtime
 from qir.graph import QIR
@@ -62,7 +63,9 @@ class SmoothPass(Pass):
        power of two every changed constant and product is exact: the float model computes the
        same numbers (unless a value under- or overflows).
     4. α per site: each α of ``alphas`` and "no smoothing" are scored by the int8 error at the
-       readers' outputs on the calibration data, ``Σ_readers MSE(Q(X/s) Q(sW), X W) / mean((X W)²)``
+       readers' outputs on the calibration data (``max_rows`` rows of X in all, taken evenly
+       from every sample in the same pass that streams the maxima),
+       ``Σ_readers MSE(Q(X/s) Q(sW), X W) / mean((X W)²)``
        with Q per-tensor int8 for X (max threshold) and per-output-channel int8 for W (how the
        march quantizes them); the least wins, and a site where no α beats "none" is skipped.
     5. A site whose producer cannot absorb 1/s exactly, or whose X is read by anything else, is
@@ -95,9 +98,9 @@ class SmoothPass(Pass):
         sites = self._sites(ir, report.skipped)
         if sites and self.measure:
             report.before = self._error(ir)
-        xmax = self._channel_max(ir, sites)
+        xmax, rows = self._collect(ir, sites)
         wmax = {s.value: np.max([input_channel_absmax(ir, op) for op in s.consumers], axis=0) for s in sites}
-        errors = self._alpha_errors(ir, sites, xmax, wmax)
+        errors = self._alpha_errors(ir, sites, xmax, wmax, rows)
         for site in sites:
             self._apply(ir, site, xmax[site.value], wmax[site.value], errors[site.value], report)
         if report.changed and self.measure:
@@ -137,31 +140,33 @@ class SmoothPass(Pass):
             sites.append(_Site(value.name, axis, gemms))
         return sites
 
-    def _channel_max(self, ir: QIR, sites: list[_Site]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
+    def _collect(self, ir: QIR, sites: list[_Site]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """One float pass over the data: per site, max |X_j| per channel (every value seen) and a
+        bounded set of X's rows for the α search (``max_rows`` in all, evenly from each sample)."""
+        xmax: dict[str, np.ndarray] = {}
+        rows: dict[str, list[np.ndarray]] = {s.value: [] for s in sites}
         if not sites:
-            return out
-        for got in float_captures(ir, self.data, [s.value for s in sites], runtime=self.runtime, limit=self.limit):
-            for s in sites:
-                x = np.abs(np.moveaxis(np.asarray(got[s.value], np.float64), s.axis, -1))
-                m = x.reshape(-1, x.shape[-1]).max(axis=0)
-                out[s.value] = m if s.value not in out else np.maximum(out[s.value], m)
-        return out
-
-    def _alpha_errors(self, ir: QIR, sites: list[_Site], xmax, wmax) -> dict[str, dict[float | None, float]]:
-        """Per site, the int8 error at its readers' outputs for no smoothing (key None) and each α."""
-        errors = {s.value: dict.fromkeys((None, *self.alphas), 0.0) for s in sites}
-        if not sites:
-            return errors
-        matrices = {s.value: [_matrix(ir, op) for op in s.consumers] for s in sites}
+            return xmax, {}
+        count = len(model_samples(ir, self.data, self.limit))
+        per_sample = max(1, self.max_rows // count)
         for got in float_captures(ir, self.data, [s.value for s in sites], runtime=self.runtime, limit=self.limit):
             for s in sites:
                 x = np.moveaxis(np.asarray(got[s.value], np.float32), s.axis, -1)
                 x = x.reshape(-1, x.shape[-1])
-                x = x[:: max(1, len(x) // self.max_rows)]
-                for alpha in errors[s.value]:
-                    f = _factors(xmax[s.value], wmax[s.value], alpha)
-                    errors[s.value][alpha] += _site_error(x, matrices[s.value], f, float(np.max(xmax[s.value] / f)))
+                m = np.abs(x).max(axis=0).astype(np.float64)
+                xmax[s.value] = m if s.value not in xmax else np.maximum(xmax[s.value], m)
+                rows[s.value].append(x[:: max(1, len(x) // per_sample)][:per_sample])
+        return xmax, {v: np.concatenate(r) for v, r in rows.items()}
+
+    def _alpha_errors(self, ir: QIR, sites: list[_Site], xmax, wmax, rows) -> dict[str, dict[float | None, float]]:
+        """Per site, the int8 error at its readers' outputs for no smoothing (key None) and each α."""
+        errors = {}
+        for s in sites:
+            matrices = [_matrix(ir, op) for op in s.consumers]
+            errors[s.value] = {}
+            for alpha in (None, *self.alphas):
+                f = _factors(xmax[s.value], wmax[s.value], alpha)
+                errors[s.value][alpha] = _site_error(rows[s.value], matrices, f, float(np.max(xmax[s.value] / f)))
         return errors
 
     def _apply(self, ir: QIR, site: _Site, xmax, wmax, errors: dict, report: RepairReport) -> None:
