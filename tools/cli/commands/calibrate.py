@@ -71,26 +71,32 @@ def _short(value) -> str:
 FIXES = ("smooth", "equalize", "bias-correct")
 
 
-def parse_fixes(text: str | None) -> tuple[str, ...]:
-    """``--fixes``: comma-separated names of :data:`FIXES`; an unknown one is an error that lists them."""
+def parse_fixes(text: str | None) -> dict[str, dict[str, Any]]:
+    """``--fixes``: comma-separated names of :data:`FIXES`, each with options in braces as in a
+    pipeline (``smooth,bias-correct{mode=empirical}``); an unknown name is an error that lists
+    them. Returns ``{name: options}`` in the order the transforms run."""
+    from qir.passes import parse_pipeline
+
     if not text:
-        return ()
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in FIXES]
+        return {}
+    steps = dict(parse_pipeline(text))
+    unknown = [n for n in steps if n not in FIXES]
     if unknown:
         raise InputError(f"--fixes: unknown transform {unknown[0]!r}; choose from {', '.join(FIXES)} "
-                         "(comma-separated)")
-    return tuple(n for n in FIXES if n in names)
+                         "(comma-separated, options in braces: bias-correct{mode=empirical})")
+    return {n: steps[n] for n in FIXES if n in steps}
 
 
 def calibration_passes(data: Any, *, march: str, method: str, percentile: float,
-                       fixes: tuple[str, ...] = ()) -> list[Pass]:
+                       fixes: Mapping[str, Mapping[str, Any]] | None = None) -> list[Pass]:
     """The passes ``qir calibrate`` runs, as instances: fold-bn, fuse, the float ``fixes``
     (smooth, equalize), insert-calibration, calibrate, then bias-correct if asked for."""
     from qir.passes import get_pass
 
-    before = [get_pass(n, data=data, march=march) for n in fixes if n != "bias-correct"]
-    after = [get_pass("bias-correct", data=data, march=march)] if "bias-correct" in fixes else []
+    fixes = fixes or {}
+    made = {n: get_pass(n, **{"data": data, "march": march, **opts}) for n, opts in fixes.items()}
+    before = [p for n, p in made.items() if n != "bias-correct"]
+    after = [made["bias-correct"]] if "bias-correct" in made else []
     return [get_pass("fold-bn"), get_pass("fuse", march=march), *before, get_pass("insert-calibration", march=march),
             get_pass("calibrate", data=data, method=method, percentile=percentile), *after]
 
@@ -154,7 +160,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--fixes", metavar="NAMES",
                    help="repair transforms to apply, comma-separated: smooth (move activation outliers into the "
                         "next GEMMs' weights), equalize (cross-layer equalization of Conv pairs), bias-correct "
-                        "(remove the output shift quantized weights cause); each reports what it changed")
+                        "(remove the output shift quantized weights cause; bias-correct{mode=empirical}: the "
+                        "whole mean shift); options in braces as in a pipeline; each reports what it changed")
     add_march(p)
     add_input_shape(p)
     p.add_argument("--dump-dir", help="write the IR after each pass here")
