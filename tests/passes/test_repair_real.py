@@ -111,3 +111,28 @@ def _channel_mean(x: np.ndarray) -> np.ndarray:
     """Mean per channel: axis 1 for 4-D conv outputs, the last axis otherwise."""
     axis = 1 if x.ndim == 4 else x.ndim - 1
     return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1).mean(axis=1)
+
+
+def test_empirical_bias_correction_repairs_pp_ocrv4_det_on_unseen_text():
+    """The headline of benchmarks/README.md, smaller: calibrated on 4 text images, scored on 3
+    others (measured: 0.834 / 0.963 / 0.918 before, 0.911 / 0.976 / 0.941 after)."""
+    from qir.metrics import cosine_similarity
+
+    rm = real_models()
+    prep = rm.ppocr_det_input
+    calib = [{"x": prep(img)} for img in rm.text_images(4, seed=0)]
+    unseen = [{"x": prep(img)} for img in rm.text_images(3, seed=1)]
+    base = qir.load(rm.model("ppocrv4_det"), input_shapes={"x": [1, 3, 640, 640]})
+    out = base.outputs[0]
+    want = [qir.run(base, s, runtime="ort", level="float")[out] for s in unseen]
+    ir = base.clone()
+    PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e}").run(ir)
+    get_pass("calibrate", data=calib, progress=False)(ir)
+
+    def cosines():
+        return np.array([cosine_similarity(w, qir.run(ir, s, runtime="ort")[out]) for w, s in zip(want, unseen)])
+
+    before = cosines()
+    get_pass("bias-correct", data=calib, mode="empirical", measure=False)(ir)
+    after = cosines()
+    assert np.all(after > before) and after.mean() > before.mean() + 0.03, (before, after)
