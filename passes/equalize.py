@@ -90,13 +90,15 @@ class EqualizePass(Pass):
     def __init__(self, data: Any = None, iterations: int = 4, *, activations: bool = False,
                  absorb_bias: bool = False, march: str = DEFAULT_MARCH, runtime: str = Runtime.ORT,
                  limit: int | None = None, measure: bool = True) -> None:
-        if activations and data is None:
-            raise InputError("equalize{activations=True} needs calibration data to measure activation ranges; "
-                             "give it data=...")
+        for flag, on, what in (("activations", activations, "activation ranges"),
+                               ("absorb_bias", absorb_bias, "pre-activation minima")):
+            if on and data is None:
+                raise InputError(f"equalize{{{flag}=True}} needs calibration data to measure {what}; "
+                                 "give it data=...")
         if int(iterations) < 1:
             raise InputError(f"equalize: iterations must be at least 1, got {iterations}")
         self.data, self.iterations, self.activations = data, int(iterations), bool(activations)
-        self.absorb_bias = bool(absorb_bias) and data is not None
+        self.absorb_bias = bool(absorb_bias)
         self.march, self.runtime, self.limit = march, runtime, limit
         self.measure = bool(measure) and data is not None
         self.options = {"iterations": self.iterations, "activations": self.activations,

@@ -118,3 +118,9 @@ def test_high_bias_absorption_moves_a_always_positive_bias_into_the_next_conv():
     assert np.all(ir.weight_array(ir.op("Conv_0").inputs[2]) < 20.0 - 1.0)
     assert len(ir.op("Conv_1").inputs) == 3  # the second conv got a bias
     assert_same_float(original, ir, data)
+
+
+@pytest.mark.parametrize("flag", ["activations", "absorb_bias"])
+def test_options_that_measure_need_data(flag):
+    with pytest.raises(qir.QirError, match=f"equalize{{{flag}=True}} needs calibration data"):
+        get_pass("equalize", **{flag: True})
