@@ -66,12 +66,39 @@ def _short(value) -> str:
     return str(value)
 
 
-def calibration_passes(data: Any, *, march: str, method: str, percentile: float) -> list[Pass]:
-    """The passes ``qir calibrate`` runs, as instances: fold-bn, fuse, insert-calibration, calibrate."""
+#: The repair transforms ``--fixes`` takes, in the order they run: smooth and equalize on the float
+#: model (before insert-calibration), bias-correct on the calibrated one.
+FIXES = ("smooth", "equalize", "bias-correct")
+
+
+def parse_fixes(text: str | None) -> dict[str, dict[str, Any]]:
+    """``--fixes``: comma-separated names of :data:`FIXES`, each with options in braces as in a
+    pipeline (``smooth,bias-correct{mode=empirical}``); an unknown name is an error that lists
+    them. Returns ``{name: options}`` in the order the transforms run."""
+    from qir.passes import parse_pipeline
+
+    if not text:
+        return {}
+    steps = dict(parse_pipeline(text))
+    unknown = [n for n in steps if n not in FIXES]
+    if unknown:
+        raise InputError(f"--fixes: unknown transform {unknown[0]!r}; choose from {', '.join(FIXES)} "
+                         "(comma-separated, options in braces: bias-correct{mode=empirical})")
+    return {n: steps[n] for n in FIXES if n in steps}
+
+
+def calibration_passes(data: Any, *, march: str, method: str, percentile: float,
+                       fixes: Mapping[str, Mapping[str, Any]] | None = None) -> list[Pass]:
+    """The passes ``qir calibrate`` runs, as instances: fold-bn, fuse, the float ``fixes``
+    (smooth, equalize), insert-calibration, calibrate, then bias-correct if asked for."""
     from qir.passes import get_pass
 
-    return [get_pass("fold-bn"), get_pass("fuse", march=march), get_pass("insert-calibration", march=march),
-            get_pass("calibrate", data=data, method=method, percentile=percentile)]
+    fixes = fixes or {}
+    made = {n: get_pass(n, **{"data": data, "march": march, **opts}) for n, opts in fixes.items()}
+    before = [p for n, p in made.items() if n != "bias-correct"]
+    after = [made["bias-correct"]] if "bias-correct" in made else []
+    return [get_pass("fold-bn"), get_pass("fuse", march=march), *before, get_pass("insert-calibration", march=march),
+            get_pass("calibrate", data=data, method=method, percentile=percentile), *after]
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -80,7 +107,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     folder, names = Path(args.output).parent, files(args.output)  # the model check, beside the model, named after it
     out = outputs(args).plan(*(folder / name for name in names))
-    passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile)
+    passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile,
+                                fixes=parse_fixes(args.fixes))
     code = run_pipeline(args, passes, data=args.data, out=out)
     report = check_model(args.output, march=args.march, save_dir=out.sub(folder), names=names)
     issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
@@ -129,6 +157,11 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max",
                    help="how activation thresholds are chosen (default max; see the README's calibration section)")
     p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    p.add_argument("--fixes", metavar="NAMES",
+                   help="repair transforms to apply, comma-separated: smooth (move activation outliers into the "
+                        "next GEMMs' weights), equalize (cross-layer equalization of Conv pairs), bias-correct "
+                        "(remove the output shift quantized weights cause; bias-correct{mode=empirical}: the "
+                        "whole mean shift); options in braces as in a pipeline; each reports what it changed")
     add_march(p)
     add_input_shape(p)
     p.add_argument("--dump-dir", help="write the IR after each pass here")

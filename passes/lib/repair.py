@@ -1,0 +1,147 @@
+"""What the int8 repair transforms (``smooth``, ``equalize``, ``bias-correct``) share: their report,
+the all-int8 error they measure before and after, int8 quantization of a tensor as the model does
+it, streamed float captures over calibration data, and the note each leaves on the ops it changed.
+
+The note: every changed op gets ``op.meta["repair"][<pass>] = {...}`` and the IR's serialized
+``metadata_props["qir.repairs"]`` holds ``{<pass>: {<op>: {...}}}`` as JSON, so a saved, dumped or
+emitted model says which transform changed which weights (the weights themselves are ordinary
+weights of the IR).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Mapping, Union
+
+import numpy as np
+
+from qir.data import model_samples
+from qir.execution import Level, Runtime
+from qir.graph import QIR
+from qir.metrics import cosine_similarity, mse
+from qir.records import OpRecord
+from qir.runtimes.base import check_feeds, get_runtime
+from qir.runtimes.numerics import fake_quant
+
+__all__ = ["Site", "Skipped", "QuantError", "RepairReport", "all_int8_error", "quantize_int8",
+           "float_captures", "note_change", "REPAIRS_KEY", "scale_along"]
+
+logger = logging.getLogger(__name__)
+
+REPAIRS_KEY = "qir.repairs"
+QMAX = 127
+TINY = 1e-12
+
+
+@dataclass
+class Site:
+    """One place a transform changed: a name (the activation or the op pair), the ops whose
+    weights changed, and what it did there (factors, chosen alpha, ...)."""
+
+    name: str
+    ops: list[str]
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Skipped:
+    """A candidate site a transform left alone, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class QuantError:
+    """All-int8 fake-quant outputs against float ones on the calibration data: the mean and the
+    worst (least) per-sample cosine over every output, and the mean squared error."""
+
+    cosine_mean: float
+    cosine_worst: float
+    mse: float
+
+
+@dataclass
+class RepairReport:
+    """What a repair transform did: sites changed and skipped, and the all-int8 error on the
+    calibration data before and after (None when it was not measured)."""
+
+    transform: str
+    changed: list[Site] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    before: QuantError | None = None
+    after: QuantError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able data (what a pipeline collects)."""
+        out = asdict(self)
+        if self.before and self.after:
+            out["cosine_gain"] = round(self.after.cosine_mean - self.before.cosine_mean, 6)
+            out["mse_removed"] = self.before.mse - self.after.mse
+        return out
+
+
+def scale_along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    """``v`` (a vector) shaped to broadcast along ``axis`` of a rank-``ndim`` tensor."""
+    shape = [1] * ndim
+    shape[axis % ndim] = -1
+    return np.asarray(v).reshape(shape)
+
+
+def quantize_int8(x: np.ndarray, axis: int | None = None, threshold: np.ndarray | float | None = None) -> np.ndarray:
+    """Symmetric int8 fake quantization, ``clamp(round(x / s), -128, 127) * s`` with
+    ``s = threshold / 127``; ``threshold`` defaults to max |x| (per channel along ``axis``)."""
+    x = np.asarray(x, np.float32)
+    if threshold is None:
+        if axis is None:
+            threshold = np.abs(x).max(initial=0.0)
+        else:
+            others = tuple(i for i in range(x.ndim) if i != axis % x.ndim)
+            threshold = np.abs(x).max(axis=others, initial=0.0)
+    scale = np.maximum(np.asarray(threshold, np.float32), np.float32(TINY)) / np.float32(QMAX)
+    return fake_quant(x, scale, -128, QMAX, None if axis is None else axis % x.ndim)
+
+
+def float_captures(ir: QIR, data: Any, values: list[str], *, runtime: str = Runtime.ORT,
+                   limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """``values`` of the float model, one sample at a time (nothing is kept between samples)."""
+    rt = get_runtime(runtime, level=Level.FLOAT)
+    for sample in model_samples(ir, data, limit):
+        yield rt.run(ir, check_feeds(ir, sample), capture=values)
+
+
+def all_int8_error(ir: QIR, data: Any, *, march: str, runtime: str = Runtime.ORT,
+                   limit: int | None = None, reference: QIR | None = None) -> QuantError:
+    """The fake-quant error of ``ir`` on ``data`` against the float outputs of ``reference``
+    (default ``ir`` itself): a calibrated IR as it is calibrated; an uncalibrated one all-int8,
+    through ``insert-calibration{march}`` and ``calibrate{method=max}`` on a clone first (the
+    input is never changed)."""
+    from qir.passes.base import get_pass
+
+    model = ir
+    if not ir.calibrations():
+        model = ir.clone()
+        get_pass("insert-calibration", march=march)(model)
+        get_pass("calibrate", data=data, method="max", runtime=runtime, limit=limit, progress=False)(model)
+    ref_rt = get_runtime(runtime, level=Level.FLOAT)
+    q_rt = get_runtime(runtime, level=Level.FAKEQUANT)
+    cosines, errors = [], []
+    for sample in model_samples(ir, data, limit):
+        feed = check_feeds(ir, sample)
+        ref, got = ref_rt.run(reference or ir, feed), q_rt.run(model, feed)
+        cosines.append(min(cosine_similarity(ref[o], got[o]) for o in ir.outputs))
+        errors.append(float(np.mean([mse(ref[o], got[o]) for o in ir.outputs])))
+    return QuantError(float(np.mean(cosines)), float(np.min(cosines)), float(np.mean(errors)))
+
+
+JsonValue = Union[float, int, str, bool, None, list, dict]  # what a note holds: it is saved as JSON metadata
+
+
+def note_change(ir: QIR, op: OpRecord, transform: str, detail: Mapping[str, JsonValue]) -> None:
+    """Record on ``op`` (``meta["repair"]``) and in the IR's serialized metadata what
+    ``transform`` changed there (see the module docstring): ``detail`` is a JSON document."""
+    op.meta["repair"] = {**op.meta.get("repair", {}), transform: detail}
+    notes = json.loads(ir.metadata_props.get(REPAIRS_KEY, "{}"))
+    notes.setdefault(transform, {})[op.name] = detail
+    ir.metadata_props[REPAIRS_KEY] = json.dumps(notes, sort_keys=True)
