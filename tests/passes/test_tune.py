@@ -697,3 +697,27 @@ def test_a_target_on_an_inner_value_is_met_and_verified_on_that_value():
     assert plain <= threshold
     assert report["verification"]["mean"] == pytest.approx(plain, abs=parse_target("mse<=1").tolerance(plain))
     assert _plain(result.ir, "mse") != pytest.approx(plain)  # (the model's output scores otherwise: it was not what counted)
+
+
+@pytest.mark.slow
+def test_on_yolov8n_a_target_on_the_class_scores_sees_what_the_output_cosine_hides():
+    """YOLOv8n's one output concatenates boxes and class scores: its cosine stays near 1 while the
+    class scores (/model.22/Sigmoid) fall. Verified as tune verifies a result, the target on the
+    scores measures the scores, and misses where the output-wide target is met."""
+    from qir.passes.tune.verify import verify
+
+    from ..conftest import calibrated_real, real_models
+
+    ir, _ = calibrated_real("yolov8n_320", [1, 3, 320, 320], count=8)
+    rm = real_models()
+    unseen = [{"images": rm.yolov8n_input(img)} for img in rm.images(rm.EVAL)]
+    scores = "/model.22/Sigmoid_output_0"
+    whole = verify(ir, unseen, parse_target("cosine>=0.99"), 0.0)
+    on_scores = verify(ir, unseen, parse_target(f"cosine>=0.99@{scores}"), 0.0)
+    pairs = [(qir.run(ir, s, runtime="ort", level="float", capture=[scores])[scores],
+              qir.run(ir, s, runtime="ort", capture=[scores])[scores]) for s in unseen]
+    bound = qmetrics.output_bound(ir, scores)  # (photos with nothing detected: cosine is noise there, left out)
+    plain = np.mean([qmetrics.compute(["cosine-similarity"], f, q)["cosine-similarity"] for f, q in pairs
+                     if qmetrics.ill_conditioned(f, bound) is None])
+    assert whole["meets"] and not on_scores["meets"]
+    assert on_scores["mean"] == pytest.approx(plain, abs=2e-3) and on_scores["mean"] < whole["mean"] - 0.02
