@@ -96,4 +96,4 @@ def test_det_calibrated_on_photos_with_max_collapses_and_compare_leads_with_it(t
     first = next(line for line in out if line.lstrip().startswith("["))
     assert first.lstrip().startswith("[collapse]")
     fix = out[out.index(first) + 1]
-    assert "fix (int16 for the" in fix and "measured" in fix  # it helps, so it has a command
+    assert fix.lstrip().startswith("fix 1 (int16 for the") and "measured" in fix  # it helps: the first fix listed
