@@ -15,6 +15,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page, table
 from qir.tools.reports.layer_compare import helping_fixes
 from qir.tools.reports.output import Outputs, as_outputs
@@ -43,8 +44,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     fixes = helping_fixes(summary.get("advisor") or [])
     if fixes:
         best = fixes[0]["fix"]
-        lines.append(f"best measured fix ({len(fixes)} help): {best['fix']} for {fixes[0]['layer']}: "
-                     f"{best['before']:.5f} -> {best['after']:.5f} ({best['gain']:+.5f})")
+        lines.append(best_fix_line(len(fixes), best["fix"], fixes[0]["layer"], best["before"], best["after"]))
     else:
         lines.append("no measured fix helps on the bad case")
     return lines

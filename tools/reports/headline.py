@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from qir.passes.layer_compare import CollapseStart
 
-__all__ = ["OutputScore", "Collapse", "output_scores", "collapse_of", "headline_lines"]
+__all__ = ["OutputScore", "Collapse", "output_scores", "collapse_of", "headline_lines", "best_fix_line"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,8 @@ def headline_lines(collapse: Collapse | None, scores: list[OutputScore], samples
         lines.append("outputs, worst first: " + "; ".join(
             f"{s.output} cosine mean {s.mean:.5f}, worst {s.worst:.5f} (sample {s.worst_sample})" for s in scores))
     return lines
+
+
+def best_fix_line(helping: int, fix: str, where: str, before: float, after: float) -> str:
+    """The headline's line for the best of ``helping`` measured fixes: what, where, its score before and after."""
+    return f"best measured fix ({helping} help): {fix} for {where}: {before:.5f} -> {after:.5f} ({after - before:+.5f})"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qir.tools.reports.acc_error import dips
+from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page
 from qir.tools.reports.html import img as _img
 from qir.tools.reports.html import table as _table
@@ -77,8 +78,7 @@ def _headline(results: dict[str, Any]) -> list[str]:
     advice = results.get("advice") or []
     if advice:
         best = advice[0]
-        lines.append(f"best measured fix ({len(advice)} help): {best['fix']} for {best['cause']}: "
-                     f"{best['before']:.5f} -> {best['after']:.5f} ({best['gain']:+.5f})")
+        lines.append(best_fix_line(len(advice), best["fix"], best["cause"], best["before"], best["after"]))
     else:
         lines.append("no fix that was tried helps")
     return lines
