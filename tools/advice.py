@@ -375,10 +375,12 @@ def _finding_fix(ir: QIR, run: Any, finding: Mapping[str, Any]) -> tuple[dict[st
     return (changes, "fixed thresholds covering its clipped inputs") if changes else None
 
 
-def measure_findings(run: Any, findings: list[dict], *, model_path: str | None = None, runtime: str = Runtime.ORT) -> None:
+def measure_findings(run: Any, findings: list[dict], *, model_path: str | None = None, runtime: str = Runtime.ORT,
+                     values: Sequence[str] = ()) -> None:
     """Measure the fix of each advisor finding that has one on the layer run's sample (output
     cosine of the analysis model with that change against the baseline's outputs, mean over the
-    outputs) and add it to the finding as ``fix``: ``{"changes", "fix", "before", "after", "gain",
+    outputs and ``values``, activations scored beside them; ``scored`` names what was scored when
+    that is more than the outputs) and add it to the finding as ``fix``: ``{"changes", "fix", "before", "after", "gain",
     "helps"}`` plus, when it helps (:func:`helps`), its ``rank`` (best first), ``output`` and the
     ``command`` that writes it; a fix that does not help is kept as tried (``helps`` False) and gets
     no command. Logs each."""
@@ -386,8 +388,9 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
     from qir.runtimes.engine import evaluate_plainly
 
     ir = run.analysis
-    outputs = [o for o in ir.outputs if run.base(o) is not None]
+    outputs = [o for o in (*ir.outputs, *values) if run.base(o) is not None]
     fixes = [(f, fix) for f in findings if outputs and (fix := _finding_fix(ir, run, f))]
+    scored = {"scored": "cosine of the outputs and " + ", ".join(values)} if values else {}
     if not fixes:
         return
 
@@ -408,7 +411,7 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
             continue
         after = score(changes)
         finding["fix"] = done[key] = {"changes": changes, "fix": text, "before": before, "after": after,
-                                      "gain": after - before, "helps": helps(before, after)}
+                                      "gain": after - before, "helps": helps(before, after), **scored}
         logger.info("advisor: %s for %s: output cosine %.5f -> %.5f%s", text, finding["layer"], before, after,
                     "" if finding["fix"]["helps"] else " (does not help)")
     _name_fixes(ir, model, findings, list(done.values()))
@@ -437,7 +440,8 @@ def _name_fixes(ir: QIR, model: str, findings: list[dict], measured: list[dict])
 def fix_line(fix: Mapping[str, Any], with_command: bool = True) -> str:
     """One line for a measured advisor fix (see :func:`measure_findings`); a fix that helps is
     named by its rank (``fix 2``), its command left out unless ``with_command``."""
-    numbers = f"output cosine on the bad case {fix['before']:.5f} -> {fix['after']:.5f} ({fix['gain']:+.5f})"
+    numbers = (f"{fix.get('scored', 'output cosine')} on the bad case {fix['before']:.5f} -> {fix['after']:.5f} "
+               f"({fix['gain']:+.5f})")
     if fix.get("command"):
         return (f"fix {fix.get('rank', '')} ({fix['fix']}), measured: {numbers}"
                 + (f": {fix['command']}" if with_command else " (its command is in the list of fixes)"))

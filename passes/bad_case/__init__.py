@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from qir.data import model_samples
 from qir.errors import InputError
@@ -50,7 +50,7 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
                    num_steps: int | None = None, metric: str = "L1",
                    post_process: Callable[[dict], dict] | None = None, runtime: str = Runtime.ORT,
                    replay_discrete: bool = True, level: str = Level.FAKEQUANT, march: str | None = None,
-                   cluster: str | Cluster | None = None) -> dict:
+                   cluster: str | Cluster | None = None, values: Sequence[str] = ()) -> dict:
     """The report (see the module docstring). ``analysis=None`` compares ``baseline`` run in
     float with the same model fake-quantized (the usual float vs calibrated question).
     ``replay_discrete``: the analysis model takes the indices of its sort/top-k/arg-max ops from
@@ -61,10 +61,11 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
     a torchrun job (or of a program's own process group) that each hold their own share of the
     data (a ``DataLoader`` over a ``DistributedSampler``) search all the shares as one
     (:class:`.search.RankShares`: ``num_steps`` samples per rank, in the sampler's
-    order); the report's ``data`` then holds the bad cases only."""
+    order); the report's ``data`` then holds the bad cases only. ``values``: activations both
+    models compute, scored as outputs are (:class:`.search.SampleSearch`)."""
     if metric not in BAD_CASE_METRICS:
         raise InputError(f"unknown bad-case metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
-    search = SampleSearch(baseline, analysis, runtime=runtime, replay_discrete=replay_discrete, level=level,
+    search = SampleSearch(baseline, analysis, runtime=runtime, replay_discrete=replay_discrete, level=level, values=values,
                           march=march, post_process=post_process)
     base_ir = search.base_ir
     samples = model_samples(base_ir, data, num_steps)

@@ -26,7 +26,7 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.data import model_samples
-from qir.errors import InputError
+from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
@@ -61,14 +61,17 @@ def sample_score(outs: Sequence[Mapping[str, np.ndarray]], base_ir: QIR) -> Scor
 
 class SampleSearch:
     """Both models of a bad-case search, ready to run on samples (:func:`.model_pair.model_pair`;
-    ``replay_discrete``: the analysis model takes the baseline's discrete indices)."""
+    ``replay_discrete``: the analysis model takes the baseline's discrete indices). ``values``:
+    activations both models compute, scored beside the outputs (a branch of a concatenated
+    output, such as a detector's class scores; ``post_process`` sees the outputs only)."""
 
     def __init__(self, baseline: Any, analysis: Any, *, runtime: str = Runtime.ORT, replay_discrete: bool = True,
                  level: str = Level.FAKEQUANT, march: str | None = None,
-                 post_process: Callable[[dict], dict] | None = None) -> None:
+                 post_process: Callable[[dict], dict] | None = None, values: Sequence[str] = ()) -> None:
         self.given = (baseline, analysis)
+        self.values = tuple(values)
         self.options = {"runtime": runtime, "replay_discrete": replay_discrete, "level": level, "march": march,
-                        "post_process": post_process}
+                        "post_process": post_process, "values": self.values}
         (self.base_ir, base_level), (analy_ir, analy_level) = model_pair(baseline, analysis, level)
         self.analy_ir, self.replay = replay_setup(self.base_ir, analy_ir) if replay_discrete else (analy_ir, [])
         self.runtimes = level_runtime(runtime, base_level, march), level_runtime(runtime, analy_level, march)
@@ -76,14 +79,20 @@ class SampleSearch:
         self.rename = {o: aliases[o] for o in self.analy_ir.outputs if aliases.get(o) in self.base_ir.outputs}
         self.post_process = post_process
         self.pair = (self.base_ir, None if analysis is None else analy_ir)  # the IRs, before the replay
+        for name in self.values:
+            for ir, which in ((self.base_ir, "baseline"), (self.analy_ir, "analysis model")):
+                if not ir.has_value(name):
+                    raise NotFoundError(did_you_mean(name, [v.name for v in ir.activations()], f"value in the {which}")
+                                        + " (values to score must be activations both models compute)")
 
     def score(self, sample: Mapping[str, np.ndarray]) -> Score:
         """Both models on ``sample``, scored (:func:`sample_score`)."""
-        base = self.runtimes[0].run(self.base_ir, sample, capture=self.replay)
-        got = self.runtimes[1].run(self.analy_ir, {**sample, **{v: base[v] for v in self.replay}})
+        base = self.runtimes[0].run(self.base_ir, sample, capture=(*self.replay, *self.values))
+        got = self.runtimes[1].run(self.analy_ir, {**sample, **{v: base[v] for v in self.replay}}, capture=self.values)
         outs = [{k: base[k] for k in self.base_ir.outputs}, {self.rename.get(k, k): got[k] for k in self.analy_ir.outputs}]
         if self.post_process:
             outs = [self.post_process(o) for o in outs]
+        outs = [{**outs[0], **{v: base[v] for v in self.values}}, {**outs[1], **{v: got[v] for v in self.values}}]
         missing = sorted(set(outs[0]) ^ set(outs[1]))
         if missing:
             raise InputError(f"the two models' outputs differ ({missing[:3]}); compare models with the same outputs "

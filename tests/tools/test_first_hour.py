@@ -149,3 +149,27 @@ def test_runall_distributions_lead_with_the_clipping_and_agree_with_the_advice(t
     assert f"max |x| {legend:.4g}" in advice["why"], (legend, advice["why"])
     fig = plot_overlay("relu", {"x": np.abs(np.random.default_rng(0).standard_normal(1000))}, 1.5, "x")
     assert fig.axes[0].get_xlim()[0] > -0.5  # from 0, not a symmetric axis half empty (about -4 before)
+
+
+def test_compare_scores_a_named_branch_first_and_measures_fixes_on_it(yolo, capsys):
+    """Item 6: YOLOv8n's one output hides its class scores. --values scores that branch beside
+    the output, in the headline (worst first) and in every measured fix; a name the models lack is
+    one error before any work."""
+    folder, model, data, calibrated = yolo
+    scores = "/model.22/Sigmoid_output_0"
+    out = folder / "cmp_values"
+    assert main(["compare", str(model), str(calibrated), str(data), "-o", str(out), "--no-sensitivity",
+                 "--values", scores]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    head = printed[0]
+    assert head.startswith(f"outputs, worst first: {scores} cosine mean") and "output0 cosine mean" in head
+    branch, whole = (float(re.search(rf"{re.escape(name)} cosine mean ([0-9.]+)", head).group(1))
+                     for name in (scores, "output0"))
+    assert branch < whole  # the branch scores worse than the output that concatenates it
+    fixes = [line for line in printed if line.lstrip().startswith(("fix ", "tried "))]
+    assert fixes and all(f"cosine of the outputs and {scores} on the bad case" in line for line in fixes)
+    assert main(["compare", str(model), str(calibrated), str(data), "-o", str(folder / "x"), "--values",
+                 "/model.22/Sigmoid_outpt_0"]) == 2
+    err = capsys.readouterr().err
+    assert "no value in the baseline named '/model.22/Sigmoid_outpt_0'; did you mean" in err
+    assert not (folder / "x" / "badcase.txt").exists()

@@ -109,6 +109,7 @@ class QuantAnalysis:
         self.bad_cases: dict[int, dict[str, np.ndarray]] = {}
         self.chosen: int | None = None
         self.bad_case_values: dict[str, dict[str, list[float]]] = {}
+        self.values: tuple[str, ...] = ()  # activations scored beside the outputs (auto_find_bad_case's values)
         self.layer_run: LayerRun | None = None
         self.keep_layers = True  # run() writes layers/ (compare(): only with keep_layers=True)
         self.report: dict[str, Any] = {}
@@ -157,12 +158,13 @@ class QuantAnalysis:
 
     # ----------------------------------------------------------------- bad case
     def auto_find_bad_case(self, data: Any = None, num_steps: int | None = None, metric: str = "L1", *,
-                           data_generator: Any = None) -> dict:
+                           data_generator: Any = None, values: Sequence[str] = ()) -> dict:
         """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``.
         ``data_generator`` (horizon's name) is ``data``: anything :func:`qir.data.load_samples`
         reads, e.g. a ``DataLoader``, of which the first ``num_steps`` items are read, once. Under
         a torch cluster whose ranks each hold their own share (a ``DistributedSampler``), the
-        shares are searched as one (:func:`qir.passes.bad_case.find_bad_cases`)."""
+        shares are searched as one (:func:`qir.passes.bad_case.find_bad_cases`). ``values``: activations
+        scored beside the outputs (qir's addition: a branch the outputs concatenate, e.g. class scores)."""
         data = _one_data(data, data_generator)
         metric = metric_name(metric)
         self.outputs.plan(*bad_case_report.FILES).check()
@@ -172,6 +174,7 @@ class QuantAnalysis:
             if self._torch:  # every rank exports with the same sample, so holds the same IR
                 self._import(self._shared(self._torch_samples(data)[0]))
             report = bad_case.find_bad_cases(self.baseline, self.analysis, data, num_steps=num_steps, metric=metric,
+                                             values=values,
                                              post_process=self.post_process, runtime=self.runtime,
                                              replay_discrete=self.replay_discrete, level=self.level, march=self.march)
         bad_case_report.write_report(report, self.outputs)
@@ -180,6 +183,7 @@ class QuantAnalysis:
         self.bad_cases = {i: report["data"][i] for i in sorted(indices)}
         self.chosen = report["chosen"]
         self.bad_case_values = report["values"]  # (each output's metrics per sample: the headline's scores)
+        self.values = tuple(values)  # (scored beside the outputs by the advisor's measured fixes too)
         self.report["bad_case"] = {k: v for k, v in report.items() if k not in ("data", "values")}
         return report
 
@@ -243,7 +247,8 @@ class QuantAnalysis:
         rows = layer_compare.compare_per_layer(self.layer_run, prefixes, types)
         findings = layer_compare.advise(self.layer_run, rows)
         with use_cluster(self.cluster):
-            measure_findings(self.layer_run, findings, model_path=self._analysis_path(), runtime=self.runtime)
+            measure_findings(self.layer_run, findings, model_path=self._analysis_path(), runtime=self.runtime,
+                             values=self.values)
         layer_report.write_report(rows, findings, self.outputs)
         self.report["advisor"] = findings
         return rows
@@ -336,7 +341,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
             sensitivity: bool = True, post_process: Callable[[dict], dict] | None = None,
             runtime: str | None = None, replay_discrete: bool = True, overwrite: bool = False,
             level: str = Level.FAKEQUANT, march: str | None = None, consistency: bool = False,
-            keep_layers: bool = False) -> dict[str, Any]:
+            keep_layers: bool = False, values: Sequence[str] = ()) -> dict[str, Any]:
     """The whole workflow; returns (and writes as ``compare.json``) a summary, and writes
     ``index.html`` (:mod:`qir.tools.reports.compare`). Every file it writes is checked first
     (PyTorch models: ``layers/`` when they are exported, before that step runs). The per-layer
@@ -355,7 +360,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     if not qa._torch:
         compared_ops(qa.analysis_ir, prefixes, types)  # a filter matching nothing fails now, not later
     logger.info("bad-case search")
-    qa.auto_find_bad_case(data, num_steps=num_steps, metric=metric)
+    qa.auto_find_bad_case(data, num_steps=num_steps, metric=metric, values=values)
     logger.info("layer by layer on sample %s", qa.chosen)
     qa.run()
     rows = qa.compare_per_layer(prefixes, types)

@@ -103,7 +103,7 @@ def _compare(args: argparse.Namespace) -> int:
                       prefixes=parse_list(args.prefixes) or (), types=parse_list(args.types) or (),
                       sensitivity=not args.no_sensitivity, runtime=runtime, replay_discrete=not args.no_replay,
                       overwrite=args.force, level=level, march=march, consistency=args.consistency,
-                      keep_layers=args.layers)
+                      keep_layers=args.layers, values=parse_list(args.values) or ())
     out = Path(args.output)
     for line in summary["headline"]:  # (a collapsed output, then each output worst first)
         print(line)
@@ -213,6 +213,9 @@ def _add_compare(sub) -> None:
                         "119 MB for YOLOv8n at 320x320, 1.38 GB for PP-OCRv4 det at 640x640; the size is printed)")
     p.add_argument("--no-replay", action="store_true",
                    help="do not replay the baseline's TopK/ArgMax/NonZero/NMS indices in the analysis model")
+    p.add_argument("--values", metavar="VALUE,...",
+                   help="activations to score beside the model outputs, in the bad-case search and the headline: a "
+                        "branch the outputs concatenate, e.g. a detector's class scores /model.22/Sigmoid_output_0")
     p.add_argument("--consistency", action="store_true",
                    help="also compare the analysis model's fake quantization with the --march integer level on the "
                         "bad case, value by value (consistency_result.txt/.json)")
