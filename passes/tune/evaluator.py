@@ -87,8 +87,9 @@ class Evaluator:
         some run so anyway (in this process only: :class:`~qir.runtimes.engine.EngineOptions`)."""
         options = EngineOptions(reference="quantized", metrics=[self.target.metric], progress=self.progress,
                                 compare=self.target.compared(self.base),
-                                reference_changes=reference_changes, steps_when_mixed=True, **self.engine_options)
-        floats = self.floats if options.checked().runtime == Runtime.ORT else None
+                                reference_changes=reference_changes, steps_when_mixed=True,
+                                **self.engine_options).checked()
+        floats = self.floats if options.runtime == Runtime.ORT else None
         return Engine(self.base, self.samples, options, float_baselines=floats, costs=self.costs)
 
     def close(self) -> None:

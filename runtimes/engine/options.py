@@ -13,7 +13,7 @@ from qir.execution import Execution, Level
 from qir.graph import QIR
 from qir.runtimes.engine.cost import elements
 
-__all__ = ["EngineOptions", "REFERENCES", "BASELINES", "ENGINE_LEVELS", "check_options", "engine_runtime", "batch_size",
+__all__ = ["EngineOptions", "REFERENCES", "BASELINES", "ENGINE_LEVELS", "check_options", "batch_size",
            "optimization_level", "fusable_across_calibration"]
 
 REFERENCES = ("float", "quantized")
@@ -56,14 +56,9 @@ class EngineOptions:
         """These options with the execution resolved (the runtime a level runs on, the march's
         default) and every choice checked (one clear error)."""
         execution = Execution.resolve(self.runtime, self.level, self.march, levels=ENGINE_LEVELS)
-        check_options(execution.runtime, self.reference, self.baseline, self.memory_budget)
+        check_options(self.reference, self.baseline, self.memory_budget)
         return replace(self, runtime=execution.runtime, level=execution.level, march=execution.march,
                         reference_changes=dict(self.reference_changes or {}))
-
-    @property
-    def execution(self) -> Execution:
-        """The (checked) options' runtime, level and march."""
-        return Execution.resolve(self.runtime, self.level, self.march, levels=ENGINE_LEVELS)
 
     def for_worker(self, threads: int) -> EngineOptions:
         """The options a cluster's worker builds the same engine with: its own cores, no progress,
@@ -80,20 +75,15 @@ _MAX_BATCH = 32
 _NCHWC_FUSED = frozenset({"Add", "Sum", "Sigmoid", "Tanh"})
 
 
-def check_options(runtime: str, reference: str, baseline: str, memory_budget: int) -> None:
-    """One clear error for a runtime, reference, baseline or memory budget the engine does not take."""
+def check_options(reference: str, baseline: str, memory_budget: int) -> None:
+    """One clear error for a reference, baseline or memory budget the engine does not take (the
+    runtime and level: :meth:`qir.execution.Execution.resolve`)."""
     if reference not in REFERENCES:
         raise InputError(f"unknown reference {reference!r}; choose one of {', '.join(REFERENCES)}")
     if baseline not in BASELINES:
         raise InputError(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}")
     if memory_budget < 0:
         raise InputError(f"memory_budget must be >= 0 bytes, got {memory_budget}")
-
-
-def engine_runtime(runtime: str | None, level: str, march: str | None) -> str:
-    """The runtime the engine runs ``level`` on (:meth:`qir.execution.Execution.resolve`, with the
-    levels the engine takes)."""
-    return Execution.resolve(runtime, level, march, levels=ENGINE_LEVELS).runtime
 
 
 def batch_size(ir: QIR, batch: int | None) -> int:
