@@ -29,7 +29,8 @@ from qir import once
 from qir.errors import InputError, did_you_mean
 from qir.files import atomic_write
 
-__all__ = ["Samples", "load_samples", "model_samples", "check_fit", "check_shape", "save_outputs", "save_npz", "forget_warnings"]
+__all__ = ["Samples", "load_samples", "model_samples", "check_fit", "check_shape",
+           "shape_misfit", "save_outputs", "save_npz", "forget_warnings"]
 
 logger = logging.getLogger(__name__)
 
@@ -285,20 +286,30 @@ def check_fit(ir, samples: Samples) -> None:
 
 def check_shape(name: str, expected: Sequence, found: Sequence[int], source: str) -> None:
     """One clear error when a sample of shape ``found`` cannot fit input ``name`` of shape
-    ``expected`` (ints, or names / None for dynamic dimensions): the input, the shape found, the
-    shape expected and the ``qir data`` flag that makes it fit. Else one log line, once per input
-    and data ``source``, naming the dynamic dimensions the data fixes."""
-    expected, found = list(expected), tuple(int(f) for f in found)
-    if len(found) != len(expected):
-        raise InputError(f"sample 0: input {name!r} expects shape {_dims_text(expected)} (rank {len(expected)}), "
-                         f"got {list(found)}{_fix_hint(expected, found)}")
-    bad = [i for i, (d, f) in enumerate(zip(expected, found)) if isinstance(d, int) and d != f]
-    if bad:
-        raise InputError(f"sample 0: input {name!r} expects shape {_dims_text(expected)}, got {list(found)} "
-                         f"(dimension {bad[0]} differs){_fix_hint(expected, found)}")
+    ``expected`` (:func:`shape_misfit`, said of sample 0). Else one log line, once per input and
+    data ``source``, naming the dynamic dimensions the data fixes."""
+    why = shape_misfit(name, expected, found)
+    if why is not None:
+        raise InputError(f"sample 0: {why}")
     fixed = [f"{d}={f}" for d, f in zip(expected, found) if not isinstance(d, int)]
     if fixed and once.first_time(_DYNAMIC_FIXED, (source, name)):
         logger.info("input %r %s: the data fixes %s", name, _dims_text(expected), ", ".join(fixed))
+
+
+def shape_misfit(name: str, expected: Sequence, found: Sequence[int]) -> str | None:
+    """Why an array of shape ``found`` cannot be input ``name`` of shape ``expected`` (ints, or
+    names / None for dynamic dimensions), or None when it fits: the rank or the first static
+    dimension that differs, the shape expected and found, and the ``qir data`` flag that makes it
+    fit where one explains the difference."""
+    expected, found = list(expected), tuple(int(f) for f in found)
+    if len(found) != len(expected):
+        return (f"input {name!r} expects shape {_dims_text(expected)} (rank {len(expected)}), got {list(found)}"
+                + _fix_hint(expected, found))
+    bad = [i for i, (d, f) in enumerate(zip(expected, found)) if isinstance(d, int) and d != f]
+    if bad:
+        return (f"input {name!r} expects shape {_dims_text(expected)}, got {list(found)} (dimension {bad[0]} differs)"
+                + _fix_hint(expected, found))
+    return None
 
 
 def _dims_text(shape) -> str:

@@ -6,6 +6,7 @@ from typing import Iterable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from qir.data import shape_misfit
 from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.execution import LEVEL_NAMES, Execution
 from qir.execution import Runtime as RuntimeName
@@ -85,14 +86,8 @@ def check_feeds(ir: QIR, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarra
             else:
                 raise InputError(f"input {name!r} expects {rec.dtype}, got {arr.dtype.name}; "
                                  f"convert it, e.g. array.astype(np.{rec.dtype})")
-        if rec.shape is not None:
-            if arr.ndim != len(rec.shape):
-                raise InputError(f"input {name!r} expects shape {_shape_text(rec.shape)} "
-                                 f"(rank {len(rec.shape)}), got {list(arr.shape)}")
-            bad = [i for i, d in enumerate(rec.shape) if isinstance(d, int) and d != arr.shape[i]]
-            if bad:
-                raise InputError(f"input {name!r} expects shape {_shape_text(rec.shape)}, "
-                                 f"got {list(arr.shape)} (dimension {bad[0]} differs)")
+        if rec.shape is not None and (why := shape_misfit(name, rec.shape, arr.shape)) is not None:
+            raise InputError(why)
         out[name] = arr
     return out
 
@@ -104,7 +99,3 @@ def check_capture(ir: QIR, capture: Iterable[str]) -> tuple[str, ...]:
         if not ir.has_value(n):
             raise NotFoundError(did_you_mean(n, [v.name for v in ir.values()], "value to capture"))
     return names
-
-
-def _shape_text(shape) -> str:
-    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
