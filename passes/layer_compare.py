@@ -196,6 +196,12 @@ class CollapseStart:
                 f"({self.end_how})")
 
 
+def row_op(row_name: str) -> str:
+    """The op a table row (or a finding's ``layer``) belongs to: rows are named after their op,
+    ``name[k]`` for its k-th output."""
+    return re.sub(r"\[\d+\]$", "", row_name)
+
+
 def collapse_start(rows: list[dict]) -> CollapseStart | None:
     """Where a collapsed output begins: None when no row's analysis value collapsed where the
     baseline's did not (:func:`qir.metrics.collapsed`; NaN and Inf aside, which the advisor names
@@ -230,7 +236,7 @@ def _from_collapse(rows: list[dict], found: list[dict]) -> list[dict]:
                       f"{100 * start.own_error:.3g}% relative error); the findings at and after it come first"}
 
     def _distance(f: dict) -> tuple[int, int]:
-        k = where.get(re.sub(r"\[\d+\]$", "", str(f.get("layer"))), where.get(str(f.get("layer"))))
+        k = where.get(row_op(str(f.get("layer"))), where.get(str(f.get("layer"))))
         return (0, k - start.index) if k is not None and k >= start.index else (1, 0)
 
     return [head, *sorted(found, key=_distance)]

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -337,6 +336,7 @@ def _finding_fix(ir: QIR, run: Any, finding: Mapping[str, Any]) -> tuple[dict[st
     its description; None for findings without one (NaN, an asymmetric input, minor clipping)."""
     from qir.calibration import QRANGE
     from qir.kinds import NodeKind
+    from qir.passes.layer_compare import row_op
     from qir.passes.lib.fusion import unit_of
     from qir.runtimes.numerics import clip_only
 
@@ -350,12 +350,12 @@ def _finding_fix(ir: QIR, run: Any, finding: Mapping[str, Any]) -> tuple[dict[st
     if kind == "output not high precision":
         return {cal: "float"}, "float"
     if kind == "collapse":  # the damage's whole path: what, if anything, precision can restore
-        ops = {re.sub(r"\[\d+\]$", "", name) for name in finding.get("downstream", [])}
+        ops = {row_op(name) for name in finding.get("downstream", [])}
         changes = {c.name: "int16" for c in ir.calibrations("activation")
                    if c.mode is CalibMode.INT8 and ops & set(c.feeds)}
         return (changes, f"int16 for the {len(changes)} int8 activation quantizers from {finding['layer']} on"
                 ) if changes else None
-    layer = re.sub(r"\[\d+\]$", "", str(finding.get("layer")))  # an op's name, or "name[k]" for its k-th output
+    layer = row_op(str(finding.get("layer")))  # an op's name, or "name[k]" for its k-th output
     if not kind.startswith("own error") or not ir.has_node(layer):
         return None
     unit = {op.name for op in unit_of(ir, ir.op(layer))}  # its fusion group: the quantizers feed the group's ops
