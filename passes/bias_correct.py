@@ -15,7 +15,7 @@ from qir.execution import DEFAULT_MARCH, Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole, NodeKind
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, float_captures, note_change
+from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, float_captures, note_change
 from qir.passes.lib.rescale import Edit, apply_edits
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
@@ -111,11 +111,9 @@ class BiasCorrectPass(Pass):
                       "bias_of": layer.target.op, "mode": self.mode}
             note_change(ir, layer.op, self.name, detail)
             report.changed.append(Site(layer.op.name, [layer.target.op], detail))
-        if layers and self.measure:
-            report.after = self._error(ir, original)
-        logger.info("bias-correct: %d layer(s) corrected, %d skipped", len(report.changed), len(report.skipped))
         self.report = report
-        return PassResult(ir, bool(report.changed), report.to_json())
+        return finished(ir, report, (lambda: self._error(ir, original)) if self.measure else None,
+                        "layer(s) corrected")
 
     def _error(self, ir: QIR, original: QIR):
         return all_int8_error(ir, self.data, march=self.march, runtime=self.runtime, limit=self.limit,

@@ -13,7 +13,7 @@ from qir.execution import DEFAULT_MARCH, Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, float_captures, note_change
+from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, float_captures, note_change
 from qir.passes.lib.rescale import (
     HOMOGENEOUS,
     Edit,
@@ -129,11 +129,8 @@ class EqualizePass(Pass):
             for op in (p.first, p.second):
                 note_change(ir, op, self.name, detail)
             report.changed.append(Site(p.name, [p.first.name, p.second.name], detail))
-        if report.changed and self.measure:
-            report.after = self._error(ir)
-        logger.info("equalize: %d pair(s) changed, %d skipped", len(report.changed), len(report.skipped))
         self.report = report
-        return PassResult(ir, bool(report.changed), report.to_json())
+        return finished(ir, report, (lambda: self._error(ir)) if self.measure else None, "pair(s) changed")
 
     def _error(self, ir: QIR):
         return all_int8_error(ir, self.data, march=self.march, runtime=self.runtime, limit=self.limit)

@@ -14,7 +14,16 @@ from qir.execution import DEFAULT_MARCH, Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, float_captures, note_change, quantize_int8
+from qir.passes.lib.repair import (
+    RepairReport,
+    Site,
+    Skipped,
+    all_int8_error,
+    finished,
+    float_captures,
+    note_change,
+    quantize_int8,
+)
 from qir.passes.lib.rescale import (
     apply_edits,
     channel_axis,
@@ -103,11 +112,8 @@ class SmoothPass(Pass):
         errors = self._alpha_errors(ir, sites, xmax, wmax, rows)
         for site in sites:
             self._apply(ir, site, xmax[site.value], wmax[site.value], errors[site.value], report)
-        if report.changed and self.measure:
-            report.after = self._error(ir)
-        logger.info("smooth: %d site(s) changed, %d skipped", len(report.changed), len(report.skipped))
         self.report = report
-        return PassResult(ir, bool(report.changed), report.to_json())
+        return finished(ir, report, (lambda: self._error(ir)) if self.measure else None, "site(s) changed")
 
     def _error(self, ir: QIR):
         return all_int8_error(ir, self.data, march=self.march, runtime=self.runtime, limit=self.limit)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Mapping, Union
+from typing import Any, Callable, Iterator, Mapping, Union
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from qir.data import model_samples
 from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.metrics import cosine_similarity, mse
+from qir.passes.base import PassResult
 from qir.records import OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import fake_quant
@@ -145,3 +146,13 @@ def note_change(ir: QIR, op: OpRecord, transform: str, detail: Mapping[str, Json
     notes = json.loads(ir.metadata_props.get(REPAIRS_KEY, "{}"))
     notes.setdefault(transform, {})[op.name] = detail
     ir.metadata_props[REPAIRS_KEY] = json.dumps(notes, sort_keys=True)
+
+
+def finished(ir: QIR, report: RepairReport, measure: Callable[[], QuantError] | None, done: str) -> PassResult:
+    """A repair pass's result: the all-int8 error after it (``measure()``, when given and something
+    changed), one log line (``done`` says what the count is: ``"site(s) changed"``), and the report
+    in its JSON form."""
+    if report.changed and measure is not None:
+        report.after = measure()
+    logger.info("%s: %d %s, %d skipped", report.transform, len(report.changed), done, len(report.skipped))
+    return PassResult(ir, bool(report.changed), report.to_json())
