@@ -36,6 +36,7 @@ from qir.api import as_ir, load
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.passes import get_pass
+from qir.passes.lib.latency_table import read_latency_table
 from qir.passes.tune import checked_samples
 from qir.passes.tune.target import parse_target
 from qir.runtimes.engine.results import data_digest, fingerprint
@@ -145,12 +146,13 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
          method: str = "max", percentile: float = 99.99, save_dir: str | Path | None = None, overwrite: bool = False,
          resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
          sensitivity_samples: int | None = None, integer: bool = True, check_data: Any = None,
-         progress: bool = True) -> dict[str, Any]:
+         latency_table: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the
     cheapest configuration of ``march`` that meets ``target`` on ``eval_data`` (see the module
     docstring and :mod:`qir.passes.tune`). Returns the pass's report (without the ONNX model),
     with ``files`` (what was written) and ``commands``."""
     target = parse_target(target)
+    table = read_latency_table(latency_table) if latency_table is not None else None
     ir = _load(model, input_shapes)
     needs_calibration = not ir.calibrations()
     own_calibrated = needs_calibration or not isinstance(model, (str, Path))  # the commands need it in a file
@@ -176,7 +178,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
         out.adopt(JOURNAL)
     result = get_pass("tune", target=target, eval_data=eval_samples, calib_data=calib_data, march=march,
                       allow_float=allow_float, threads=threads, sensitivity_samples=sensitivity_samples, integer=integer,
-                      check_data=check_samples, store=store, progress=progress)(ir)
+                      check_data=check_samples, store=store, progress=progress, latency_table=table)(ir)
     report = result.report
     emitted = (report.get("verification") or {}).pop("model", None)
     if out is None:

@@ -115,6 +115,7 @@ class LatencyModel:
         self.ir, self.profile, self.table = ir, profile, table
         self.groups = build_groups(ir, profile)
         self.own = precisions_of(ir)
+        self._times: dict[tuple[int, Precision], float] = {}  # (group index, precision) -> µs
 
     def group_precision(self, group: Group, precisions: Mapping[str, Precision]) -> Precision:
         """A group's precision from its ops': the widest input, the head's weight (none when the
@@ -148,6 +149,18 @@ class LatencyModel:
         head_type = group.op_type.split("+")[0]
         keys = (*group.ops, group.op_type) + ((head_type,) if head_type != group.op_type else ())
         return self.table.lookup(keys, p.input, p.weight)
+
+    def time_us(self, precisions: Mapping[str, Precision]) -> float:
+        """``estimate(precisions).total_us``, each group's time at each precision computed once
+        (what a search that prices thousands of configurations needs)."""
+        total = 0.0
+        for i, group in enumerate(self.groups):
+            key = (i, self.group_precision(group, precisions))
+            time = self._times.get(key)
+            if time is None:
+                time = self._times[key] = self.price(group, key[1]).time_us
+            total += time
+        return total
 
     def estimate(self, precisions: Precision | str | Mapping[str, Precision] | None = None) -> ModelCost:
         """The estimate of one configuration.

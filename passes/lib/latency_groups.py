@@ -23,6 +23,7 @@ output is the widest mode of the calibration nodes that read its outputs, else i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from qir.graph import QIR
 from qir.kinds import CalibRole, NodeKind
@@ -32,7 +33,7 @@ from qir.runtimes.engine.cost import elements, op_flops
 from qir.runtimes.march import MarchProfile, OpClass, normalize_dtype, op_class
 from qir.runtimes.march.rates import widest
 
-__all__ = ["Group", "Precision", "fused_units", "build_groups", "precisions_of"]
+__all__ = ["Group", "Precision", "PrecisionPlan", "fused_units", "build_groups", "precisions_of"]
 
 
 @dataclass(frozen=True)
@@ -159,32 +160,68 @@ def build_groups(ir: QIR, profile: MarchProfile) -> list[Group]:
     return [_group(ir, unit, profile) for unit in fused_units(ir, profile)]
 
 
-def precisions_of(ir: QIR) -> dict[str, Precision]:
-    """Op name -> the :class:`Precision` it runs at in ``ir`` (see the module docstring)."""
-    out_of: dict[str, str] = {}
-    result: dict[str, Precision] = {}
-    for op in ir.ops():
-        gemm = op_class(op.op_type) is OpClass.GEMM
-        acts: list[str] = []
-        weight = None
-        for slot, value in enumerate(op.inputs):
-            if not value:
-                continue
-            producer = ir.producer(value)
-            if isinstance(producer, CalibRecord):
-                if producer.role is CalibRole.WEIGHT:
-                    weight = producer.mode.value if gemm and slot == 1 else weight
+@dataclass(frozen=True)
+class _OpPlan:
+    """Where one op's precisions come from: each activation input (a calibration node's name, a
+    value another op makes, or None: a float graph input), the calibration node on a GEMM's weight
+    (None: none; ``""``: an unquantized weight), and the activation calibration nodes that read
+    its outputs."""
+
+    name: str
+    acts: tuple[tuple[str, str | None], ...]  # ("cal", name) | ("value", value) | ("float", None)
+    weight: str | None
+    readers: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+class PrecisionPlan:
+    """:func:`precisions_of` for many configurations of one IR: the graph is walked once, then
+    each configuration (calibration node -> mode) is a pass over the ops with no graph lookups."""
+
+    def __init__(self, ir: QIR) -> None:
+        self.own = {c.name: c.mode.value for c in ir.calibrations()}
+        self.ops: list[_OpPlan] = []
+        for op in ir.ops():
+            gemm = op_class(op.op_type) is OpClass.GEMM
+            acts: list[tuple[str, str | None]] = []
+            weight = None
+            for slot, value in enumerate(op.inputs):
+                if not value:
+                    continue
+                producer = ir.producer(value)
+                if isinstance(producer, CalibRecord):
+                    if producer.role is CalibRole.WEIGHT:
+                        weight = producer.name if gemm and slot == 1 else weight
+                    else:
+                        acts.append(("cal", producer.name))
+                elif isinstance(producer, OpRecord):
+                    acts.append(("value", value))
+                elif ir.value(value).kind is NodeKind.WEIGHT:
+                    weight = "" if gemm and slot == 1 else weight
                 else:
-                    acts.append(producer.mode.value)
-            elif isinstance(producer, OpRecord):
-                acts.append(out_of.get(value, "float"))
-            elif ir.value(value).kind is NodeKind.WEIGHT:
-                weight = "float" if gemm and slot == 1 else weight
-            else:
-                acts.append("float")  # a graph input no calibration node quantizes
-        precision = widest(acts) if acts else "float"
-        read = [r.mode.value for o in op.outputs if o for r in ir.consumers(o)
-                if isinstance(r, CalibRecord) and r.role is CalibRole.ACTIVATION]
-        result[op.name] = Precision(precision, weight, widest(read) if read else precision)
-        out_of.update({o: result[op.name].output for o in op.outputs if o})
-    return result
+                    acts.append(("float", None))  # a graph input no calibration node quantizes
+            readers = tuple(r.name for o in op.outputs if o for r in ir.consumers(o)
+                            if isinstance(r, CalibRecord) and r.role is CalibRole.ACTIVATION)
+            self.ops.append(_OpPlan(op.name, tuple(acts), weight, readers, tuple(o for o in op.outputs if o)))
+
+    def precisions(self, modes: Mapping[str, str] | None = None) -> dict[str, Precision]:
+        """Op name -> :class:`Precision` with the calibration nodes at ``modes`` (the others at
+        their own)."""
+        mode = self.own if not modes else {**self.own, **modes}
+        out_of: dict[str, str] = {}
+        result: dict[str, Precision] = {}
+        for plan in self.ops:
+            acts = [mode[key] if kind == "cal" else (out_of.get(key, "float") if kind == "value" else "float")
+                    for kind, key in plan.acts]
+            weight = None if plan.weight is None else (mode[plan.weight] if plan.weight else "float")
+            precision = widest(acts) if acts else "float"
+            output = widest([mode[r] for r in plan.readers]) if plan.readers else precision
+            result[plan.name] = p = Precision(precision, weight, output)
+            out_of.update({o: p.output for o in plan.outputs})
+        return result
+
+
+def precisions_of(ir: QIR, modes: Mapping[str, str] | None = None) -> dict[str, Precision]:
+    """Op name -> the :class:`Precision` it runs at in ``ir`` (see the module docstring), with the
+    calibration nodes named in ``modes`` at those modes instead of their own."""
+    return PrecisionPlan(ir).precisions(modes)

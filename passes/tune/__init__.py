@@ -83,6 +83,7 @@ from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.base import Pass, PassResult, register_pass
 from qir.passes.layer_compare import CLIP_SQNR_DB
+from qir.passes.lib.latency_table import LatencyTable
 from qir.passes.tune.clip import clipping_fixes
 from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.report import summarize
@@ -171,7 +172,8 @@ class TunePass(Pass):
     ``verify``, ``integer`` (also run the result at the march's integer level), ``check_data``
     (samples the search never sees: the verified result is run on them too and the report says
     whether it holds there, :func:`.verify.check_unseen`), ``store`` (a
-    mapping keeping every score, for resuming), ``progress``.
+    mapping keeping every score, for resuming), ``progress``, ``latency_table`` (measured times
+    that replace the latency model's where they match: :mod:`qir.passes.lib.latency_table`).
     """
 
     name = "tune"
@@ -180,7 +182,8 @@ class TunePass(Pass):
                  allow_float: bool = False, eval_num: int | None = None, runtime: str = Runtime.ORT,
                  threads: int | None = None, points: int = 1, batch: int = 4, max_rounds: int = 12,
                  sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
-                 check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True) -> None:
+                 check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True,
+                 latency_table: LatencyTable | None = None) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
         if points < 1 or batch < 1 or max_rounds < 1:
@@ -188,7 +191,7 @@ class TunePass(Pass):
         self.eval_data, self.calib_data, self.allow_float, self.eval_num = eval_data, calib_data, allow_float, eval_num
         self.runtime, self.threads, self.points, self.batch, self.max_rounds = runtime, threads, points, batch, max_rounds
         self.verify, self.integer, self.store, self.progress = verify, integer, store, progress
-        self.sensitivity_samples, self.check_data = sensitivity_samples, check_data
+        self.sensitivity_samples, self.check_data, self.latency_table = sensitivity_samples, check_data, latency_table
         self.options = {"target": self.target.text, "march": self.profile.name, "allow_float": allow_float}
         self._floats: list[dict] | None = None  # the float model's outputs on the evaluation data, once verified
 
@@ -201,7 +204,7 @@ class TunePass(Pass):
         self.target.compared(ir)  # (a value the target names that the model lacks: one error before any work)
         samples = checked_samples(ir, self.eval_data, self.eval_num)
         self._floats = None
-        space = Space(ir, self.profile, allow_float=self.allow_float)
+        space = Space(ir, self.profile, allow_float=self.allow_float, latency_table=self.latency_table)
         base = space.apply(ir.clone(), space.start())
         ev = Evaluator(base, space, self.target, samples, store=self.store, progress=self.progress,
                        runtime=self.runtime, threads=self.threads)

@@ -141,7 +141,8 @@ class Evaluator:
     def _record(self, config: Config, score: Score, stage: str) -> None:
         self.memo[config] = score
         worst_sample, worst = self.target.worst(score.samples)
-        self.history.append({"stage": stage, "cost": self.space.cost(config), "mean": score.mean, "worst": worst,
+        self.history.append({"stage": stage, "cost": self.space.cost(config),
+                             "flop_cost": self.space.flop_cost(config), "mean": score.mean, "worst": worst,
                              "worst_sample": worst_sample, "meets": self.target.met(score),
                              "levels": self.space.describe(config), "thresholds": len(config.thresholds),
                              "config": config})

@@ -17,8 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from qir.passes.lib.latency import Bound
 from qir.passes.tune.evaluator import Evaluator
-from qir.passes.tune.space import TUNE_LEVELS, Config
+from qir.passes.tune.space import TUNE_LEVELS, Config, Space
 from qir.passes.tune.state import TuneState
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 
@@ -37,7 +38,7 @@ def standard_error(values: Sequence[float]) -> float:
 def _score(ev: Evaluator, config: Config) -> dict[str, Any]:
     score = ev.memo[config]
     return {**ev.target.judged(score), "standard_error": standard_error(score.samples),
-            "cost": ev.space.cost(config), "levels": ev.space.describe(config)}
+            "cost": ev.space.cost(config), "flop_cost": ev.space.flop_cost(config), "levels": ev.space.describe(config)}
 
 
 def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
@@ -113,6 +114,11 @@ def _gemm_precisions(ev: Evaluator, config: Config) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def _measured_groups(space: Space, config: Config) -> int:
+    """How many of ``config``'s fused groups a latency table priced (0 without one)."""
+    return space.estimate(config).count(Bound.MEASURED) if space.latency.table is not None else 0
+
+
 def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_float: bool) -> dict[str, Any]:
     """The report (see the module docstring)."""
     space, target, final = ev.space, ev.target, found.final
@@ -120,6 +126,7 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
     for h, entry in zip(history, ev.history):
         h["final"] = entry["config"] == final
     costs = {"start": space.cost(found.plain_start), "int16": space.cost(found.int16), "final": space.cost(final)}
+    flops = {k: space.flop_cost(c) for k, c in (("start", found.plain_start), ("int16", found.int16), ("final", final))}
     modes = space.modes(final)
     calib_modes: dict[str, int] = {}
     for c in ev.base.calibrations():
@@ -137,7 +144,11 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
         "ceiling": _score(ev, found.ceiling) if found.ceiling in ev.memo else None,  # (measured where needed)
         **({"reference": _score(ev, found.reference)} if found.reference is not None else {}),
         "final": {**_score(ev, final), "cost_vs_start": costs["final"] / costs["start"] if costs["start"] else None,
-                  "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None},
+                  "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None,
+                  "flop_cost_vs_start": flops["final"] / flops["start"] if flops["start"] else None,
+                  "flop_cost_vs_int16": flops["final"] / flops["int16"] if flops["int16"] else None},
+        "time_ms": {"all_int8": costs["start"] / 1000.0, "all_int16": costs["int16"] / 1000.0,
+                    "final": costs["final"] / 1000.0, "measured_groups": _measured_groups(space, final)},
         "ratio_search": {"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
                          "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
                          "cheap": len(found.cheap),

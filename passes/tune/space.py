@@ -1,5 +1,5 @@
 """What ``qir tune`` chooses from: one *unit* per activation calibration node, its precision
-ladder from the march profile, configurations of all units, and their FLOP-weighted cost.
+ladder from the march profile, configurations of all units, and their estimated time (and FLOP-weighted cost).
 
 **Units.** Each activation calibration node is a unit. A unit that feeds a GEMM (Conv,
 ConvTranspose, Gemm, MatMul) at input 0 carries those GEMMs' weight calibration nodes with it:
@@ -22,12 +22,18 @@ search step carries the right threshold along. :meth:`Space.changes` turns a con
 calibration-node changes (``"int16"``, ``"int8@2.5"``) relative to the plain start (every unit at
 its first level, calibrated thresholds), the engine's reference.
 
-**Cost** (:meth:`Space.cost`): Σ over ops of FLOPs (:func:`qir.runtimes.engine.cost.op_flops`)
-× the profile's ``tune_costs`` for the op's precision: a GEMM by its ``"input x weight"`` pair
-(``"int16 x int8"``), another op by the costliest mode of its quantized inputs. Ops that read
-no calibration node run in float and cost the profile's ``float`` (``float x float`` for a GEMM):
-the same in every configuration of one model, they make a model quantized elsewhere (fewer ops
-quantized) comparable with the search's.
+**Cost** (:meth:`Space.cost`): the configuration's estimated time on the march, in µs, by the
+latency model (:mod:`qir.passes.lib.latency`: per fused group, the larger of its arithmetic at
+the precision pair's peak rate and the bytes that cross memory, plus a per-op overhead; a
+latency table's measured times where given), with each op's precision from the calibration
+nodes it reads (:class:`~qir.passes.lib.latency_groups.PrecisionPlan`). An int16 Add over a wide
+feature map moves twice the bytes, so it costs what the NPU pays for it, where a FLOP count
+would call it free. :meth:`Space.flop_cost` keeps the tuning guide's proxy as a second figure:
+Σ over ops of FLOPs (:func:`qir.runtimes.engine.cost.op_flops`) × the profile's ``tune_costs``
+for the op's precision, a GEMM by its ``"input x weight"`` pair (``"int16 x int8"``), another op
+by the costliest mode of its quantized inputs. In both, ops that read no calibration node run in
+float: the same in every configuration of one model, they make a model quantized elsewhere
+(fewer ops quantized) comparable with the search's.
 """
 from __future__ import annotations
 
@@ -39,6 +45,9 @@ import numpy as np
 from qir.calibration import QRANGE
 from qir.graph import QIR
 from qir.kinds import CalibMode
+from qir.passes.lib.latency import LatencyModel, ModelCost
+from qir.passes.lib.latency_groups import PrecisionPlan
+from qir.passes.lib.latency_table import LatencyTable
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import MarchProfile, OpClass, op_class
@@ -84,7 +93,8 @@ class Config:
 class Space:
     """The units of a calibrated IR under a march profile (see the module docstring)."""
 
-    def __init__(self, ir: QIR, profile: MarchProfile, *, allow_float: bool = False) -> None:
+    def __init__(self, ir: QIR, profile: MarchProfile, *, allow_float: bool = False,
+                 latency_table: LatencyTable | None = None) -> None:
         self.ir, self.profile, self.allow_float = ir, profile, allow_float
         self.units = [u for c in ir.calibrations("activation") if (u := self._unit(c)) is not None]
         self.index = {u.name: i for i, u in enumerate(self.units)}
@@ -92,6 +102,11 @@ class Space:
                      for op in ir.ops()]
         self.policy: dict[tuple[str, str], float] = {}  # (unit, mode) -> the fixed threshold it takes there
         self.start_modes = self.modes(self.plain_start())  # the IR's own (a node's change back to it)
+        self.latency = LatencyModel(ir, profile, table=latency_table)
+        self._plan = PrecisionPlan(ir)
+        #: The per-op overheads of every group: time no precision changes.
+        self.overhead_us = sum(g.overhead_us for g in self.latency.estimate().groups)
+        self._times: dict[tuple[int, ...], float] = {}  # levels -> µs (a threshold does not change the time)
 
     # ------------------------------------------------------------------ units
     def _unit(self, cal: CalibRecord) -> Unit | None:
@@ -159,11 +174,12 @@ class Space:
 
     def cheap(self, base: Config, step: Config, share: float) -> list[int]:
         """Units whose raise from ``base`` to their level in ``step`` adds less than ``share`` of
-        ``base``'s cost: ops whose FLOPs are next to nothing beside the convolutions (an Add, a
-        squeeze-excite branch's 1x1 convolution)."""
+        ``base``'s estimated time: ops whose bytes and arithmetic are next to nothing beside the
+        rest (a squeeze-excite branch's 1x1 convolution on a 1x1 map, an Add the march fuses into
+        the convolution before it); a wide elementwise op is not (its bytes double at int16)."""
         raised = [i for i in self.searchable() if step.levels[i] > base.levels[i]]
         added = self.added_costs(base, {i: step.levels[i] for i in raised})
-        return [i for i in raised if added[i] < share * self.cost(base)]
+        return [i for i in raised if added[i] < share * (self.cost(base) - self.overhead_us)]
 
     def level_named(self, config: Config, name: str) -> Config:
         """``config`` with every unit that has level ``name`` raised to it (none lowered)."""
@@ -208,13 +224,28 @@ class Space:
         return names if any(names) else ()
 
     def cost(self, config: Config) -> float:
-        """The FLOP-weighted cost of ``config`` (see the module docstring)."""
-        return self._cost(self.modes(config))
+        """The estimated time of ``config`` on the march, in µs (see the module docstring)."""
+        time = self._times.get(config.levels)
+        if time is None:
+            time = self._times[config.levels] = self.latency.time_us(self._plan.precisions(self.modes(config)))
+        return time
+
+    def estimate(self, config: Config) -> ModelCost:
+        """The latency model's per-group estimate of ``config`` (what :meth:`cost` sums)."""
+        return self.latency.estimate(self._plan.precisions(self.modes(config)))
 
     def cost_of_ir(self) -> float:
-        """The FLOP-weighted cost of the IR as it is (its own calibration modes): how a model
+        """The estimated time of the IR as it is (its own calibration modes), in µs: how a model
         quantized elsewhere, imported, compares with the configurations of the search."""
-        return self._cost({})
+        return self.latency.time_us(self._plan.precisions())
+
+    def flop_cost(self, config: Config) -> float:
+        """The FLOP-weighted cost of ``config`` (the guide's proxy; see the module docstring)."""
+        return self._flop_cost(self.modes(config))
+
+    def flop_cost_of_ir(self) -> float:
+        """The FLOP-weighted cost of the IR as it is (its own calibration modes)."""
+        return self._flop_cost({})
 
     def added_costs(self, config: Config, levels: Mapping[int, int]) -> dict[int, float]:
         """Unit ``i`` -> the cost ``config`` gains when that unit alone moves to ``levels[i]``
@@ -222,7 +253,7 @@ class Space:
         cost = self.cost(config)
         return {i: self.cost(self.move(config, {i: k})) - cost for i, k in levels.items()}
 
-    def _cost(self, modes: Mapping[str, str]) -> float:
+    def _flop_cost(self, modes: Mapping[str, str]) -> float:
         costs = self.profile.tune_costs
         total = 0.0
         for op, flops, gemm, cals in self._ops:

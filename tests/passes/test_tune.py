@@ -121,7 +121,7 @@ def test_ladders_are_the_profiles_filtered_by_its_dtype_rules():
     assert p["relu4_out_calib"] == ("fp16", "float") and p["relu1_out_calib"][0] == "int8"
 
 
-def test_cost_is_flops_times_the_profiles_cost_of_each_op():
+def test_flop_cost_is_flops_times_the_profiles_cost_of_each_op():
     ir = _calibrated()
     profile = get_profile("nash-e")
     space = Space(ir, profile)
@@ -130,17 +130,37 @@ def test_cost_is_flops_times_the_profiles_cost_of_each_op():
     # relu1 feeds conv2 only: raising it moves conv2 from "int8 x int8" to "int16 x int8"
     conv2 = ir.op("conv2")
     costs = profile.tune_costs
-    assert space.cost(raised) - space.cost(space.start()) == pytest.approx(
+    assert space.flop_cost(raised) - space.flop_cost(space.start()) == pytest.approx(
         op_flops(ir, conv2) * (costs["int16 x int8"] - costs["int8 x int8"]))
     assert space.changes(raised) == {"relu1_out_calib": "int16"}
     # a model configured elsewhere costs what its own modes cost (the peers' emitted models, imported)
-    assert Space(space.apply(ir.clone(), raised), profile).cost_of_ir() == pytest.approx(space.cost(raised))
-    assert Space(ir, profile).cost_of_ir() == pytest.approx(space.cost(space.start()))
+    assert Space(space.apply(ir.clone(), raised), profile).flop_cost_of_ir() == pytest.approx(space.flop_cost(raised))
+    assert Space(ir, profile).flop_cost_of_ir() == pytest.approx(space.flop_cost(space.start()))
     # an op that reads no quantizer runs in float and costs so: the float model costs float everywhere
     plain = qir.load(DIGITS / "model.onnx")
     gemms = ("Conv", "ConvTranspose", "Gemm", "MatMul")
     want = sum(op_flops(plain, op) * costs["float x float" if op.op_type in gemms else "float"] for op in plain.ops())
-    assert Space(plain, profile).cost_of_ir() == pytest.approx(want) and want > space.cost(space.upper())
+    assert Space(plain, profile).flop_cost_of_ir() == pytest.approx(want) and want > space.flop_cost(space.upper())
+
+
+def test_cost_is_the_latency_models_time_of_the_configuration():
+    from qir.passes.lib.latency import LatencyModel
+    from qir.passes.lib.latency_groups import precisions_of
+
+    ir = _calibrated()
+    profile = get_profile("nash-e")
+    space = Space(ir, profile)
+    i = space.index["relu1_out_calib"]
+    raised = space.start().with_levels({i: space.units[i].levels.index("int16")})
+    tuned = space.apply(ir.clone(), raised)
+    # the same figure as the latency model on the IR configured so (every op's precision from its quantizers)
+    assert space.cost(raised) == pytest.approx(LatencyModel(tuned, profile).estimate().total_us)
+    assert space.cost(raised) == pytest.approx(LatencyModel(ir, profile).estimate(
+        precisions_of(ir, space.modes(raised))).total_us)
+    assert Space(tuned, profile).cost_of_ir() == pytest.approx(space.cost(raised))
+    # raising an activation costs time: at least the extra bytes of the int16 value it quantizes
+    assert space.cost(raised) > space.cost(space.start())
+    assert space.cost(space.upper()) > space.cost(space.level_named(space.start(), "int16")) > space.cost(space.start())
 
 
 # ------------------------------------------------------------------ the search
@@ -239,19 +259,26 @@ def test_units_are_raised_in_order_of_loss_per_cost():
 def test_cheap_units_are_raised_without_a_search_and_their_gain_is_measured_together(monkeypatch):
     from qir.passes import tune as tune_pass
 
-    monkeypatch.setattr(tune_pass, "CHEAP_SHARE", 0.01)  # on digits: the flatten output, 0.16% of the start to raise
+    monkeypatch.setattr(tune_pass, "CHEAP_SHARE", 0.01)  # on digits: one unit (the input's, by the latency model)
     ir = _calibrated("percentile")
+    space = Space(ir, get_profile("nash-e"))
+    expected = space.names(space.cheap(space.start(), space.upper(), 0.01))
+    assert 0 < len(expected) < len(space.searchable())
     start = _plain(_configured(ir, {c.name: "int8" for c in ir.calibrations()}), "mse")
     upper = _plain(_configured(ir, {c.name: "int16" for c in ir.calibrations()}), "mse")
     result = _tune(ir, f"mse<={(start + upper) / 2!r}")
     report = result.report
     assert report["reached"] and report["verification"]["agrees"]
     cheap = [c for c in report["changes"] if c["reason"] == "cheap"]
-    assert [c["nodes"] for c in cheap] == [["flatten_out_calib"]]
-    assert result.ir.calibration("flatten_out_calib").mode.value == "int16"
-    assert result.ir.calibration("fc.weight_calib").mode.value == "int16"  # dual int16: its reference level
+    assert [c["nodes"] for c in cheap] == [expected]
+    top = {u.name: u for u in space.units}
+    undo = {}
+    for name in expected:  # each at its reference level (the upper bound's), undone together
+        assert result.ir.calibration(name).mode.value == "int16"
+        undo[name] = "int8"
+        undo.update({w: "int8" for w in top[name].weights})
     picked = [EVAL[i] for i in report["attribution_samples"]]
-    undone = _configured(result.ir, {"flatten_out_calib": "int8", "fc.weight_calib": "int8"})
+    undone = _configured(result.ir, undo)
     def on(model):
         return np.mean([qmetrics.compute(["mse"], qir.run(model, s, level="float")["logits"],
                                          qir.run(model, s)["logits"])["mse"] for s in picked])

@@ -82,24 +82,40 @@ def _bounds_lines(r: dict[str, Any]) -> list[str]:
             *([("ceiling", r["ceiling"])] if r["ceiling"] else []),
             *([("reference (searched from)", r["reference"])] if "reference" in r else []), ("result", r["final"])]
     base = r["calibrated"]["cost"] or 1.0
-    lines = [f"  {'configuration':<27}{'mean':>12}{'std error':>11}{'worst':>12}{'cost':>8}  levels"]
+    flop_base = r["calibrated"].get("flop_cost") or 1.0
+    lines = [f"  {'configuration':<27}{'mean':>12}{'std error':>11}{'worst':>12}{'ms':>9}{'time':>7}{'FLOPs':>7}  levels"]
     for name, s in rows:
         levels = ", ".join(f"{k} {v}" for k, v in s["levels"].items())
+        flops = f"{s['flop_cost'] / flop_base:>7.3f}" if "flop_cost" in s else f"{'-':>7}"
         lines.append(f"  {name:<27}{s['mean']:>12.6g}{s['standard_error']:>11.2g}{s['worst']:>12.6g}"
-                     f"{s['cost'] / base:>8.3f}  {levels}")
+                     f"{s['cost'] / 1000.0:>9.3f}{s['cost'] / base:>7.3f}{flops}  {levels}")
     return lines
+
+
+def _time_line(r: dict[str, Any]) -> str:
+    """The result's estimated time against all-int8 and all-int16, and its FLOP-weighted cost."""
+    final, ms = r["final"], r.get("time_ms")
+    text = f"estimated time x{final['cost_vs_start']:.3f} of the start, x{final['cost_vs_int16']:.3f} of all-int16"
+    if ms:
+        text = (f"estimated time {ms['final']:.3f} ms (all-int8 {ms['all_int8']:.3f} ms, all-int16 "
+                f"{ms['all_int16']:.3f} ms" + (f"; {ms['measured_groups']} group(s) from the latency table"
+                                               if ms.get("measured_groups") else "") + ")")
+    if final.get("flop_cost_vs_start") is not None:
+        text += (f"; FLOP-weighted cost x{final['flop_cost_vs_start']:.3f} of the start, "
+                 f"x{final['flop_cost_vs_int16']:.3f} of all-int16")
+    return text
 
 
 def format_report(report: dict[str, Any]) -> str:
     """``tune_report.txt``."""
-    r, final = report, report["final"]
+    r = report
     lines = [f"qir tune: {r['target']} on {r['march']}" + (" (float allowed)" if r["allow_float"] else ""), "",
-             outcome(r), "", "== configurations (cost: FLOP-weighted, relative to the calibrated start)"]
+             outcome(r), "", "== configurations (ms: estimated time on the march by the latency model; time and FLOPs: "
+             "the estimated time and the FLOP-weighted cost, relative to the calibrated start)"]
     lines += _bounds_lines(r)
     ratio = r["ratio_search"]
     lines += ["", f"result: {r['raised']} unit(s) raised, {len([c for c in r['changes'] if c['reason'] == 'clipping'])} "
-                  f"fixed threshold(s); cost x{final['cost_vs_start']:.3f} of the start, "
-                  f"x{final['cost_vs_int16']:.3f} of all-int16"]
+                  f"fixed threshold(s); {_time_line(r)}"]
     if ratio["raised"] is not None:
         picked = ratio["sensitivity_samples"]
         on = f"all {r['samples']} evaluation samples" if picked is None or len(picked) == r["samples"] else \
@@ -156,7 +172,7 @@ def _figure(report: dict[str, Any]):
     ax.scatter([final["cost"] / base], [final["mean"]], s=120, facecolors="none", edgecolors="red", lw=2,
                label="result")
     ax.axhline(report["threshold"], color="red", ls="--", lw=1, label=report["target"])
-    ax.set_xlabel("FLOP-weighted cost (calibrated start = 1)")
+    ax.set_xlabel("estimated time on the march (calibrated start = 1)")
     ax.set_ylim(lo - (hi - lo) * 0.03, hi + (hi - lo) * 0.03)
     ax.ticklabel_format(axis="y", useOffset=False)
     ax.set_ylabel(f"{report['metric']}, mean over the evaluation samples")

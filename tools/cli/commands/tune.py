@@ -22,13 +22,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   method=args.method, save_dir=args.save_dir, overwrite=args.force, resume=args.resume,
                   input_shapes=shapes, eval_num=args.data_num, threads=args.threads,
                   sensitivity_samples=args.sensitivity_samples,
-                  integer=args.integer, check_data=args.check, progress=not args.quiet)
-    final = report["final"]
+                  integer=args.integer, check_data=args.check, latency_table=args.latency_table,
+                  progress=not args.quiet)
+    ms = report["time_ms"]
     print(outcome(report))
     print(f"{report['raised']} unit(s) raised of {report['searchable_units']}; calibration nodes per mode: "
           + ", ".join(f"{k} {v}" for k, v in report["calibration_modes"].items())
-          + f"; cost x{final['cost_vs_start']:.3f} of the start, x{final['cost_vs_int16']:.3f} of all-int16; "
-          f"{report['seconds']} s")
+          + f"; estimated time {ms['final']:.3f} ms (all-int8 {ms['all_int8']:.3f}, all-int16 {ms['all_int16']:.3f}), "
+          f"FLOP-weighted cost x{report['final']['flop_cost_vs_start']:.3f} of the start; {report['seconds']} s")
     print(f"wrote {args.save_dir}/tune_report.txt (and .json, .html), tuned_model.onnx, tuned_model_qdq.onnx, "
           "reproduce/commands.sh")
     verified = (report.get("verification") or {}).get("agrees", True)
@@ -68,6 +69,9 @@ def add_commands(sub) -> None:
                         "must meet the target there too)")
     p.add_argument("--check", metavar="DATA", help="samples the search never sees (not the evaluation data): the "
                                                   "result is run on them too and the report says whether it holds there")
+    p.add_argument("--latency-table", metavar="FILE",
+                   help="measured per-op times (CSV: op name or type, input precision, weight precision, time) that "
+                        "replace the latency model's estimate where they match (see qir profile --cost)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in the same folder")
     add_input_shape(p)
     add_force(p)
