@@ -10,16 +10,17 @@ import networkx as nx
 import numpy as np
 
 from qir.data import model_samples
-from qir.errors import InputError
+from qir.errors import InputError, QirError
 from qir.execution import DEFAULT_MARCH, Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole, NodeKind
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, float_captures, note_change
+from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, float_captures, note_change, scale_along
 from qir.passes.lib.rescale import Edit, apply_edits
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import apply_calibration
+from qir.runtimes.numpy_ref.interpreter import execution_plan
 from qir.runtimes.numpy_ref.registry import lookup
 
 __all__ = ["BiasCorrectPass"]
@@ -156,7 +157,47 @@ class BiasCorrectPass(Pass):
 
 
     def _empirical(self, ir: QIR, layers: list[_Layer], original: QIR) -> dict[str, np.ndarray]:
-        """Rule 2's empirical shifts, applied wave by wave; returns them."""
+        """Rule 2's empirical shifts, applied; returns them. One fake-quant pass of the numpy
+        runtime over every calibration sample at once, op by op: when a layer's output is
+        computed on every sample, its shift against the float model's mean is measured and
+        removed from that output at once (``y - δ`` is what the corrected bias gives), so every
+        layer after it sees the layers upstream corrected. Where the numpy runtime cannot run the
+        model, the waves of :meth:`_empirical_waves` instead."""
+        out = {layer.op.name: ir.op(layer.target.op).outputs[0] for layer in layers}
+        at = {out[layer.op.name]: layer for layer in layers}
+        try:
+            plan = execution_plan(ir, frozenset(ir.outputs) | frozenset(at), fold_batchnorm=False)
+        except QirError as exc:
+            logger.info("bias-correct: the numpy runtime cannot run %s (%s): correcting in waves", ir.name, exc)
+            return self._empirical_waves(ir, layers, original)
+        reference = self._means(original, Level.FLOAT, {v: layer.axis for v, layer in at.items()})
+        envs = [{**plan.weights, **check_feeds(ir, s)} for s in model_samples(ir, self.data, self.limit)]
+        done: dict[str, np.ndarray] = {}
+        for step in plan.steps:
+            for env in envs:
+                args = [env[v] if v else None for v in step.inputs]
+                result = apply_calibration(step.rec, args[0]) if step.fn is None else step.fn(*args, **step.kwargs)
+                for name, value in zip(step.outputs, result if type(result) is tuple else (result,)):
+                    if name:
+                        env[name] = np.asarray(value)
+            for name in step.outputs:
+                layer = at.get(name)
+                if layer is None:
+                    continue
+                delta = np.mean([_channel_mean(env[name], layer.axis) for env in envs], axis=0) - reference[name]
+                done[layer.op.name] = delta
+                for env in envs:
+                    y = env[name]
+                    env[name] = (y - scale_along(delta, layer.axis, y.ndim)).astype(y.dtype)
+            for env in envs:
+                for name in step.free:
+                    del env[name]
+        apply_edits(ir, [_corrected(layer, done[layer.op.name], ir) for layer in layers])
+        return done
+
+    def _empirical_waves(self, ir: QIR, layers: list[_Layer], original: QIR) -> dict[str, np.ndarray]:
+        """Rule 2's empirical shifts, applied wave by wave (a layer once every target layer
+        upstream of it is done; one fake-quant pass over the data per wave); returns them."""
         out = {layer.op.name: ir.op(layer.target.op).outputs[0] for layer in layers}
         reference = self._means(original, Level.FLOAT, {out[layer.op.name]: layer.axis for layer in layers})
         names = {layer.op.name for layer in layers}

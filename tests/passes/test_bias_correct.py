@@ -105,3 +105,34 @@ def test_empirical_mode_also_removes_the_shift_activation_quantization_causes():
     assert result.modified and report["changed"][0]["detail"]["mode"] == "empirical"
     assert by_weights["after"]["mse"] < by_weights["before"]["mse"]
     assert report["after"]["mse"] < 0.1 * by_weights["after"]["mse"]
+
+
+CHAIN = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,4,12,12] x) => (float[1,4,12,12] y) {
+    a = Conv <pads=[1,1,1,1]> (x, w1, b1)
+    r = Relu (a)
+    y = Conv <pads=[1,1,1,1]> (r, w2, b2)
+}
+"""
+
+
+def test_empirical_mode_in_one_pass_finds_the_shifts_of_the_wave_by_wave_correction():
+    """The one-pass correction (each layer's output corrected on every sample as soon as it is
+    computed) measures the second layer after the first is corrected, as correcting the first,
+    then measuring the second in a new fake-quant pass does: the same shifts, the same biases."""
+    from qir.passes.bias_correct import BiasCorrectPass
+
+    ir = qir.load(model_from_text(CHAIN, {"w1": (4, 4, 3, 3), "b1": (4,), "w2": (4, 4, 3, 3), "b2": (4,)}, seed=3))
+    data = [{"x": np.random.default_rng(i).standard_normal((1, 4, 12, 12)).astype(np.float32)} for i in range(3)]
+    ir = calibrate_for_nash_e(ir, data)
+    one, waves = ir.clone(), ir.clone()
+    corrector = BiasCorrectPass(data, mode="empirical", measure=False)
+    shifts = corrector._empirical(one, corrector._layers(one, []), ir)
+    expected = corrector._empirical_waves(waves, corrector._layers(waves, []), ir)
+    assert set(shifts) == set(expected) == {op.name for op in ir.ops("Conv")}
+    assert any(np.abs(v).max() > 1e-4 for v in expected.values())  # (something to correct)
+    for name in expected:
+        np.testing.assert_allclose(shifts[name], expected[name], rtol=1e-4, atol=1e-6)
+    for b in ("b1", "b2"):
+        np.testing.assert_allclose(one.weight_array(b), waves.weight_array(b), rtol=1e-4, atol=1e-6)
