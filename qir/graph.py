@@ -504,6 +504,17 @@ class QIR:
             new._cache["topo"] = [nodes[rec.name]["rec"] for rec in order]
         return new
 
+    def assign(self, other: "QIR") -> None:
+        """Make this IR hold ``other``'s model (an independent copy of its graph, records and
+        metadata): how a transform that rebuilt the model from scratch (``tune``'s transforms)
+        still returns the IR it was given. Cached values are dropped; the version moves on."""
+        copy = other.clone()
+        self.graph, self.name, self.opset_imports = copy.graph, copy.name, copy.opset_imports
+        self._inputs, self._outputs = copy._inputs, copy._outputs
+        self.meta, self.metadata_props = copy.meta, copy.metadata_props
+        self._ord_counter = copy._ord_counter
+        self.touch()
+
     def to_json(self) -> dict[str, Any]:
         """The JSON-able dump (schema in :mod:`qir.json_dump`)."""
         from qir.json_dump import to_json

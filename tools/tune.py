@@ -28,7 +28,7 @@ import json
 import shlex
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from qir.passes import get_pass
 from qir.passes.lib.latency_table import read_latency_table
 from qir.passes.tune import checked_samples
 from qir.passes.tune.target import parse_target
+from qir.passes.tune.transforms import DEFAULT_TRANSFORMS
 from qir.runtimes.engine.results import data_digest, fingerprint
 from qir.tools.emit import write_model
 from qir.tools.reports import tune as tune_report
@@ -48,6 +49,8 @@ __all__ = ["tune", "Journal", "reproduce_commands", "MODES", "JOURNAL"]
 
 MODES = ("int8", "int16", "fp16", "float")
 JOURNAL = "tune_journal.jsonl"
+#: The calibrated model the transforms stage made (the commands' start when it kept any).
+TRANSFORMED = "transformed_model.onnx"
 
 
 class Journal(MutableMapping):
@@ -109,10 +112,12 @@ def _calibrate(ir: QIR, calib_data: Any, march: str, method: str, percentile: fl
     return ir
 
 
-def reproduce_commands(calibrated: QIR, tuned: QIR, source: Path, out: Outputs) -> list[str]:
-    """Write ``reproduce/<mode>.txt`` (the calibration nodes whose mode changed) and return the
-    ``qir set-mode`` / ``qir emit`` commands that turn ``source`` (the calibrated model) into
-    ``reproduce/tuned_model.onnx`` and ``reproduce/tuned_model_qdq.onnx``."""
+def reproduce_commands(calibrated: QIR, tuned: QIR, source: Path, out: Outputs, first: Sequence[str] = ()) -> list[str]:
+    """Write ``reproduce/<mode>.txt`` (the calibration nodes whose mode changed) and
+    ``reproduce/commands.sh``, and return its commands: ``first`` (the ``qir calibrate --fixes``
+    that rebuilds a transformed ``source``), then the ``qir set-mode`` / ``qir emit`` commands that
+    turn ``source`` (the calibrated model) into ``reproduce/tuned_model.onnx`` and
+    ``reproduce/tuned_model_qdq.onnx``."""
     folder = out.path("reproduce").resolve()
     model, qdq = folder / "tuned_model.onnx", folder / "tuned_model_qdq.onnx"
     changed: dict[str, list[str]] = {m: [] for m in MODES}
@@ -123,7 +128,7 @@ def reproduce_commands(calibrated: QIR, tuned: QIR, source: Path, out: Outputs) 
             changed[c.mode.value].append(c.name)
         if c.fixed and not (before.fixed and np.array_equal(before.threshold, c.threshold)):
             thresholds.append((c.name, float(np.max(c.threshold))))
-    commands, current = [], Path(source).resolve()
+    commands, current = list(first), Path(source).resolve()
     for mode, names in changed.items():
         if names:
             out.write_text(f"reproduce/{mode}.txt", "".join(n + "\n" for n in names))
@@ -146,7 +151,8 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
          method: str = "max", percentile: float = 99.99, save_dir: str | Path | None = None, overwrite: bool = False,
          resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
          sensitivity_samples: int | None = None, integer: bool = True, check_data: Any = None,
-         latency_table: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+         latency_table: str | Path | None = None, transforms: Sequence[str] | None = DEFAULT_TRANSFORMS,
+         progress: bool = True) -> dict[str, Any]:
     """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the
     cheapest configuration of ``march`` that meets ``target`` on ``eval_data`` (see the module
     docstring and :mod:`qir.passes.tune`). Returns the pass's report (without the ONNX model),
@@ -159,7 +165,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     out = None
     if save_dir is not None:
         out = Outputs(save_dir, overwrite=overwrite)
-        out.plan("tuned_model.onnx", "tuned_model_qdq.onnx", *tune_report.FILES,
+        out.plan("tuned_model.onnx", "tuned_model_qdq.onnx", TRANSFORMED, *tune_report.FILES,
                  *(f"reproduce/{m}.txt" for m in MODES), "reproduce/commands.sh")
         out.plan(JOURNAL, replace=resume)
         if own_calibrated:
@@ -172,14 +178,16 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     calibrated = ir.clone()
     store = None
     if out is not None:
-        analysis = fingerprint(ir, [], len(eval_samples), [target.text, march, allow_float, "tune-1"],
+        analysis = fingerprint(ir, [], len(eval_samples), [target.text, march, allow_float, "tune-2", *(transforms or ())],
                                data_digest(eval_samples))
         store = Journal(out.path(JOURNAL), analysis, resume=resume)
         out.adopt(JOURNAL)
-    result = get_pass("tune", target=target, eval_data=eval_samples, calib_data=calib_data, march=march,
+    tuner = get_pass("tune", target=target, eval_data=eval_samples, calib_data=calib_data, march=march,
                       allow_float=allow_float, threads=threads, sensitivity_samples=sensitivity_samples, integer=integer,
-                      check_data=check_samples, store=store, progress=progress, latency_table=table)(ir)
-    report = result.report
+                      check_data=check_samples, store=store, progress=progress, latency_table=table,
+                     transforms=transforms)
+    result = tuner(ir)
+    ir, report = result.ir, result.report
     emitted = (report.get("verification") or {}).pop("model", None)
     if out is None:
         return report
@@ -187,13 +195,22 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
         source = out.write("calibrated_model.onnx", lambda tmp: _save(calibrated, tmp))
     else:
         source = Path(model)
+    rebuilt = []
+    if tuner.transformed is not None:  # the search worked on the transformed model: the commands start there
+        source = out.write(TRANSFORMED, lambda tmp: _save(tuner.transformed, tmp))
+        calibrated = tuner.transformed
+        if isinstance(model, (str, Path)) and needs_calibration and isinstance(calib_data, (str, Path)):
+            source = out.path("reproduce").resolve() / TRANSFORMED  # (rebuilt there by the first command)
+            rebuilt = [f"qir calibrate {shlex.quote(str(Path(model).resolve()))} "
+                       f"{shlex.quote(str(Path(calib_data).resolve()))} -o {shlex.quote(str(source))} --march {march} "
+                       f"--method {method} --fixes {shlex.quote(','.join(report['transforms']['chosen']))} --force"]
     files = [out.write("tuned_model.onnx", lambda tmp: _save(ir, tmp))]
     if emitted is None:
         from qir.io.qdq_export import export_qdq
 
         emitted = export_qdq(ir)
     files.append(write_model(emitted, "tuned_model_qdq.onnx", outputs=out))
-    report["commands"] = reproduce_commands(calibrated, ir, source, out)
+    report["commands"] = reproduce_commands(calibrated, ir, source, out, first=rebuilt)
     tune_report.write_report(report, out)
     report["files"] = [str(p) for p in files] + [str(out.path(f)) for f in tune_report.FILES]
     return report

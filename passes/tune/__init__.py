@@ -75,7 +75,7 @@ import logging
 import math
 import time
 from dataclasses import replace
-from typing import Any, MutableMapping
+from typing import Any, MutableMapping, Sequence
 
 from qir.data import model_samples
 from qir.errors import InputError
@@ -91,6 +91,7 @@ from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, 
 from qir.passes.tune.space import Config, Space
 from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, Target, parse_target
+from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
 from qir.passes.tune.verify import check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
@@ -183,7 +184,8 @@ class TunePass(Pass):
                  threads: int | None = None, points: int = 1, batch: int = 4, max_rounds: int = 12,
                  sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True,
-                 latency_table: LatencyTable | None = None) -> None:
+                 latency_table: LatencyTable | None = None,
+                 transforms: Sequence[str] | None = DEFAULT_TRANSFORMS) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
         if points < 1 or batch < 1 or max_rounds < 1:
@@ -192,8 +194,11 @@ class TunePass(Pass):
         self.runtime, self.threads, self.points, self.batch, self.max_rounds = runtime, threads, points, batch, max_rounds
         self.verify, self.integer, self.store, self.progress = verify, integer, store, progress
         self.sensitivity_samples, self.check_data, self.latency_table = sensitivity_samples, check_data, latency_table
+        self.transforms = tuple(transforms or ())
         self.options = {"target": self.target.text, "march": self.profile.name, "allow_float": allow_float}
         self._floats: list[dict] | None = None  # the float model's outputs on the evaluation data, once verified
+        self._original: QIR | None = None  # the model as given, when the transforms replaced it (the float reference)
+        self.transformed: QIR | None = None
 
     # ------------------------------------------------------------------ run
     def run(self, ir: QIR) -> PassResult:
@@ -204,10 +209,21 @@ class TunePass(Pass):
         self.target.compared(ir)  # (a value the target names that the model lacks: one error before any work)
         samples = checked_samples(ir, self.eval_data, self.eval_num)
         self._floats = None
-        space = Space(ir, self.profile, allow_float=self.allow_float, latency_table=self.latency_table)
+        stage = reference = None
+        if self.transforms and self.calib_data is not None:  # step 0: better int8 before any precision
+            model, stage = choose_transforms(ir, self.calib_data, samples, self.target, march=self.profile.name,
+                                             space_of=self._space, candidates=self.transforms, runtime=self.runtime,
+                                             progress=self.progress)
+            if model is not ir:
+                reference = ir.clone()  # (scores stay against the float model as given)
+                ir.assign(model)  # (the search, and the result, are the transformed model)
+        #: The model the precision search started from (the transforms' result; None when none was kept).
+        self.transformed = ir.clone() if stage is not None and stage.chosen else None
+        space = self._space(ir)
         base = space.apply(ir.clone(), space.start())
+        self._original = reference
         ev = Evaluator(base, space, self.target, samples, store=self.store, progress=self.progress,
-                       runtime=self.runtime, threads=self.threads)
+                       runtime=self.runtime, threads=self.threads, reference=reference)
         found = checked = None
         try:
             for attempt in range(1 + INTEGER_RETRIES):
@@ -250,6 +266,8 @@ class TunePass(Pass):
             ev.close()
         space.apply(ir, found.final)
         report = summarize(ev, found, self.profile, self.allow_float)
+        if stage is not None:
+            report["transforms"] = stage.to_json()
         if found.search_target != self.target:
             report["search_target"] = found.search_target.text
         if found.backtracked:
@@ -258,9 +276,13 @@ class TunePass(Pass):
             report["verification"] = checked
             if self.check_data is not None:
                 unseen = checked_samples(ir, self.check_data, what="the check data")
-                report["unseen"] = check_unseen(ir, checked["model"], unseen, self.target, threads=self.threads)
+                report["unseen"] = check_unseen(reference or ir, checked["model"], unseen, self.target,
+                                                threads=self.threads)
         report["seconds"] = round(time.perf_counter() - start, 2)
         return PassResult(ir, True, report)
+
+    def _space(self, ir: QIR) -> Space:
+        return Space(ir, self.profile, allow_float=self.allow_float, latency_table=self.latency_table)
 
     # ------------------------------------------------------------------ the stages
     def _search(self, ev: Evaluator, space: Space, base: QIR, stages) -> TuneState:
@@ -319,7 +341,7 @@ class TunePass(Pass):
             return score, None
         tuned = space.apply(ir.clone(), config)
         if self._floats is None:  # (the float model's outputs: the same for every configuration verified)
-            self._floats = float_outputs(tuned, samples, self.target.values)
+            self._floats = float_outputs(self._original or tuned, samples, self.target.values)
         checked = verify(tuned, samples, self.target, score.mean, threads=self.threads, floats=self._floats,
                          march=self.profile.name if self.integer else None, stop_at_floor=quick)
         return score, checked
@@ -460,7 +482,8 @@ class TunePass(Pass):
             return ev.score(configs, stage, around)
         sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
                         prefix=f"samples {picked}: ", progress=self.progress, costs=ev.costs,
-                        floats=[ev.floats()[i] for i in picked] if ev.whole_runs else None, **ev.engine_options)
+                        floats=[ev.floats()[i] for i in picked] if ev.whole_runs or ev.reference else None,
+                        reference=ev.reference, **ev.engine_options)
         try:
             return sub.score(configs, stage, around)
         finally:

@@ -61,8 +61,12 @@ class Evaluator:
 
     def __init__(self, base: QIR, space: Space, target: Target, samples: Sequence[dict], *,
                  store: MutableMapping[str, Any] | None = None, prefix: str = "", progress: bool = True,
-                 floats: Sequence[dict] | None = None, costs: dict | None = None, **engine_options: Any) -> None:
+                 floats: Sequence[dict] | None = None, costs: dict | None = None, reference: QIR | None = None,
+                 **engine_options: Any) -> None:
         self.base, self.space, self.target, self.samples = base, space, target, samples
+        #: The model whose float outputs every score is against (None: ``base``'s own; tune's
+        #: transforms give the model as it was before them, whose float function bias correction moves).
+        self.reference = reference
         self.store = store if store is not None else {}
         self.prefix = prefix  # of the store's keys: evaluators on other samples share a store
         self.engine_options = engine_options
@@ -89,7 +93,7 @@ class Evaluator:
                                 compare=self.target.compared(self.base),
                                 reference_changes=reference_changes, steps_when_mixed=True,
                                 **self.engine_options).checked()
-        floats = self.floats if options.runtime == Runtime.ORT else None
+        floats = self.floats if options.runtime == Runtime.ORT or self.reference is not None else None
         return Engine(self.base, self.samples, options, float_baselines=floats, costs=self.costs)
 
     def close(self) -> None:
@@ -178,7 +182,8 @@ class Evaluator:
         if self._floats is None:
             rt = get_runtime(Runtime.ORT, level=Level.FLOAT, threads=1, optimization=self._optimization(),
                              layout_stable=True)
-            self._floats = [run_whole(self.base, s, self.target.compared(self.base), rt) for s in self.samples]
+            model = self.reference or self.base
+            self._floats = [run_whole(model, s, self.target.compared(model), rt) for s in self.samples]
         return self._floats
 
     def _optimization(self) -> str:

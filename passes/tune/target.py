@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 from qir import metrics as qmetrics
 from qir.errors import InputError, did_you_mean
 
-__all__ = ["Score", "Target", "parse_target", "SYNTAX"]
+__all__ = ["Score", "Target", "parse_target", "SYNTAX", "PERFECT"]
 
 ALIASES = {"cosine": "cosine-similarity", "cos": "cosine-similarity"}
 SYNTAX = ("write METRIC>=VALUE or METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3' (metrics: cosine, "
@@ -40,7 +40,8 @@ SYNTAX = ("write METRIC>=VALUE or METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e
           "in Python also (fn, '>=', value) or (fn, '>=', value, worst) with fn(outputs, index) -> float")
 _TEXT = re.compile(r"^\s*([A-Za-z][\w-]*)\s*(>=|<=)\s*([^\s,]+)\s*(?:,\s*worst\s*(>=|<=)\s*(\S+)\s*)?$", re.IGNORECASE)
 #: The value a metric takes for a perfect match (cosine 1, errors 0); SQNR has none (infinite).
-_PERFECT = {"cosine-similarity": 1.0, "mse": 0.0, "mre": 0.0, "l1": 0.0, "atol": 0.0, "chebyshev": 0.0, "kl": 0.0}
+#: The value of each metric at a perfect match.
+PERFECT = {"cosine-similarity": 1.0, "mse": 0.0, "mre": 0.0, "l1": 0.0, "atol": 0.0, "chebyshev": 0.0, "kl": 0.0}
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class Target:
         moves one quantization step, and int8 layers after it carry that on. On PP-OCRv4 det with
         36 int8 GEMMs this came to 1.0% of the distance to cosine 1; a wrong mode or scale in
         the emitted model moves it by far more."""
-        perfect = _PERFECT.get(self.metric) if isinstance(self.metric, str) else None
+        perfect = PERFECT.get(self.metric) if isinstance(self.metric, str) else None
         scale = abs(value - perfect) * 0.02 if perfect is not None else abs(value) * 1e-3
         return max(scale, 1e-9)
 

@@ -52,6 +52,8 @@ def _configured(ir: qir.QIR, modes: dict[str, str]) -> qir.QIR:
 
 
 def _tune(ir: qir.QIR, target, **options):
+    """The precision search alone (the transforms stage is tested in test_tune_transforms.py)."""
+    options.setdefault("transforms", None)
     return get_pass("tune", target=target, eval_data=EVAL, calib_data=DIGITS_DATA, progress=False, **options)(ir)
 
 

@@ -106,6 +106,35 @@ def _time_line(r: dict[str, Any]) -> str:
     return text
 
 
+def _transform_lines(r: dict[str, Any]) -> list[str]:
+    """The transforms stage: each trial's all-int8 score and gain, and what was kept."""
+    stage = r.get("transforms")
+    if not stage:
+        return []
+    base = stage["baseline"]
+    if stage.get("skipped"):
+        return ["", f"== transforms before precision: none tried ({stage['skipped']})"]
+    lines = ["", "== transforms before precision (on the evaluation samples: all-int8, its gain over the model as given, "
+             "and the float function against the model as given, which must keep half the target's distance to a perfect "
+             "match)",
+             f"  {'transforms':<48}{'mean':>12}{'worst':>12}{'gain':>12}{'float mean':>12}{'float worst':>12}{'s':>8}"
+             "  helps  sites",
+             f"  {'(none: the model as given)':<48}{base['mean']:>12.6g}{base['worst']:>12.6g}{0.0:>12.4g}"
+             f"{base['float']['mean']:>12.6g}{base['float']['worst']:>12.6g}"]
+    for t in stage["trials"]:
+        name = ",".join(t["transforms"])
+        if t.get("error"):
+            lines.append(f"  {name:<48}could not run: {t['error']}")
+            continue
+        sites = ", ".join(f"{k} {v}" for k, v in t["sites"].items())
+        lines.append(f"  {name:<48}{t['mean']:>12.6g}{t['worst']:>12.6g}{t['gain']:>12.4g}{t['float']['mean']:>12.6g}"
+                     f"{t['float']['worst']:>12.6g}{t['seconds']:>8.1f}  {'yes' if t['helps'] else 'no':<5}  {sites}")
+    lines.append(f"kept: {', '.join(stage['chosen']) or 'none (no transform beat the model as given)'}; "
+                 f"{stage['seconds']:.1f} s; the search below worked on " +
+                 ("the transformed model (transformed_model.onnx)" if stage["chosen"] else "the model as given"))
+    return lines
+
+
 def format_report(report: dict[str, Any]) -> str:
     """``tune_report.txt``."""
     r = report
@@ -113,6 +142,7 @@ def format_report(report: dict[str, Any]) -> str:
              outcome(r), "", "== configurations (ms: estimated time on the march by the latency model; time and FLOPs: "
              "the estimated time and the FLOP-weighted cost, relative to the calibrated start)"]
     lines += _bounds_lines(r)
+    lines += _transform_lines(r)
     ratio = r["ratio_search"]
     lines += ["", f"result: {r['raised']} unit(s) raised, {len([c for c in r['changes'] if c['reason'] == 'clipping'])} "
                   f"fixed threshold(s); {_time_line(r)}"]

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import argparse
 
+from qir.passes.tune.transforms import DEFAULT_TRANSFORMS
 from qir.tools.cli.options import add_force, add_input_shape, add_march, positive_int
 
 ORDER = 45  # after the debugger commands: the repair step
 
 #: The exit code when the target is not reached, or verification disagrees with the search.
 EXIT_NOT_REACHED = 3
+
+
+def parse_transforms(text: str) -> list[str]:
+    """``--transforms``: pipeline spellings (``smooth,bias-correct{mode=empirical}``), one per transform."""
+    from qir.errors import InputError
+    from qir.passes import parse_pipeline
+    from qir.passes.tune.transforms import KNOWN_TRANSFORMS
+
+    steps = parse_pipeline(text)
+    unknown = [name for name, _ in steps if name not in KNOWN_TRANSFORMS]
+    if unknown:
+        raise InputError(f"--transforms: unknown transform {unknown[0]!r}; choose from {', '.join(KNOWN_TRANSFORMS)} "
+                         "(comma-separated, options in braces: bias-correct{mode=empirical}), or 'none'")
+    return [name + ("{" + ",".join(f"{k}={v}" for k, v in opts.items()) + "}" if opts else "") for name, opts in steps]
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -23,6 +38,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   input_shapes=shapes, eval_num=args.data_num, threads=args.threads,
                   sensitivity_samples=args.sensitivity_samples,
                   integer=args.integer, check_data=args.check, latency_table=args.latency_table,
+                  transforms=None if args.transforms.strip().lower() == "none" else parse_transforms(args.transforms),
                   progress=not args.quiet)
     ms = report["time_ms"]
     print(outcome(report))
@@ -69,6 +85,10 @@ def add_commands(sub) -> None:
                         "must meet the target there too)")
     p.add_argument("--check", metavar="DATA", help="samples the search never sees (not the evaluation data): the "
                                                   "result is run on them too and the report says whether it holds there")
+    p.add_argument("--transforms", default=",".join(DEFAULT_TRANSFORMS), metavar="NAMES",
+                   help="repair transforms tried before any precision is raised, each alone, then the helpful ones "
+                        "together; the best is kept when it beats the model as given on the evaluation data "
+                        "(comma-separated, options in braces; 'none' to skip; default: %(default)s)")
     p.add_argument("--latency-table", metavar="FILE",
                    help="measured per-op times (CSV: op name or type, input precision, weight precision, time) that "
                         "replace the latency model's estimate where they match (see qir profile --cost)")

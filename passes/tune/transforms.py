@@ -1,0 +1,306 @@
+"""Tune's first stage: make int8 better before spending precision.
+
+The repair transforms (``smooth``, ``equalize``: on the float model, before calibration;
+``bias-correct`` in both modes: on the calibrated one) each change the model's weights, so
+each is tried on a rebuilt model: the calibrated IR's float model (its calibration nodes taken
+out, fusions kept), the float transforms, ``insert-calibration`` and ``calibrate`` again with
+the method the IR was calibrated with (``ir.meta["calibration"]``) on the calibration data,
+then the calibrated transforms. Candidates are scored all-int8 (every unit at its first level,
+calibrated thresholds, as the search starts) on the **evaluation** samples against the float
+outputs of the model as given (the float transforms keep them; bias correction moves the
+float model by design, towards the quantized one, and is judged against the original).
+
+Rules:
+
+0. Nothing is tried when the model as given meets the target all-int8 (there is no precision to save).
+1. Each candidate alone; one *helps* when its all-int8 score beats the model as given by more
+   than two measurements of one configuration may differ (the target's
+   :meth:`~.target.Target.gain` above :meth:`~.target.Target.tolerance` of the model's score: 2%
+   of its distance to a perfect match) **and** it keeps what precision can reach. A transform
+   that folds activation quantization's error into the weights (bias-correct's empirical mode)
+   must leave the transformed model's float function, against the float model as given, within
+   half the target's distance to a perfect match (:func:`_float_reach`): raising those
+   activations no longer makes that error up, it adds the correction's own (on the digits
+   example with kl calibration, all-int8 0.74 -> 0.91 but the float function 1 -> 0.96, under a
+   target of 0.9999). The others keep the float function (smooth, equalize) or correct what
+   raising activations does not remove (the weights' own error: bias-correct's default mode).
+2. The helpful ones combined greedily, best first: a candidate joins when the combination
+   with it beats the combination without it. Two modes of one transform never go together.
+3. The best combination (or the model as given, when none helps) is what the precision search
+   then works on. Every trial is reported (score, gain, sites changed, seconds).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from qir.data import model_samples
+from qir.errors import InputError, QirError
+from qir.execution import Level, Runtime
+from qir.graph import QIR
+from qir.kinds import CalibRole
+from qir.passes.base import get_pass
+from qir.passes.manager import parse_pipeline
+from qir.passes.tune.target import PERFECT, Score, Target
+from qir.passes.tune.verify import float_outputs, sample_values
+from qir.runtimes.base import check_feeds, get_runtime
+from qir.runtimes.progress import task
+
+__all__ = ["DEFAULT_TRANSFORMS", "KNOWN_TRANSFORMS", "TransformTrial", "TransformStage", "float_model", "rebuild",
+           "choose_transforms"]
+
+logger = logging.getLogger(__name__)
+
+#: What tune tries by default, each alone first (rule 1).
+DEFAULT_TRANSFORMS = ("smooth", "equalize", "bias-correct", "bias-correct{mode=empirical}")
+#: Every transform the stage knows (``round-weights`` where that pass is installed).
+KNOWN_TRANSFORMS = ("smooth", "equalize", "bias-correct", "round-weights")
+#: Transforms that run on the calibrated model (the others run on the float model before calibration).
+AFTER_CALIBRATION = ("bias-correct", "round-weights")
+
+
+@dataclass(frozen=True)
+class TransformTrial:
+    """One candidate: the transforms (pipeline spellings, in the order they run), its all-int8
+    score on the evaluation samples, its gain over the model as given, the sites each transform
+    changed, and the seconds it took to build and score; ``error``: why it could not be built."""
+
+    transforms: tuple[str, ...]
+    mean: float
+    worst: float
+    gain: float
+    sites: tuple[tuple[str, int], ...] = ()
+    seconds: float = 0.0
+    error: str | None = None
+    float_mean: float = float("nan")  # the transformed float model against the float model as given
+    float_worst: float = float("nan")
+    helps: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"transforms": list(self.transforms), "mean": self.mean, "worst": self.worst, "gain": self.gain,
+                "float": {"mean": self.float_mean, "worst": self.float_worst}, "helps": self.helps,
+                "sites": dict(self.sites), "seconds": round(self.seconds, 2), **({"error": self.error} if self.error else {})}
+
+
+@dataclass
+class TransformStage:
+    """What the stage tried and kept: ``baseline`` (the model as given, all-int8), ``trials``
+    (each candidate alone, then the combinations), ``chosen`` (what the search works on; empty:
+    the model as given)."""
+
+    baseline: TransformTrial
+    trials: list[TransformTrial] = field(default_factory=list)
+    chosen: tuple[str, ...] = ()
+    seconds: float = 0.0
+    skipped: str | None = None  # why no candidate was tried
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline": self.baseline.to_json(), "trials": [t.to_json() for t in self.trials],
+                "chosen": list(self.chosen), "seconds": round(self.seconds, 2),
+                **({"skipped": self.skipped} if self.skipped else {})}
+
+
+def float_model(ir: QIR) -> QIR:
+    """A copy of the calibrated ``ir`` with its calibration nodes taken out (each node's readers
+    read its input again): the float model it was calibrated from, after fold-bn and fuse."""
+    out = ir.clone()
+    for cal in out.calibrations():
+        if cal.output in out.outputs:
+            raise InputError(f"the calibration node {cal.name!r} makes the graph output {cal.output!r}: its float "
+                             "model would rename that output, so the transforms cannot be tried on it")
+        out.replace_uses(cal.output, cal.input)
+        out.remove_node(cal.name)
+        if out.has_value(cal.output):
+            out.remove_value(cal.output)
+    return out
+
+
+def _steps(transforms: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    steps = [step for text in transforms for step in parse_pipeline(text)]
+    from qir.passes.base import PASSES
+
+    unknown = [name for name, _ in steps if name not in KNOWN_TRANSFORMS or name not in PASSES]
+    if unknown:
+        raise InputError(f"tune: unknown transform {unknown[0]!r}; choose from "
+                         f"{', '.join(n for n in KNOWN_TRANSFORMS if n in PASSES)} (options in braces: "
+                         "bias-correct{mode=empirical})")
+    return steps
+
+
+def rebuild(ir: QIR, transforms: Sequence[str], calib_data: Any, *, march: str) -> tuple[QIR, dict[str, int]]:
+    """The calibrated ``ir`` rebuilt with ``transforms`` (see the module docstring). Returns it
+    and the number of sites each transform changed.
+
+    Without a float transform, the calibrated transforms run on a copy of ``ir``. With one, the
+    float model is transformed, ``insert-calibration`` puts the calibration nodes back, and only
+    those whose value the float transforms changed are calibrated again (as ``ir`` was: its
+    method, on ``calib_data``); every other node keeps ``ir``'s state, since the transforms keep
+    the float function and its value is the same (checked on the first calibration sample)."""
+    steps = _steps(transforms)
+    before = [(n, o) for n, o in steps if n not in AFTER_CALIBRATION]
+    after = [(n, o) for n, o in steps if n in AFTER_CALIBRATION]
+    sites: dict[str, int] = {}
+    if not before:
+        model = ir.clone()
+    else:
+        original = float_model(ir)
+        model = original.clone()
+        for name, options in before:
+            result = get_pass(name, **{"data": calib_data, "march": march, **options})(model)
+            sites[name] = len(result.report.get("changed", []))
+        _recalibrated(ir, original, model, calib_data, march)
+    for name, options in after:
+        result = get_pass(name, **{"data": calib_data, "march": march, "measure": False, **options})(model)
+        sites[name] = len(result.report.get("changed", []))
+    return model, sites
+
+
+def _recalibrated(ir: QIR, original: QIR, model: QIR, calib_data: Any, march: str) -> None:
+    """``model`` (``original``'s float model, transformed) calibrated: its activation nodes on
+    values the transforms left as they were take ``ir``'s state, the others are calibrated with
+    ``ir``'s method on ``calib_data``."""
+    calibration = ir.meta.get("calibration") or {}
+    get_pass("insert-calibration", march=march)(model)
+    given = {c.name: c for c in ir.calibrations(CalibRole.ACTIVATION)}
+    nodes = [c for c in model.calibrations(CalibRole.ACTIVATION)
+             if c.name in given and given[c.name].input == c.input and not given[c.name].fixed]
+    same = _unchanged(original, model, calib_data, sorted({c.input for c in nodes}))
+    kept = [c for c in nodes if c.input in same]
+    for c in kept:
+        g = given[c.name]
+        model.set_calibration(c.name, threshold=g.threshold, axis=g.axis, fixed=True)
+        c.meta.update({k: v for k, v in g.meta.items() if k in ("calibration", "histogram")})
+    get_pass("calibrate", data=calib_data, method=calibration.get("method", "max"),
+             percentile=calibration.get("percentile", 99.99), progress=False)(model)
+    for c in kept:
+        model.set_calibration(c.name, fixed=False)
+    for c in model.calibrations(CalibRole.ACTIVATION):  # (what the user fixed stays fixed, at their threshold)
+        if c.name in given and given[c.name].fixed:
+            model.set_calibration(c.name, threshold=given[c.name].threshold, axis=given[c.name].axis, fixed=True)
+    logger.debug("tune: transforms changed %d of %d calibrated values", len(nodes) - len(kept), len(nodes))
+
+
+def _unchanged(original: QIR, model: QIR, calib_data: Any, values: Sequence[str]) -> set[str]:
+    """``values`` the float ``model`` computes as ``original`` does on the first calibration sample."""
+    if not values:
+        return set()
+    sample = check_feeds(original, next(iter(model_samples(original, calib_data, 1))))
+    rt = get_runtime(Runtime.ORT, level=Level.FLOAT)
+    a, b = rt.run(original, sample, capture=values), rt.run(model, sample, capture=values)
+    same = set()
+    for v in values:
+        x, y = np.asarray(a[v], np.float64), np.asarray(b[v], np.float64)
+        if x.shape == y.shape and np.allclose(x, y, rtol=1e-5, atol=1e-6 * max(float(np.abs(x).max(initial=0.0)), 1e-12)):
+            same.add(v)
+    return same
+
+
+def _all_int8(ir: QIR, space_of) -> QIR:
+    """``ir`` with every unit at its first level and its calibrated threshold."""
+    space = space_of(ir)
+    return space.apply(ir.clone(), space.plain_start())
+
+
+def _folds_activation_error(transform: str) -> bool:
+    """Whether ``transform`` folds the error of activation quantization into the weights
+    (bias-correct's empirical mode): raising those activations then no longer makes it up."""
+    (name, options), = parse_pipeline(transform)
+    return name == "bias-correct" and options.get("mode") == "empirical"
+
+
+def _float_reach(target: Target) -> Target:
+    """What a transformed model's float function must meet: half the target's distance to a
+    perfect match (cosine 1, an error 0), on the mean and on the floor, so that precision has the
+    other half to spend; the target itself for a metric without a perfect value."""
+    perfect = PERFECT.get(target.metric) if isinstance(target.metric, str) else None
+    if perfect is None:
+        return target
+    by = abs(perfect - target.threshold) / 2
+    return target.tightened(by, None if target.floor is None else abs(perfect - target.floor) / 2)
+
+
+def _score(model: QIR, target: Target, samples: Sequence[dict], floats: Sequence[dict], runtime: str,
+           level: Level = Level.FAKEQUANT) -> Score:
+    rt = get_runtime(runtime, level=level)
+    outs = [rt.run(model, check_feeds(model, s), capture=target.values) for s in samples]
+    return Score(*sample_values(model, target, floats, outs))
+
+
+def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target: Target, *, march: str, space_of,
+                      candidates: Sequence[str] = DEFAULT_TRANSFORMS, runtime: str = Runtime.ORT,
+                      progress: bool = True) -> tuple[QIR, TransformStage]:
+    """The stage (see the module docstring) on the calibrated ``ir`` (not changed): returns the
+    model the search should work on (``ir`` itself when nothing helps) and what was tried.
+    ``space_of(ir)`` gives the search's :class:`~.space.Space` of a model (its start levels)."""
+    start = time.perf_counter()
+    if not ir.calibrations(CalibRole.WEIGHT):
+        raise InputError("tune's transforms need a calibrated model with weight calibration nodes")
+    floats = float_outputs(ir, samples, target.values)
+
+    def scores(model: QIR) -> tuple[Score, Score]:  # all-int8, and the float function
+        return (_score(_all_int8(model, space_of), target, samples, floats, runtime),
+                _score(model, target, samples, floats, runtime, level=Level.FLOAT))
+
+    int8, upper = scores(ir)
+    base = TransformTrial((), int8.mean, target.worst(int8.samples)[1], 0.0,
+                          float_mean=upper.mean, float_worst=target.worst(upper.samples)[1])
+    stage = TransformStage(base)
+    models: dict[tuple[str, ...], tuple[QIR, Score]] = {(): (ir, int8)}
+    if target.met(int8):  # all-int8 already meets it: no precision to save
+        stage.seconds = time.perf_counter() - start
+        stage.skipped = "all-int8 meets the target already"
+        return ir, stage
+    bar = task("tune: transforms", len(candidates), unit="candidates", enabled=progress)
+    reach = _float_reach(target)
+
+    def keeps_the_bound(transforms: tuple[str, ...], score: Score) -> bool:  # (rule 1)
+        return reach.met(score) or not any(_folds_activation_error(t) for t in transforms)
+
+    def trial(transforms: tuple[str, ...], than: Score) -> bool:
+        """Build and score ``transforms``; whether they beat ``than`` all-int8 and keep the bound."""
+        began = time.perf_counter()
+        try:
+            model, sites = rebuild(ir, transforms, calib_data, march=march)
+            got, bound = scores(model)
+        except (QirError, ValueError) as exc:  # a transform that cannot run here is reported, not fatal
+            stage.trials.append(TransformTrial(transforms, float("nan"), float("nan"), float("nan"),
+                                               seconds=time.perf_counter() - began, error=str(exc)))
+            logger.info("tune: transforms %s could not be tried: %s", ",".join(transforms), exc)
+            return False
+        helps = target.gain(got, than) > target.tolerance(than.mean) and keeps_the_bound(transforms, bound)
+        stage.trials.append(TransformTrial(transforms, got.mean, target.worst(got.samples)[1], target.gain(got, int8),
+                                           tuple(sorted(sites.items())), time.perf_counter() - began,
+                                           float_mean=bound.mean, float_worst=target.worst(bound.samples)[1],
+                                           helps=helps))
+        models[transforms] = (model, got)
+        return helps
+
+    helped = []
+    for text in candidates:
+        if trial((text,), int8):
+            helped.append((target.gain(models[(text,)][1], int8), text))
+        bar.update(1)
+    bar.close()
+    helped.sort(key=lambda x: -x[0])
+    chosen: tuple[str, ...] = (helped[0][1],) if helped else ()
+    for _, text in helped[1:]:
+        if parse_pipeline(text)[0][0] in {parse_pipeline(t)[0][0] for t in chosen}:
+            continue  # (one mode of a transform at most)
+        combined = _ordered(chosen + (text,), candidates)
+        if trial(combined, models[chosen][1]):
+            chosen = combined
+    stage.chosen = chosen
+    stage.seconds = time.perf_counter() - start
+    logger.info("tune: transforms kept: %s (all-int8 %s -> %s)", ", ".join(chosen) or "none", target.shown(int8),
+                target.shown(models[chosen][1]))
+    return models[chosen][0], stage
+
+
+def _ordered(transforms: tuple[str, ...], candidates: Sequence[str]) -> tuple[str, ...]:
+    """``transforms`` in the order the pipeline runs them (float ones first, then as listed)."""
+    rank = {t: i for i, t in enumerate(candidates)}
+    return tuple(sorted(transforms, key=lambda t: (parse_pipeline(t)[0][0] in AFTER_CALIBRATION, rank.get(t, 0))))

@@ -1,0 +1,168 @@
+"""tune's transforms stage: a transform that makes all-int8 better is kept before any precision is
+raised (and saves the raises it makes unneeded); one that changes nothing is not; a calibrated
+model is rebuilt as it was calibrated; the files say what was kept and the commands rebuild it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+import qir
+from qir.passes import get_pass
+from qir.passes.tune.space import Space
+from qir.passes.tune.target import parse_target
+from qir.passes.tune.transforms import choose_transforms, float_model, rebuild
+from qir.runtimes.march import get_profile
+
+from ..conftest import calibrate_for_nash_e
+from .test_bias_correct import depthwise, samples
+
+NASH_E = get_profile("nash-e")
+
+
+def _space(ir):
+    return Space(ir, NASH_E)
+
+
+def _cosine(ir, data):
+    """All-int8 mean cosine of ``ir`` against the float depthwise model, on ``data``."""
+    ref = depthwise()
+    return float(np.mean([qir.metrics.cosine_similarity(qir.run(ref, s, level="float")["y"], qir.run(ir, s)["y"])
+                          for s in data]))
+
+
+def test_a_calibrated_model_is_rebuilt_as_it_was_calibrated():
+    data = samples()
+    ir = calibrate_for_nash_e(depthwise(), data, method="mse")
+    stripped = float_model(ir)
+    assert not stripped.calibrations() and [op.name for op in stripped.ops()] == [op.name for op in ir.ops()]
+    again, sites = rebuild(ir, [], data, march="nash-e")
+    assert sites == {}
+    assert {c.name: float(np.max(c.threshold)) for c in again.calibrations()} == \
+        pytest.approx({c.name: float(np.max(c.threshold)) for c in ir.calibrations()})
+
+
+def test_a_float_transform_recalibrates_only_the_values_it_changed():
+    """smooth changes the LayerNorm's output (X / s) and nothing else of the float function: the
+    rebuilt model's thresholds are what calibrating the smoothed float model from scratch gives,
+    the unchanged values' copied from the model as given."""
+    from .test_smooth import LN_MATMUL, planted
+    from .test_smooth import samples as ln_samples
+
+    data = ln_samples()
+    ir = calibrate_for_nash_e(planted(LN_MATMUL), data, method="mse")
+    model, sites = rebuild(ir, ["smooth"], data, march="nash-e")
+    assert sites == {"smooth": 1}
+    scratch = planted(LN_MATMUL)
+    get_pass("smooth", data=data)(scratch)
+    calibrate_for_nash_e(scratch, data, method="mse")
+    got = {c.name: np.asarray(c.threshold) for c in model.calibrations()}
+    want = {c.name: np.asarray(c.threshold) for c in scratch.calibrations()}
+    assert got.keys() == want.keys()
+    for name in got:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+    given = {c.name: float(np.max(c.threshold)) for c in ir.calibrations("activation")}
+    moved = [n for n in given if not np.isclose(given[n], float(np.max(got[n])), rtol=1e-5)]
+    assert moved == ["n_calib"]  # (only the smoothed activation's range moved)
+    assert not any(c.fixed for c in model.calibrations())
+
+
+def test_bias_correction_is_kept_before_precision_and_saves_the_raises():
+    calib, evaluation = samples(4), [{"x": s["x"] + 0.01} for s in samples(3)]
+    ir = calibrate_for_nash_e(depthwise(), calib)
+    corrected, _ = rebuild(ir, ["bias-correct"], calib, march="nash-e")
+    before, after = _cosine(ir, evaluation), _cosine(corrected, evaluation)
+    assert after > before  # (the planted case: the correction helps on data it was not fitted on)
+    target = f"cosine>={(before + after) / 2!r}"
+    model, stage = choose_transforms(ir, calib, evaluation, parse_target(target), march="nash-e", space_of=_space,
+                                     candidates=("equalize", "bias-correct"), progress=False)
+    assert stage.chosen == ("bias-correct",)
+    trials = {t.transforms: t for t in stage.trials}
+    assert trials[("equalize",)].gain == pytest.approx(0.0, abs=1e-9) and dict(trials[("equalize",)].sites) == {"equalize": 0}
+    assert trials[("bias-correct",)].gain > 0 and model is not ir
+    assert ir.weight_array(ir.op("Conv_0").inputs[2]) is not None  # (the given model is not changed)
+
+    common = dict(eval_data=evaluation, calib_data=calib, march="nash-e", progress=False)
+    given = ir.clone()
+    with_stage = get_pass("tune", target=target, **common)(given)
+    assert with_stage.ir is given
+    without = get_pass("tune", target=target, transforms=None, **common)(ir.clone())
+    assert with_stage.report["reached"] and without.report["reached"]
+    assert with_stage.report["transforms"]["chosen"] == ["bias-correct"] and "transforms" not in without.report
+    assert with_stage.report["raised"] == 0 < without.report["raised"]  # int8 meets it: no precision spent
+    assert with_stage.report["final"]["cost"] < without.report["final"]["cost"]
+    assert with_stage.report["verification"]["agrees"]
+    tuned = with_stage.ir  # (the IR given, now the transformed model at the configuration found)
+    assert "bias-correct" in tuned.metadata_props.get("qir.repairs", "") and qir.verify(tuned) == []
+
+
+def test_a_start_that_meets_the_target_tries_nothing():
+    data = samples()
+    ir = calibrate_for_nash_e(depthwise(), data)
+    model, stage = choose_transforms(ir, data, data, parse_target("cosine>=0.5"), march="nash-e", space_of=_space,
+                                     progress=False)
+    assert model is ir and stage.trials == [] and stage.chosen == () and "meets" in stage.skipped
+
+
+def test_unknown_transforms_are_one_clear_error():
+    data = samples()
+    ir = calibrate_for_nash_e(depthwise(), data)
+    with pytest.raises(qir.QirError, match="unknown transform 'sharpen'"):
+        rebuild(ir, ["sharpen"], data, march="nash-e")
+
+
+@pytest.mark.slow
+def test_qir_tune_writes_the_transformed_model_and_commands_that_rebuild_it(tmp_path):
+    calib, evaluation = samples(4), [{"x": s["x"] + 0.01} for s in samples(3)]
+    float_path = tmp_path / "float.onnx"
+    onnx.save(qir.export_onnx(depthwise()), float_path)
+    for name, data in (("calib", calib), ("eval", evaluation)):
+        (tmp_path / name / "x").mkdir(parents=True)
+        for i, s in enumerate(data):
+            np.save(tmp_path / name / "x" / f"{i}.npy", s["x"])
+    ir = calibrate_for_nash_e(depthwise(), calib)
+    corrected, _ = rebuild(ir, ["bias-correct"], calib, march="nash-e")
+    target = f"cosine>={(_cosine(ir, evaluation) + _cosine(corrected, evaluation)) / 2!r}"
+    out = tmp_path / "tuned"
+    run = subprocess.run([sys.executable, "-m", "qir.tools", "tune", str(float_path), str(tmp_path / "calib"), "--eval",
+                          str(tmp_path / "eval"), "--target", target, "-o", str(out), "--transforms", "equalize,bias-correct",
+                          "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    text = (out / "tune_report.txt").read_text()
+    assert "== transforms before precision" in text and "kept: bias-correct" in text
+    commands = (out / "reproduce" / "commands.sh").read_text()
+    assert "--fixes bias-correct" in commands
+    assert (out / "transformed_model.onnx").exists()
+    done = subprocess.run(["sh", str(out / "reproduce" / "commands.sh")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rebuilt, tuned = qir.load(str(out / "reproduce" / "tuned_model.onnx")), qir.load(str(out / "tuned_model.onnx"))
+    for op in tuned.ops():
+        for value in op.inputs:
+            if value and tuned.value(value).kind.value == "weight":
+                np.testing.assert_allclose(rebuilt.weight_array(value), tuned.weight_array(value), rtol=1e-6, atol=1e-7)
+    assert {c.name: c.mode for c in rebuilt.calibrations()} == {c.name: c.mode for c in tuned.calibrations()}
+
+
+def test_empirical_bias_correction_is_not_kept_where_it_moves_the_float_function_out_of_reach():
+    """On the digits example calibrated with kl, empirical bias correction lifts all-int8 a lot,
+    but it folds activation error into the biases: the float function moves too far for a tight
+    target to stay in reach, so it does not count as help; the weights' own correction would."""
+    from ..conftest import DIGITS, DIGITS_DATA
+
+    ir = qir.load(str(DIGITS / "model.onnx"))
+    calibrate_for_nash_e(ir, DIGITS_DATA, method="kl")
+    evaluation = [{"input": x} for x in np.load(DIGITS / "eval_images.npy")[:12]]
+    target = parse_target("cosine>=0.9999")
+    _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, target, march="nash-e", space_of=_space,
+                                 candidates=("bias-correct{mode=empirical}",), progress=False)
+    (trial,) = stage.trials
+    assert trial.gain > 0.05  # all-int8 much better ...
+    assert trial.float_mean < 1 - (1 - 0.9999) / 2  # ... but the float function out of reach
+    assert not trial.helps and stage.chosen == ()
+    loose = parse_target("cosine>=0.9")  # (where the float function's move is within reach, it is kept)
+    _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, loose, march="nash-e", space_of=_space,
+                                 candidates=("bias-correct{mode=empirical}",), progress=False)
+    assert stage.chosen == ("bias-correct{mode=empirical}",)
