@@ -43,8 +43,11 @@ the counting and the cost on models whose answer is known (:func:`self_check`).
 - quantizers > 8 bit: distinct integer tensors read by DequantizeLinear nodes that are 16-bit
   (int16/uint16), of all of them but int32 biases (a quantized weight initializer counts like a
   QuantizeLinear output).
-- cost: qir's FLOP-weighted cost under the march's ``tune_costs``: ``qir.load`` of the emitted
-  model gives a calibrated IR and ``Space(ir, profile).cost_of_ir()`` prices every op: one that
+- est. ms: the latency model's estimated time on the march (``Space(ir, profile).cost_of_ir()``:
+  bytes, fusions, peak rates, per-op overhead; :mod:`qir.passes.lib.latency`), also relative to
+  all-int16.
+- FLOP cost: qir's FLOP-weighted cost under the march's ``tune_costs``: ``qir.load`` of the emitted
+  model gives a calibrated IR and ``Space(ir, profile).flop_cost_of_ir()`` prices every op: one that
   reads a quantizer at its precision, one that reads none (left float) as float (GEMM: ``float x
   float``). Shown relative to all-int8 and all-int16 (every unit that can be int16 is; weights
   int8: what qir's report calls all-int16) of that pipeline.
@@ -250,7 +253,8 @@ def count_graph(path) -> dict:
 
 # ---------------------------------------------------------------------- cost
 class Costs:
-    """qir's FLOP-weighted cost of emitted models under ``march`` (see the module docstring)."""
+    """qir's estimated time (the latency model) and FLOP-weighted cost of emitted models under
+    ``march`` (see the module docstring)."""
 
     def __init__(self, float_model: Path, march: str) -> None:
         import qir
@@ -263,15 +267,20 @@ class Costs:
         PassManager(f"fold-bn,fuse{{march={march}}},insert-calibration{{march={march}}}").run(ir)
         self.reference = ir
         space = Space(ir, self.profile)
-        self.int8, self.int16 = space.cost(space.plain_start()), space.cost(space.level_named(space.plain_start(), "int16"))
+        start, int16 = space.plain_start(), space.level_named(space.plain_start(), "int16")
+        self.int8, self.int16 = space.flop_cost(start), space.flop_cost(int16)
+        self.int8_us, self.int16_us = space.cost(start), space.cost(int16)
 
     def of(self, path) -> dict[str, float]:
-        """Cost of the emitted model at ``path``: absolute, and relative to all-int8 / all-int16."""
+        """Cost of the emitted model at ``path``: the FLOP-weighted cost (absolute, and relative to
+        all-int8 / all-int16) and the latency model's estimated time (ms, and relative to both)."""
         import qir
         from qir.passes.tune.space import Space
 
-        total = Space(qir.load(str(path)), self.profile).cost_of_ir()
-        return {"cost": total, "x_int8": total / self.int8, "x_int16": total / self.int16}
+        space = Space(qir.load(str(path)), self.profile)
+        total, us = space.flop_cost_of_ir(), space.cost_of_ir()
+        return {"cost": total, "x_int8": total / self.int8, "x_int16": total / self.int16,
+                "ms": us / 1000.0, "ms_x_int8": us / self.int8_us, "ms_x_int16": us / self.int16_us}
 
 
 def _gemm_pairs(ir) -> dict[str, int]:
@@ -290,7 +299,8 @@ def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, fol
     float32 x float32, no quantizer, every op's FLOPs at the float price. qir's own QDQ
     emit of its pipeline (max-calibrated on one sample) at all-int8, at the upper bound (every
     unit at its last integer level) and with one GEMM input at fp16: the GEMM pairs and the
-    quantizers (16-bit ones too) its IR holds, and the cost ``Space.cost`` gives the IR."""
+    quantizers (16-bit ones too) its IR holds, and the cost ``Space.flop_cost`` gives the IR
+    (and the estimated time ``Space.cost`` gives it, for the emitted model priced as imported)."""
     import onnx
 
     from qir.io.qdq_export import export_qdq
@@ -305,12 +315,14 @@ def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, fol
     n_gemm = len(gemms)
     failures = []
 
-    def expect(name: str, path, pairs: dict, quantizers: int, wide: int, cost: float) -> None:
-        got, priced = count_graph(path), costs.of(path)["cost"]
+    def expect(name: str, path, pairs: dict, quantizers: int, wide: int, cost: float, ms: float | None = None) -> None:
+        got, priced = count_graph(path), costs.of(path)
         want = {"gemm_pairs": pairs, "quantizers": quantizers, "quantizers_above_8_bit": wide}
         bad = {k: (got[k], v) for k, v in want.items() if got[k] != v}
-        if not np.isclose(priced, cost, rtol=1e-9):
-            bad["cost"] = (priced, cost)
+        if not np.isclose(priced["cost"], cost, rtol=1e-9):
+            bad["cost"] = (priced["cost"], cost)
+        if ms is not None and not np.isclose(priced["ms"], ms, rtol=1e-6):
+            bad["ms"] = (priced["ms"], ms)
         print(f"check {name}: " + ("ok" if not bad else f"FAILED (got, expected): {bad}"), flush=True)
         failures.extend([name] if bad else [])
 
@@ -325,14 +337,15 @@ def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, fol
     for name, config in (("qir all-int8", space.plain_start()), ("qir upper bound", space.upper()),
                          ("qir one fp16 GEMM input", space.plain_start())):
         emitted = space.apply(ir.clone(), config)
-        cost = space.cost(config)
+        cost = space.flop_cost(config)
         if "fp16" in name:
             emitted.set_calibration(emitted.producer(conv.inputs[0]).name, mode=CalibMode("fp16"))
-            cost = Space(emitted, costs.profile).cost_of_ir()
+            cost = Space(emitted, costs.profile).flop_cost_of_ir()
         modes = [c.mode.value for c in emitted.calibrations()]
         path = folder / f"check_{name.replace(' ', '_')}.onnx"
         onnx.save(export_qdq(emitted), str(path))
-        expect(name, path, _gemm_pairs(emitted), sum(m in ("int8", "int16") for m in modes), modes.count("int16"), cost)
+        ms = Space(emitted, costs.profile).cost_of_ir() / 1000.0  # (the IR as configured, before the emit round trip)
+        expect(name, path, _gemm_pairs(emitted), sum(m in ("int8", "int16") for m in modes), modes.count("int16"), cost, ms)
     if failures:
         raise SystemExit(f"self-check failed: {', '.join(failures)}")
 
@@ -350,7 +363,7 @@ def measure(row: dict, sets: dict[str, tuple[list, list]], costs: Costs) -> dict
 def table(rows: list[dict]) -> str:
     """The markdown table of the measured rows."""
     head = ("| run | held mean | held worst | eval mean (own) | GEMM int8 | int16 | fp16 | float32 | quantizers > 8 bit "
-            "| cost x int8 | x int16 | wall s | cpu s |")
+            "| est. ms | ms x int16 | FLOP cost x int8 | x int16 | wall s | cpu s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
@@ -360,7 +373,8 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['run']} | {r['held']['mean']:.4f} | {r['held']['worst']:.4f} | {r['eval']['mean']:.4f} ("
                      + (f"{tuned:.4f}" if tuned is not None else "-") + ")"
                      + f" | {g['int8']} | {g['int16']} | {g['fp16']} | {g['float32']} | "
-                     f"{r['quantizers_above_8_bit']} of {r['quantizers']} | {r['x_int8']:.3f} | {r['x_int16']:.3f} | "
+                     f"{r['quantizers_above_8_bit']} of {r['quantizers']} | {r['ms']:.2f} | {r['ms_x_int16']:.3f} | "
+                     f"{r['x_int8']:.3f} | {r['x_int16']:.3f} | "
                      + " | ".join(f"{r[k]:.0f}" if r.get(k) is not None else "-" for k in ("wall_s", "cpu_s")) + " |")
     return "\n".join(lines)
 
