@@ -150,6 +150,14 @@ class LatencyModel:
         keys = (*group.ops, group.op_type) + ((head_type,) if head_type != group.op_type else ())
         return self.table.lookup(keys, p.input, p.weight)
 
+    def requantize_us(self, requantizes: list[tuple[int, str, str]]) -> float:
+        """The time of requantizes ``(elements, from, to)`` (a split value's conversions,
+        :meth:`~qir.passes.lib.latency_groups.PrecisionPlan.requantizes`): each reads the value at
+        ``from`` and writes it at ``to``, memory-bound, plus the per-op overhead."""
+        gbps = self.profile.memory_gbps * 1e9
+        return sum(n * (element_bytes(a) + element_bytes(b)) / gbps * 1e6 + self.profile.op_overhead_us
+                   for n, a, b in requantizes)
+
     def time_us(self, precisions: Mapping[str, Precision]) -> float:
         """``estimate(precisions).total_us``, each group's time at each precision computed once
         (what a search that prices thousands of configurations needs)."""

@@ -203,6 +203,24 @@ class PrecisionPlan:
             readers = tuple(r.name for o in op.outputs if o for r in ir.consumers(o)
                             if isinstance(r, CalibRecord) and r.role is CalibRole.ACTIVATION)
             self.ops.append(_OpPlan(op.name, tuple(acts), weight, readers, tuple(o for o in op.outputs if o)))
+        by_value: dict[str, list[str]] = {}
+        for c in ir.calibrations(CalibRole.ACTIVATION):
+            by_value.setdefault(c.input, []).append(c.name)
+        #: Values read through several calibration nodes (a split: :mod:`qir.split`): their
+        #: element count and the nodes.
+        self.shared = [(elements(ir, v), tuple(names)) for v, names in by_value.items() if len(names) > 1]
+
+    def requantizes(self, modes: Mapping[str, str] | None = None) -> list[tuple[int, str, str]]:
+        """The requantizes a split value costs with the calibration nodes at ``modes``: one
+        ``(elements, from, to)`` per narrower mode than the widest of the value's nodes (the NPU
+        keeps the value at the widest and converts it for the others)."""
+        mode = self.own if not modes else {**self.own, **modes}
+        out = []
+        for count, names in self.shared:
+            got = {mode[n] for n in names}
+            wide = widest(sorted(got))
+            out.extend((count, wide, m) for m in sorted(got - {wide}))
+        return out
 
     def precisions(self, modes: Mapping[str, str] | None = None) -> dict[str, Precision]:
         """Op name -> :class:`Precision` with the calibration nodes at ``modes`` (the others at

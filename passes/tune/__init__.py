@@ -88,7 +88,7 @@ from qir.passes.tune.clip import clipping_fixes
 from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
-from qir.passes.tune.space import Config, Space
+from qir.passes.tune.space import Config, Space, constrained_splits
 from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, Target, parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
@@ -96,6 +96,7 @@ from qir.passes.tune.verify import check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
 from qir.runtimes.progress import task
+from qir.split import merge_calibrations, siblings, split_calibration
 
 __all__ = ["TunePass", "checked_samples"]
 
@@ -174,7 +175,11 @@ class TunePass(Pass):
     (samples the search never sees: the verified result is run on them too and the report says
     whether it holds there, :func:`.verify.check_unseen`), ``store`` (a
     mapping keeping every score, for resuming), ``progress``, ``latency_table`` (measured times
-    that replace the latency model's where they match: :mod:`qir.passes.lib.latency_table`).
+    that replace the latency model's where they match: :mod:`qir.passes.lib.latency_table`),
+    ``transforms`` (the repair transforms tried first, :mod:`.transforms`; None: none), ``split``
+    (a precision per consumer: a calibration node one reader keeps at int8 while another could go
+    to int16 is split for the search, :func:`.space.constrained_splits`; copies that end where
+    their node does are merged back, so the result keeps only the requantizes it needs).
     """
 
     name = "tune"
@@ -185,7 +190,7 @@ class TunePass(Pass):
                  sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True,
                  latency_table: LatencyTable | None = None,
-                 transforms: Sequence[str] | None = DEFAULT_TRANSFORMS) -> None:
+                 transforms: Sequence[str] | None = DEFAULT_TRANSFORMS, split: bool = True) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
         if points < 1 or batch < 1 or max_rounds < 1:
@@ -195,6 +200,7 @@ class TunePass(Pass):
         self.verify, self.integer, self.store, self.progress = verify, integer, store, progress
         self.sensitivity_samples, self.check_data, self.latency_table = sensitivity_samples, check_data, latency_table
         self.transforms = tuple(transforms or ())
+        self.split = split
         self.options = {"target": self.target.text, "march": self.profile.name, "allow_float": allow_float}
         self._floats: list[dict] | None = None  # the float model's outputs on the evaluation data, once verified
         self._original: QIR | None = None  # the model as given, when the transforms replaced it (the float reference)
@@ -219,6 +225,9 @@ class TunePass(Pass):
                 ir.assign(model)  # (the search, and the result, are the transformed model)
         #: The model the precision search started from (the transforms' result; None when none was kept).
         self.transformed = ir.clone() if stage is not None and stage.chosen else None
+        splits = constrained_splits(ir, self.profile) if self.split else {}
+        for name, groups in splits.items():  # a precision per consumer where a reader's constraint binds the rest
+            split_calibration(ir, name, groups)
         space = self._space(ir)
         base = space.apply(ir.clone(), space.start())
         self._original = reference
@@ -265,9 +274,12 @@ class TunePass(Pass):
         finally:
             ev.close()
         space.apply(ir, found.final)
+        merged = merge_calibrations(ir)  # (copies that ended where their node did need no requantize)
         report = summarize(ev, found, self.profile, self.allow_float)
         if stage is not None:
             report["transforms"] = stage.to_json()
+        if splits:
+            report["split"] = {"values": sorted(splits), "kept": sorted(siblings(ir)), "merged_back": sorted(merged)}
         if found.search_target != self.target:
             report["search_target"] = found.search_target.text
         if found.backtracked:
@@ -340,6 +352,7 @@ class TunePass(Pass):
         if not self.verify:
             return score, None
         tuned = space.apply(ir.clone(), config)
+        merge_calibrations(tuned)
         if self._floats is None:  # (the float model's outputs: the same for every configuration verified)
             self._floats = float_outputs(self._original or tuned, samples, self.target.values)
         checked = verify(tuned, samples, self.target, score.mean, threads=self.threads, floats=self._floats,

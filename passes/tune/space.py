@@ -53,7 +53,7 @@ from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 from qir.runtimes.march.profile import TUNE_LEVELS
 
-__all__ = ["Unit", "Config", "Space", "TUNE_LEVELS"]
+__all__ = ["Unit", "Config", "Space", "TUNE_LEVELS", "level_allowed", "constrained_splits"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,43 @@ class Config:
         return replace(self, thresholds=tuple(sorted(merged.items())))
 
 
+def level_allowed(profile: MarchProfile, level: str, readers: list[tuple[OpRecord, int]], has_weights: bool) -> bool:
+    """Whether every op of ``readers`` (op, input slot) may read a unit at ``level`` on ``profile``
+    (see the module docstring's ladders)."""
+    act, weight = TUNE_LEVELS[level]
+    for op, slot in readers:
+        if act == "fp16":
+            if profile.fp16_support(op.op_type) != "native" and op.op_type not in profile.fp16_documented_ops:
+                return False
+        elif act not in profile.allowed_act_dtypes(op.op_type, slot):
+            return False
+        if op_class(op.op_type) is OpClass.GEMM and slot == 0 and has_weights and weight is not None:
+            if not profile.allows_gemm(act, weight):
+                return False
+    return not (weight == "int16" and not has_weights)  # dual int16 needs a weight to raise
+
+
+def constrained_splits(ir: QIR, profile: MarchProfile) -> dict[str, list[list[str]]]:
+    """Activation calibration nodes that one reader keeps from int16 while another could take it
+    (an int8-only pooling input beside a Mul) -> their readers in two groups, the int8-only ones
+    first (:func:`qir.split.split_calibration`'s groups). A precision per consumer: split so, the
+    others are free to go to int16 (a requantize on the NPU), where unsplit no reader could."""
+    out = {}
+    for cal in ir.calibrations("activation"):
+        readers = [(op, slot) for op, slot in ir.uses(cal.output) if isinstance(op, OpRecord)]
+        if len(readers) < 2 or cal.output in ir.outputs:
+            continue
+        stuck: list[str] = []
+        free: list[str] = []
+        for op, slot in readers:
+            group = free if "int16" in profile.allowed_act_dtypes(op.op_type, slot) else stuck
+            if op.name not in group:
+                group.append(op.name)
+        if stuck and free and not set(stuck) & set(free):
+            out[cal.name] = [stuck, free]
+    return out
+
+
 class Space:
     """The units of a calibrated IR under a march profile (see the module docstring)."""
 
@@ -123,18 +160,7 @@ class Space:
         return Unit(cal.name, weights, levels, gemm) if levels else None
 
     def _allowed(self, level: str, readers: list[tuple[OpRecord, int]], has_weights: bool) -> bool:
-        act, weight = TUNE_LEVELS[level]
-        p = self.profile
-        for op, slot in readers:
-            if act == "fp16":
-                if p.fp16_support(op.op_type) != "native" and op.op_type not in p.fp16_documented_ops:
-                    return False
-            elif act not in p.allowed_act_dtypes(op.op_type, slot):
-                return False
-            if op_class(op.op_type) is OpClass.GEMM and slot == 0 and has_weights and weight is not None:
-                if not p.allows_gemm(act, weight):
-                    return False
-        return not (weight == "int16" and not has_weights)  # dual int16 needs a weight to raise
+        return level_allowed(self.profile, level, readers, has_weights)
 
     def searchable(self) -> list[int]:
         """Units with more than one level."""
@@ -227,7 +253,9 @@ class Space:
         """The estimated time of ``config`` on the march, in µs (see the module docstring)."""
         time = self._times.get(config.levels)
         if time is None:
-            time = self._times[config.levels] = self.latency.time_us(self._plan.precisions(self.modes(config)))
+            modes = self.modes(config)
+            time = self._times[config.levels] = (self.latency.time_us(self._plan.precisions(modes))
+                                                 + self.latency.requantize_us(self._plan.requantizes(modes)))
         return time
 
     def estimate(self, config: Config) -> ModelCost:
@@ -237,7 +265,7 @@ class Space:
     def cost_of_ir(self) -> float:
         """The estimated time of the IR as it is (its own calibration modes), in µs: how a model
         quantized elsewhere, imported, compares with the configurations of the search."""
-        return self.latency.time_us(self._plan.precisions())
+        return self.latency.time_us(self._plan.precisions()) + self.latency.requantize_us(self._plan.requantizes())
 
     def flop_cost(self, config: Config) -> float:
         """The FLOP-weighted cost of ``config`` (the guide's proxy; see the module docstring)."""

@@ -16,7 +16,10 @@ Rules:
 1. Each candidate alone; one *helps* when its all-int8 score beats the model as given by more
    than two measurements of one configuration may differ (the target's
    :meth:`~.target.Target.gain` above :meth:`~.target.Target.tolerance` of the model's score: 2%
-   of its distance to a perfect match) **and** it keeps what precision can reach. A transform
+   of its distance to a perfect match) **and** it keeps what precision can reach: its upper
+   bound (every unit at its last integer level, calibrated thresholds) still meets the target
+   where the model's did, else is no worse than the model's by more than that tolerance, and a
+   transform
    that folds activation quantization's error into the weights (bias-correct's empirical mode)
    must leave the transformed model's float function, against the float model as given, within
    half the target's distance to a perfect match (:func:`_float_reach`): raising those
@@ -78,11 +81,14 @@ class TransformTrial:
     error: str | None = None
     float_mean: float = float("nan")  # the transformed float model against the float model as given
     float_worst: float = float("nan")
+    upper_mean: float = float("nan")  # at the upper bound (every unit at its last integer level, calibrated thresholds)
+    upper_worst: float = float("nan")
     helps: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"transforms": list(self.transforms), "mean": self.mean, "worst": self.worst, "gain": self.gain,
-                "float": {"mean": self.float_mean, "worst": self.float_worst}, "helps": self.helps,
+                "float": {"mean": self.float_mean, "worst": self.float_worst},
+                "upper_bound": {"mean": self.upper_mean, "worst": self.upper_worst}, "helps": self.helps,
                 "sites": dict(self.sites), "seconds": round(self.seconds, 2), **({"error": self.error} if self.error else {})}
 
 
@@ -199,10 +205,11 @@ def _unchanged(original: QIR, model: QIR, calib_data: Any, values: Sequence[str]
     return same
 
 
-def _all_int8(ir: QIR, space_of) -> QIR:
-    """``ir`` with every unit at its first level and its calibrated threshold."""
+def _bounds(ir: QIR, space_of) -> tuple[QIR, QIR]:
+    """``ir`` all-int8 (every unit at its first level) and at the upper bound (every unit at its
+    last integer level), each with its calibrated thresholds."""
     space = space_of(ir)
-    return space.apply(ir.clone(), space.plain_start())
+    return space.apply(ir.clone(), space.plain_start()), space.apply(ir.clone(), space.upper())
 
 
 def _folds_activation_error(transform: str) -> bool:
@@ -241,13 +248,15 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
         raise InputError("tune's transforms need a calibrated model with weight calibration nodes")
     floats = float_outputs(ir, samples, target.values)
 
-    def scores(model: QIR) -> tuple[Score, Score]:  # all-int8, and the float function
-        return (_score(_all_int8(model, space_of), target, samples, floats, runtime),
+    def scores(model: QIR) -> tuple[Score, Score, Score]:  # all-int8, the upper bound, the float function
+        low, high = _bounds(model, space_of)
+        return (_score(low, target, samples, floats, runtime), _score(high, target, samples, floats, runtime),
                 _score(model, target, samples, floats, runtime, level=Level.FLOAT))
 
-    int8, upper = scores(ir)
+    int8, upper, exact = scores(ir)
     base = TransformTrial((), int8.mean, target.worst(int8.samples)[1], 0.0,
-                          float_mean=upper.mean, float_worst=target.worst(upper.samples)[1])
+                          float_mean=exact.mean, float_worst=target.worst(exact.samples)[1],
+                          upper_mean=upper.mean, upper_worst=target.worst(upper.samples)[1])
     stage = TransformStage(base)
     models: dict[tuple[str, ...], tuple[QIR, Score]] = {(): (ir, int8)}
     if target.met(int8):  # all-int8 already meets it: no precision to save
@@ -257,24 +266,27 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     bar = task("tune: transforms", len(candidates), unit="candidates", enabled=progress)
     reach = _float_reach(target)
 
-    def keeps_the_bound(transforms: tuple[str, ...], score: Score) -> bool:  # (rule 1)
-        return reach.met(score) or not any(_folds_activation_error(t) for t in transforms)
+    def keeps_the_bound(transforms: tuple[str, ...], high: Score, function: Score) -> bool:  # (rule 1)
+        if not (target.met(high) if target.met(upper) else target.gain(high, upper) >= -target.tolerance(upper.mean)):
+            return False
+        return reach.met(function) or not any(_folds_activation_error(t) for t in transforms)
 
     def trial(transforms: tuple[str, ...], than: Score) -> bool:
         """Build and score ``transforms``; whether they beat ``than`` all-int8 and keep the bound."""
         began = time.perf_counter()
         try:
             model, sites = rebuild(ir, transforms, calib_data, march=march)
-            got, bound = scores(model)
+            got, high, bound = scores(model)
         except (QirError, ValueError) as exc:  # a transform that cannot run here is reported, not fatal
             stage.trials.append(TransformTrial(transforms, float("nan"), float("nan"), float("nan"),
                                                seconds=time.perf_counter() - began, error=str(exc)))
             logger.info("tune: transforms %s could not be tried: %s", ",".join(transforms), exc)
             return False
-        helps = target.gain(got, than) > target.tolerance(than.mean) and keeps_the_bound(transforms, bound)
+        helps = target.gain(got, than) > target.tolerance(than.mean) and keeps_the_bound(transforms, high, bound)
         stage.trials.append(TransformTrial(transforms, got.mean, target.worst(got.samples)[1], target.gain(got, int8),
                                            tuple(sorted(sites.items())), time.perf_counter() - began,
                                            float_mean=bound.mean, float_worst=target.worst(bound.samples)[1],
+                                           upper_mean=high.mean, upper_worst=target.worst(high.samples)[1],
                                            helps=helps))
         models[transforms] = (model, got)
         return helps

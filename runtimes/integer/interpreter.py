@@ -95,13 +95,21 @@ def _target(ir: QIR, value: str) -> QParams | None:
         value = reader.outputs[0]
 
 
+#: Real ranges within this share of the widest count as the same range (int8 and int16 of one
+#: threshold differ by their asymmetric end: 255/127 against 65535/32767 of it).
+SAME_RANGE = 0.01
+
+
 def _widest(found: list[QParams]) -> QParams:
     """Of per-tensor parameters, the one whose real range is widest (the others rescale from it
-    without clipping what it holds)."""
+    without clipping what it holds); of ranges the same but for :data:`SAME_RANGE`, the finest
+    (a value split into int8 and int16 copies of one range is made at int16 and requantized to
+    int8 for the other, as an NPU does: :mod:`qir.split`)."""
     def width(p: QParams) -> float:
         lo, hi = p.qrange
         return (hi - lo) * float(np.asarray(p.scale))
-    return max(found, key=width)
+    top = max(width(p) for p in found)
+    return min((p for p in found if width(p) >= top * (1 - SAME_RANGE)), key=lambda p: float(np.asarray(p.scale)))
 
 
 def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
