@@ -12,7 +12,8 @@ float model by design, towards the quantized one, and is judged against the orig
 
 Rules:
 
-0. Nothing is tried when the model as given meets the target all-int8 (there is no precision to save).
+0. Nothing is tried when the model as given meets the target all-int8 (there is no precision to
+   save), or when qir did not calibrate it (an imported QDQ model: no method to rebuild it with).
 1. Each candidate alone; one *helps* when its all-int8 score beats the model as given by more
    than two measurements of one configuration may differ (the target's
    :meth:`~.target.Target.gain` above :meth:`~.target.Target.tolerance` of the model's score: 2%
@@ -259,9 +260,13 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
                           upper_mean=upper.mean, upper_worst=target.worst(upper.samples)[1])
     stage = TransformStage(base)
     models: dict[tuple[str, ...], tuple[QIR, Score]] = {(): (ir, int8)}
-    if target.met(int8):  # all-int8 already meets it: no precision to save
+    skipped = ("all-int8 meets the target already" if target.met(int8) else  # no precision to save
+               None if ir.meta.get("calibration") else
+               "the model was not calibrated by qir (an imported quantized model): its calibration cannot be rebuilt "
+               "around a transform; calibrate the float model with qir, or use qir calibrate --fixes")
+    if skipped:
         stage.seconds = time.perf_counter() - start
-        stage.skipped = "all-int8 meets the target already"
+        stage.skipped = skipped
         return ir, stage
     bar = task("tune: transforms", len(candidates), unit="candidates", enabled=progress)
     reach = _float_reach(target)

@@ -166,3 +166,12 @@ def test_empirical_bias_correction_is_not_kept_where_it_moves_the_float_function
     _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, loose, march="nash-e", space_of=_space,
                                  candidates=("bias-correct{mode=empirical}",), progress=False)
     assert stage.chosen == ("bias-correct{mode=empirical}",)
+
+
+def test_a_model_qir_did_not_calibrate_is_not_rebuilt():
+    calib, evaluation = samples(4), [{"x": s["x"] + 0.01} for s in samples(3)]
+    ir = calibrate_for_nash_e(depthwise(), calib)
+    del ir.meta["calibration"]  # (as an imported onnxruntime QDQ model has none)
+    model, stage = choose_transforms(ir, calib, evaluation, parse_target("cosine>=0.99999"), march="nash-e",
+                                     space_of=_space, progress=False)
+    assert model is ir and stage.trials == [] and "not calibrated by qir" in stage.skipped
