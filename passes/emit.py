@@ -133,7 +133,8 @@ class EmitPass(AnalysisPass):
     def run(self, ir: QIR) -> PassResult:
         forms: dict[str, Any] = {}
         if self.format == "qoperator":
-            model, forms = export_qoperator(ir, opset=self.opset)
+            model, written = export_qoperator(ir, opset=self.opset)
+            forms = written.to_json()
         else:
             model = export_qdq(ir, opset=self.opset)
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
