@@ -194,7 +194,7 @@ class _Steps:
         acc = AccErrorPass(self.data, qn, non_quantize_node=o["non_quantize_node"], metric=o["ae_metric"],
                            average_mode=o["average_mode"], progress=self.progress, **self.kw)(self.ir).report
         acc_error.write_report(acc, self.out.sub("accumulate_error"))
-        return {"acc_error": acc}
+        return {"acc_error": acc.to_json()}  # (the results are what runall_state.json holds: JSON)
 
     def _sensitivity_analysis(self, results: dict[str, Any]) -> dict[str, Any]:
         from qir.passes.sensitivity_analysis import SensitivityAnalysisPass
@@ -205,7 +205,7 @@ class _Steps:
                                      sensitive_nodes=self.o["sensitive_nodes"], progress=self.progress,
                                      **self.kw)(self.ir).report
         sensitivity_report.write_report(sa, self.out.sub("sensitivity_analysis"))
-        return {"sensitivity_analysis": sa}
+        return {"sensitivity_analysis": sa.to_json()}
 
 
 STATE = "runall_state.json"

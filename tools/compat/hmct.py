@@ -62,7 +62,7 @@ def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quant
                           average_mode=average_mode, data_num=data_num, runtime=runtime, threads=threads,
                           progress=progress)(ir).report
     acc_error.write_report(report, save_dir)
-    return report["curves"]
+    return report.curves
 
 
 def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, data_num: int | None = 1,
@@ -96,8 +96,7 @@ def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similari
                                      sensitive_nodes=sensitive_nodes, qtype=qtype, runtime=runtime, threads=threads,
                                      progress=progress)(ir).report
     sensitivity_report.write_report(report, save_dir)
-    return {n: {"single": report["single"][n], "cumulative": report["cumulative"][k + 1]}
-            for k, n in enumerate(report["nodes"])}
+    return {n: {"single": report.single[n], "cumulative": report.cumulative[k + 1]} for k, n in enumerate(report.nodes)}
 
 
 def _names(nodes_list) -> list[str]:

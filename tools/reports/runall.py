@@ -13,9 +13,11 @@ are named beside it, and wherever an op is named, its quantizers (``results["qua
 from __future__ import annotations
 
 import html
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from qir.passes.acc_error import AccErrorReport
 from qir.tools.reports.acc_error import dips
 from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page
@@ -122,16 +124,16 @@ def _sensitivity(results: dict[str, Any], names: _Names) -> list[Section]:
 
 
 def _acc_error(results: dict[str, Any], out: Outputs, names: _Names) -> str:
-    report = results["acc_error"]
-    png = out.path(f"accumulate_error/acc_error_{report['metric']}.png")
+    report = AccErrorReport.from_json(results["acc_error"])
+    png = out.path(f"accumulate_error/acc_error_{report.metric}.png")
     part = _img(png) if png.exists() else ""
-    worst = [dict(d, quantizers=names.quantizers(d["node"])) for d in dips(report, 10)]
+    worst = [dict(asdict(d), quantizers=names.quantizers(d.node)) for d in dips(report, 10)]
     if worst:
         part += "<p>Worst dips (the metric falls most from the node before):</p>" + _table(
             worst, ["index", "node", "quantizers", "curve", "before", "after"], limit=None)
     rows = [{"index": i, "node": n, "quantizers": names.quantizers(n),
-             **{c: "" if v[i] is None else v[i] for c, v in report["curves"].items()}}
-            for i, n in enumerate(report["nodes"])]
+             **{c: "" if v[i] is None else v[i] for c, v in report.curves.items()}}
+            for i, n in enumerate(report.nodes)]
     if rows:
         part += (f"<details><summary>All {len(rows)} nodes</summary>"
                  + _table(rows, list(rows[0]), limit=None) + "</details>")

@@ -111,7 +111,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                 fixes=parse_fixes(args.fixes))
     code = run_pipeline(args, passes, data=args.data, out=out)
     report = check_model(args.output, march=args.march, save_dir=out.sub(folder), names=names)
-    issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
+    issues = len(report.unfused) + len(report.shared) + len(report.unusual)
     print(f"model check: {issues} finding(s); {folder / names[0]}")
     return code
 
