@@ -67,13 +67,24 @@ class Report:
         return [(k, getattr(self, k)) for k in self.keys()]
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON document (without ``schema``/``version``, which the writer adds)."""
-        return dict(self.items())
+        """The JSON document (without ``schema``/``version``, which the writer adds); reports
+        nested in it (a node's entry) as their own documents."""
+        return {k: _plain(v) for k, v in self.items()}
 
     @classmethod
     def from_json(cls: type[_R], doc: Mapping[str, JsonValue]) -> _R:
         """The report whose :meth:`to_json` is ``doc`` (a report read back from its JSON)."""
         return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})  # type: ignore[arg-type]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Report):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass

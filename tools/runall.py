@@ -170,7 +170,8 @@ class _Steps:
         nodes = list(self.o["dis_nodes_list"] or self._top(results))
         self.log(f"[2/{STEPS}] data distributions: {len(nodes)} node(s)")
         return {"distribution": distribution.write_report(DistributionPass(self.data, nodes, **self.kw)(self.ir),
-                                                          self.out.sub("data_distribution"))["nodes"] if nodes else {}}
+                                                          self.out.sub("data_distribution")).to_json()["nodes"]
+                if nodes else {}}
 
     def _channelwise(self, results: dict[str, Any]) -> dict[str, Any]:
         from qir.passes.channelwise import ChannelwisePass
@@ -181,7 +182,7 @@ class _Steps:
         self.log(f"[3/{STEPS}] channel-wise distributions: {len(nodes)} node(s)")
         return {"channelwise": channelwise.write_report(
             ChannelwisePass(self.data, nodes, axis=self.o["axis"], **self.kw)(self.ir),
-            self.out.sub("channelwise_distribution"))["nodes"] if nodes else {}}
+            self.out.sub("channelwise_distribution")).to_json()["nodes"] if nodes else {}}
 
     def _acc_error(self, results: dict[str, Any]) -> dict[str, Any]:
         from qir.passes.acc_error import AccErrorPass

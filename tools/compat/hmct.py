@@ -71,7 +71,7 @@ def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, d
     ir = as_ir(model_or_file)
     save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*distribution.files(_names(nodes_list))).check()
     result = DistributionPass(calibrated_data, nodes_list, data_num=data_num, runtime=runtime)(ir)
-    return distribution.write_report(result, save_dir)["nodes"]
+    return distribution.write_report(result, save_dir).to_json()["nodes"]
 
 
 def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, nodes_list, axis=None, *,
@@ -82,7 +82,7 @@ def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, 
     save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*channelwise.files(_names(nodes_list))).check()
     result = ChannelwisePass(calibrated_data, nodes_list, axis=axis, data_num=data_num, outlier_ratio=4.0,
                              runtime=runtime)(ir)
-    return channelwise.write_report(result, save_dir)["nodes"]
+    return channelwise.write_report(result, save_dir).to_json()["nodes"]
 
 
 def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similarity", pick_threshold=0.999,
