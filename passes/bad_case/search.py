@@ -67,7 +67,8 @@ class SampleSearch:
 
     def __init__(self, baseline: Any, analysis: Any, *, runtime: str = Runtime.ORT, replay_discrete: bool = True,
                  level: str = Level.FAKEQUANT, march: str | None = None,
-                 post_process: Callable[[dict], dict] | None = None, values: Sequence[str] = ()) -> None:
+                 post_process: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+                 values: Sequence[str] = ()) -> None:
         self.given = (baseline, analysis)
         self.values = tuple(values)
         self.options = {"runtime": runtime, "replay_discrete": replay_discrete, "level": level, "march": march,
