@@ -61,7 +61,10 @@ class JsonReport(Protocol):
 
 def finite(v: Any) -> Any:
     """Non-finite floats as the strings "inf", "-inf", "nan" (strict JSON has no such numbers),
-    inside lists, tuples and dicts too."""
+    inside lists, tuples and dicts too; a typed record in them (a :class:`JsonReport`) as its
+    ``to_json()`` document."""
+    if hasattr(v, "to_json") and not isinstance(v, (dict, list, tuple, str)):
+        return finite(v.to_json())
     if isinstance(v, float) and not np.isfinite(v):
         return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
     if isinstance(v, (list, tuple)):
@@ -75,8 +78,6 @@ def json_text(schema: str, doc: JsonReport | Mapping[str, JsonValue], version: i
     """``{"schema", "version", **doc}`` as strict JSON text (non-finite numbers as strings): the
     file format of every analysis report. ``doc``: a :class:`JsonReport` (its ``to_json()``) or
     the document itself."""
-    if not isinstance(doc, Mapping):
-        doc = doc.to_json()
     return json.dumps({"schema": schema, "version": version, **finite(doc)}, indent=1, allow_nan=False) + "\n"
 
 
