@@ -245,12 +245,12 @@ def _node_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: float,
     found = []
     for name, (share, threshold, amax) in clipping.items():
         t = covering_threshold(amax)
-        found.append(Fix({name: f"@{t!r}"}, f"a fixed threshold {t!r}", cause="clipping",
+        found.append(Fix(cause="clipping", changes={name: f"@{t!r}"}, fix=f"a fixed threshold {t!r}",
                          why=f"{describe(ir, name)} clips {100 * share:.2g}% of its input "
                              f"(threshold {threshold:.4g}, max |x| {amax:.4g})"))
     if len(clipping) > 1:
         changes = {n: f"@{covering_threshold(v[2])!r}" for n, v in clipping.items()}
-        found.append(Fix(changes, "fixed thresholds covering each one's data ("
+        found.append(Fix(changes=changes, fix="fixed thresholds covering each one's data ("
                          + ", ".join(f"{n} {c[1:]}" for n, c in changes.items()) + ")", cause="clipping",
                          why=f"{len(clipping)} activation quantizers clip their input"))
     outliers = {n: e["outlier_channels"] for n, e in (results.get("channelwise") or {}).items()
@@ -263,7 +263,7 @@ def _node_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: float,
                    "channel): one per-tensor step is coarse for the others")
         else:
             why = f"{describe(ir, name)} is sensitive" + ("" if value is None else f" (only it quantized: cosine {value:.5f})")
-        found.append(Fix({name: "int16"}, "int16 (the same range, 256x finer steps)",
+        found.append(Fix(changes={name: "int16"}, fix="int16 (the same range, 256x finer steps)",
                          cause="outlier channels" if name in outliers else "rounding", why=why))
     return found
 
@@ -280,21 +280,22 @@ def _spread_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: floa
         chosen = ops[:reach or len(ops)]
         cals = [c for op in chosen for c in calibrations_of(ir, op)]
         why = f"the sensitivity analysis's {len(chosen)} most sensitive op(s) ({', '.join(describe(ir, o) for o in chosen)})"
-        found.append(Fix({c.name: "float" for c in cals}, "their quantizers back to float", cause="spread error", why=why))
+        found.append(Fix(cause="spread error", changes={c.name: "float" for c in cals}, fix="their quantizers back to float",
+                         why=why))
         int8 = {c.name: "int16" for c in cals if c.mode is CalibMode.INT8}
         if int8:
-            found.append(Fix(int8, "their int8 quantizers to int16", cause="spread error", why=why))
+            found.append(Fix(cause="spread error", changes=int8, fix="their int8 quantizers to int16", why=why))
     every = {c.name: "int16" for c in ir.calibrations("activation") if c.mode is CalibMode.INT8}
     if len(every) > 1:
-        found.append(Fix(every, "every int8 activation quantizer to int16", cause="spread error",
+        found.append(Fix(cause="spread error", changes=every, fix="every int8 activation quantizer to int16",
                          why="the error is spread over many activations"))
     if (ops and not reach) or (not ops and before < pick_threshold):
         own = (ir.meta.get("calibration") or {}).get("method")
         method = "max" if own == "mix" else "mix"
         why = (f"even all {len(ops)} sensitive op(s) in float reach only cosine {cumulative[-1]:.5f}" if ops else
                f"no single op is below cosine {pick_threshold} while the model is at {before:.5f}")
-        found.append(Fix(None, f"calibrating again with method {method}" + (f" (it was calibrated with {own})" if own else ""),
-                         cause="spread error", recalibrate=method, why=why + ": the error is spread"))
+        found.append(Fix(cause="spread error", recalibrate=method, changes=None, why=why + ": the error is spread",
+                         fix=f"calibrating again with method {method}" + (f" (it was calibrated with {own})" if own else "")))
     return found
 
 
@@ -438,7 +439,7 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
             finding["fix"] = replace(done[key], fix=text)
             continue
         after = score(changes)
-        finding["fix"] = done[key] = Fix(changes, text, before=before, after=after, gain=after - before,
+        finding["fix"] = done[key] = Fix(changes=changes, fix=text, before=before, after=after, gain=after - before,
                                          helps=helps(before, after), scored=scored)
         logger.info("advisor: %s for %s: output cosine %.5f -> %.5f%s", text, finding["layer"], before, after,
                     "" if finding["fix"].helps else " (does not help)")

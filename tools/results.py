@@ -13,7 +13,7 @@ from qir.passes.base import Report
 __all__ = ["Fix", "RunallHeader", "RunallResults"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Fix(Report):
     """A candidate fix and what measuring it found: the ``changes`` (calibration node -> mode or
     ``@threshold``) or the method to ``recalibrate`` with, described as ``fix``; runall's advice
@@ -22,19 +22,19 @@ class Fix(Report):
     a fix that helps gets its ``rank``, ``output`` file and ``command`` (runall's also ``text``, one
     line), a dropped one the ``reason``. Fields not set are left out of its JSON."""
 
-    changes: dict[str, str] | None
-    fix: str
     cause: str | None = None
     recalibrate: str | None = None
+    changes: dict[str, str] | None
+    fix: str
     why: str | None = None
-    before: float | None = None
     after: float | None = None
+    before: float | None = None
     gain: float | None = None
     helps: bool | None = None
     scored: str | None = None
     rank: int | None = None
-    output: str | None = None
     command: str | None = None
+    output: str | None = None
     text: str | None = None
     reason: str | None = None
 
