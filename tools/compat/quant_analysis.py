@@ -158,7 +158,7 @@ class QuantAnalysis:
 
     # ----------------------------------------------------------------- bad case
     def auto_find_bad_case(self, data: Any = None, num_steps: int | None = None, metric: str = "L1", *,
-                           data_generator: Any = None, values: Sequence[str] = ()) -> dict:
+                           data_generator: Any = None, values: Sequence[str] = ()) -> bad_case.BadCaseReport:
         """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``.
         ``data_generator`` (horizon's name) is ``data``: anything :func:`qir.data.load_samples`
         reads, e.g. a ``DataLoader``, of which the first ``num_steps`` items are read, once. Under
@@ -178,13 +178,13 @@ class QuantAnalysis:
                                              post_process=self.post_process, runtime=self.runtime,
                                              replay_discrete=self.replay_discrete, level=self.level, march=self.march)
         bad_case_report.write_report(report, self.outputs)
-        indices = {entry["index"] for entry in report["worst_output"].values()}
-        indices |= {i for per in report["bad_case"].values() for i in per.values()}
-        self.bad_cases = {i: report["data"][i] for i in sorted(indices)}
-        self.chosen = report["chosen"]
-        self.bad_case_values = report["values"]  # (each output's metrics per sample: the headline's scores)
+        indices = {entry["index"] for entry in report.worst_output.values()}
+        indices |= {i for per in report.bad_case.values() for i in per.values()}
+        self.bad_cases = {i: report.data[i] for i in sorted(indices)}
+        self.chosen = report.chosen
+        self.bad_case_values = report.values  # (each output's metrics per sample: the headline's scores)
         self.values = tuple(values)  # (scored beside the outputs by the advisor's measured fixes too)
-        self.report["bad_case"] = {k: v for k, v in report.items() if k not in ("data", "values")}
+        self.report["bad_case"] = {k: v for k, v in report.to_json().items() if k != "values"}
         return report
 
     def set_bad_case(self, data: Mapping[str, np.ndarray]) -> None:
