@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from qir.json_dump import JsonValue
 from qir.passes.base import Report
 
-__all__ = ["Fix", "RunallHeader", "RunallResults"]
+__all__ = ["Fix", "RunallHeader", "RunallResults", "CompareSummary"]
 
 
 @dataclass(kw_only=True)
@@ -98,3 +98,30 @@ class RunallResults(Report):
             if key not in names:
                 raise KeyError(f"runall has no result {key!r}")
             setattr(self, key, value)
+
+
+@dataclass(kw_only=True)
+class CompareSummary(Report):
+    """What ``qir compare`` (:func:`qir.tools.compat.quant_analysis.compare`) found, as
+    ``compare.json`` holds it: the ``bad_case_index`` and the bad-case search (``bad_case``, its
+    report less the per-sample values and inputs), how many ``layers`` were compared, the analysis
+    model's ``output_cosine`` on the bad case, the per-layer values' size (``layer_values``), the
+    ``advisor`` findings (each with its measured :class:`Fix`), ``consistency`` and ``sensitivity``
+    when computed, the ``collapse`` of an output, each output's scores (``outputs``) and the
+    ``headline``; ``index``, the page written (not in ``compare.json``)."""
+
+    out_dir: str
+    bad_case_index: int
+    layers: int
+    output_cosine: float | None
+    bad_case: dict[str, Any] | None = None
+    layer_values: dict[str, Any] | None = None
+    advisor: list[dict[str, Any]] | None = None
+    consistency: dict[str, Any] | None = None
+    sensitivity: dict[str, list[dict[str, Any]]] | None = None
+    collapse: dict[str, Any] | None
+    outputs: list[dict[str, Any]]
+    headline: list[str]
+    index: str | None = None
+
+    optional = ("bad_case", "layer_values", "advisor", "consistency", "sensitivity", "index")
