@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from qir import metrics as qmetrics
@@ -30,11 +31,11 @@ from qir.errors import InputError
 from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
-from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.base import AnalysisPass, PassResult, Report, register_pass
 from qir.passes.lib.selection import calibrations_of
 from qir.runtimes.engine import Engine, Variant
 
-__all__ = ["AccErrorPass"]
+__all__ = ["AccErrorPass", "AccErrorReport"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,24 @@ def _entries(value) -> list:
     if isinstance(value, str):
         return [value]
     return list(value)
+
+
+@dataclass
+class AccErrorReport(Report):
+    """The accumulated-error curves: ``metric``, ``average_mode``, ``nodes`` (general nodes in
+    topological order), ``values`` (their outputs), ``curves`` (``{variant: [metric per node]}``,
+    None where a point was left out), ``engine`` (the engine's statistics per reference) and
+    ``left_out`` (``{sample: why}``, present when a sample was left out)."""
+
+    metric: str
+    average_mode: bool
+    nodes: list[str]
+    values: list[str]
+    curves: dict[str, list[float | None]]
+    engine: dict[str, dict[str, float]]
+    left_out: dict[str, str] | None = None
+
+    optional = ("left_out",)
 
 
 @register_pass
@@ -96,11 +115,8 @@ class AccErrorPass(AnalysisPass):
             for v in variants:
                 means = result.per_value(v.name)
                 curves[v.name] = self._finish([means[val][self.metric] for val in values])
-        report = {"metric": self.metric, "average_mode": self.average_mode,
-                  "nodes": [op.name for op in nodes], "values": values, "curves": curves, "engine": stats}
-        if left_out:
-            report["left_out"] = left_out
-        return PassResult(ir, False, report)
+        return PassResult(ir, False, AccErrorReport(self.metric, self.average_mode, [op.name for op in nodes], values,
+                                                    curves, stats, left_out or None))
 
     # ------------------------------------------------------------------ pieces
     def _finish(self, curve: list[float]) -> list[float | None]:

@@ -21,6 +21,7 @@ draws the box plots (one box per channel), summarizes the outlier channels in
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,11 +31,42 @@ from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
-from qir.passes.base import AnalysisPass, register_pass
+from qir.passes.base import AnalysisPass, Report, register_pass
 from qir.passes.lib.capture import PlotResult, clipped_fraction, collect
 from qir.records import CalibRecord
 
-__all__ = ["ChannelwisePass"]
+__all__ = ["ChannelwisePass", "ChannelwiseReport", "ChannelStats"]
+
+
+@dataclass
+class ChannelStats(Report):
+    """One calibration node's input by channel: the ``axis``, how many ``channels``, each
+    channel's max |x| (``channel_abs_max``) and their median, the ``outlier_channels`` (max |x|
+    above the ratio times the median), the node's ``threshold`` (activations) and the share of
+    values beyond it (``clipped_fraction``); ``png``, the box plot, once a writer drew it."""
+
+    axis: int
+    channels: int
+    channel_abs_max: list[float]
+    median_abs_max: float
+    outlier_channels: list[int]
+    threshold: float | None
+    clipped_fraction: float | None
+    png: str | None = None
+
+    optional = ("png",)
+
+
+@dataclass
+class ChannelwiseReport(Report):
+    """``nodes``: each node's :class:`ChannelStats`; ``outlier_ratio``: the ratio to the median
+    beyond which a channel is an outlier (the written report, ``channelwise.json``, has the
+    nodes only)."""
+
+    nodes: dict[str, ChannelStats]
+    outlier_ratio: float | None = None
+
+    optional = ("outlier_ratio",)
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +108,7 @@ class ChannelwisePass(AnalysisPass):
         acts = [c for c in cals if ir.value(c.input).kind is not NodeKind.WEIGHT]
         captured = collect(ir, self.data, list(dict.fromkeys(c.input for c in acts)), quantized=True,
                            data_num=self.data_num, runtime=self.runtime) if acts else {}
-        report: dict[str, Any] = {"nodes": {}, "outlier_ratio": self.ratio}
+        report = ChannelwiseReport({}, self.ratio)
         arrays: dict[str, dict[str, np.ndarray]] = {}
         for cal in cals:
             threshold = None
@@ -94,8 +126,6 @@ class ChannelwisePass(AnalysisPass):
             ref = float(np.median(peaks))
             outliers = [int(i) for i in np.flatnonzero(peaks > self.ratio * ref)] if ref > 0 else []
             arrays[cal.name] = {"channels": channels}
-            report["nodes"][cal.name] = {"axis": int(axis), "channels": int(channels.shape[0]),
-                                         "channel_abs_max": [float(p) for p in peaks],
-                                         "median_abs_max": ref, "outlier_channels": outliers,
-                                         "threshold": threshold, "clipped_fraction": clipped_fraction(x, threshold)}
+            report.nodes[cal.name] = ChannelStats(int(axis), int(channels.shape[0]), [float(p) for p in peaks], ref,
+                                                  outliers, threshold, clipped_fraction(x, threshold))
         return PlotResult(ir, False, report, arrays)

@@ -24,7 +24,8 @@ lives in ``qir.tools.compat.hmct``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Union
 
 import numpy as np
 
@@ -33,12 +34,66 @@ from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
-from qir.passes.base import AnalysisPass, register_pass
+from qir.passes.base import AnalysisPass, Report, register_pass
 from qir.passes.lib.capture import PlotResult, clipped_fraction, collect
 from qir.records import CalibRecord
 from qir.runtimes.numerics import apply_calibration
 
-__all__ = ["DistributionPass"]
+__all__ = ["DistributionPass", "DistributionReport", "WeightDistribution", "ActivationDistribution",
+           "OutputDistribution", "NodeDistribution"]
+
+
+@dataclass
+class WeightDistribution(Report):
+    """A weight calibration node: statistics (count, min, max, mean, std, abs_max) of the weight
+    as stored and as calibrated, and the node's threshold; ``png`` once drawn."""
+
+    type: str = field(default="weight", init=False)
+    original: dict[str, float]
+    calibrated: dict[str, float]
+    threshold: float | None
+    png: str | None = None
+
+    optional = ("png",)
+
+
+@dataclass
+class ActivationDistribution(Report):
+    """An activation calibration node: statistics of its input in the calibrated and the float
+    model, its threshold and the share of the input beyond it; ``png`` once drawn."""
+
+    type: str = field(default="activation", init=False)
+    input: dict[str, float]
+    float_input: dict[str, float]
+    threshold: float | None
+    clipped_fraction: float | None
+    png: str | None = None
+
+    optional = ("png",)
+
+
+@dataclass
+class OutputDistribution(Report):
+    """A general node: statistics of its output in the float and the calibrated model and of the
+    error between them; ``png`` once drawn."""
+
+    type: str = field(default="node", init=False)
+    float: dict[str, float]
+    calibrated: dict[str, float]
+    error: dict[str, float]
+    png: str | None = None
+
+    optional = ("png",)
+
+
+NodeDistribution = Union[WeightDistribution, ActivationDistribution, OutputDistribution]
+
+
+@dataclass
+class DistributionReport(Report):
+    """``nodes``: each chosen node's distribution, in the order asked."""
+
+    nodes: dict[str, NodeDistribution]
 
 logger = logging.getLogger(__name__)
 
@@ -88,23 +143,22 @@ class DistributionPass(AnalysisPass):
                                                   runtime=self.runtime).items()} if acts or outs else {}
         flt = {v: _flat(a) for v, a in collect(ir, self.data, acts + outs, quantized=False, data_num=self.data_num,
                                                 runtime=self.runtime).items()} if acts or outs else {}
-        report: dict[str, Any] = {"nodes": {}}
+        report = DistributionReport({})
         arrays: dict[str, dict[str, np.ndarray]] = {}
         for rec in recs:
             if isinstance(rec, CalibRecord) and ir.value(rec.input).kind is NodeKind.WEIGHT:
                 w = np.asarray(ir.weight_array(rec.input))
                 arrays[rec.name] = {"original": w.ravel(), "calibrated": np.ravel(apply_calibration(rec, w))}
-                entry = {"type": "weight", "original": _stats(arrays[rec.name]["original"]),
-                         "calibrated": _stats(arrays[rec.name]["calibrated"]), "threshold": max_threshold(rec)}
+                entry: NodeDistribution = WeightDistribution(_stats(arrays[rec.name]["original"]),
+                                                             _stats(arrays[rec.name]["calibrated"]), max_threshold(rec))
             elif isinstance(rec, CalibRecord):
                 x = quant[rec.input]
                 th = max_threshold(rec)
                 arrays[rec.name] = {"input": x, "float_input": flt[rec.input]}
-                entry = {"type": "activation", "input": _stats(x), "float_input": _stats(flt[rec.input]),
-                         "threshold": th, "clipped_fraction": clipped_fraction(x, th)}
+                entry = ActivationDistribution(_stats(x), _stats(flt[rec.input]), th, clipped_fraction(x, th))
             else:
                 f, q = flt[rec.outputs[0]], quant[rec.outputs[0]]
                 arrays[rec.name] = {"float": f, "calibrated": q}
-                entry = {"type": "node", "float": _stats(f), "calibrated": _stats(q), "error": _stats(q - f)}
-            report["nodes"][rec.name] = entry
+                entry = OutputDistribution(_stats(f), _stats(q), _stats(q - f))
+            report.nodes[rec.name] = entry
         return PlotResult(ir, False, report, arrays)

@@ -13,9 +13,11 @@ Writing the model to a file (and refusing to overwrite one) is :mod:`qir.tools.e
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
 
 from qir.calibration import calib_scale
 from qir.errors import InputError
@@ -23,10 +25,41 @@ from qir.graph import QIR
 from qir.io.qdq_export import INTEGER_MODES, export_qdq
 from qir.io.qoperator_export import export_qoperator
 from qir.kinds import CalibMode, CalibRole
-from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.base import AnalysisPass, PassResult, Report, register_pass
 from qir.records import CalibRecord
 
-__all__ = ["EmitPass", "onnxruntime_caveats", "FORMATS"]
+__all__ = ["EmitPass", "EmitReport", "onnxruntime_caveats", "FORMATS"]
+
+
+@dataclass(kw_only=True)
+class EmitReport(Report):
+    """What :class:`EmitPass` built (see its docstring): the ONNX ``model`` (None once a writer
+    wrote it to ``path``), the ``format`` and ``opset`` (the IR's: ``source_opset``), calibration
+    nodes per mode (``modes``) and per role and mode (``roles``), the QuantizeLinear /
+    DequantizeLinear counts, the implied clips written as Relu/Clip and the
+    ``onnxruntime_caveats``; a ``qoperator`` model also ``forms``, ``integer_nodes``, ``kept_qdq``
+    and ``kept_qdq_nodes`` (:class:`qir.io.qoperator_export.QOperatorReport`); ``emit_model``
+    adds the nodes ``selected`` per mode."""
+
+    model: onnx.ModelProto | None = None
+    path: str | None
+    overwrite: bool | None = None
+    format: str
+    opset: int
+    source_opset: int
+    modes: dict[str, int]
+    roles: dict[str, dict[str, int]]
+    quantize_linear: int
+    dequantize_linear: int
+    implied_clips: int
+    onnxruntime_caveats: list[dict[str, str]]
+    forms: dict[str, int] | None = None
+    integer_nodes: dict[str, str] | None = None
+    kept_qdq: dict[str, int] | None = None
+    kept_qdq_nodes: list[dict[str, str]] | None = None
+    selected: dict[str, list[str]] | None = None
+
+    optional = ("model", "overwrite", "forms", "integer_nodes", "kept_qdq", "kept_qdq_nodes", "selected")
 
 FORMATS = ("qdq", "qoperator")
 
@@ -91,13 +124,13 @@ def onnxruntime_caveats(ir: QIR) -> list[dict[str, str]]:
     return found
 
 
-def _counts(ir: QIR) -> dict[str, Any]:
+def _counts(ir: QIR) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     modes = {m.value: 0 for m in CalibMode}
     roles: dict[str, dict[str, int]] = {r.value: {m.value: 0 for m in CalibMode} for r in CalibRole}
     for rec in ir.calibrations():
         modes[rec.mode.value] += 1
         roles[rec.role.value][rec.mode.value] += 1
-    return {"modes": modes, "roles": roles}
+    return modes, roles
 
 
 @register_pass
@@ -133,18 +166,20 @@ class EmitPass(AnalysisPass):
     def run(self, ir: QIR) -> PassResult:
         forms: dict[str, Any] = {}
         if self.format == "qoperator":
-            model, forms = export_qoperator(ir, opset=self.opset)
+            model, written = export_qoperator(ir, opset=self.opset)
+            forms = written.to_json()
         else:
             model = export_qdq(ir, opset=self.opset)
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         integer = forms.get("integer_nodes", {})
-        report = {"model": model, "path": self.path, "overwrite": self.overwrite, "format": self.format,
-                  "opset": opset, "source_opset": ir.opset, **_counts(ir),
-                  "quantize_linear": sum(n.op_type == "QuantizeLinear" for n in model.graph.node),
-                  "dequantize_linear": sum(n.op_type == "DequantizeLinear" for n in model.graph.node),
-                  "implied_clips": sum(r.implied_clip is not None and r.mode in (CalibMode.FLOAT, CalibMode.FP16)
-                                       for r in ir.calibrations()),
-                  "onnxruntime_caveats": [c for c in onnxruntime_caveats(ir) if c["node"] not in integer], **forms}
-        for caveat in report["onnxruntime_caveats"]:
+        modes, roles = _counts(ir)
+        report = EmitReport(model=model, path=self.path, overwrite=self.overwrite, format=self.format, opset=opset,
+                            source_opset=ir.opset, modes=modes, roles=roles,
+                            quantize_linear=sum(n.op_type == "QuantizeLinear" for n in model.graph.node),
+                            dequantize_linear=sum(n.op_type == "DequantizeLinear" for n in model.graph.node),
+                            implied_clips=sum(r.implied_clip is not None and r.mode in (CalibMode.FLOAT, CalibMode.FP16)
+                                              for r in ir.calibrations()),
+                            onnxruntime_caveats=[c for c in onnxruntime_caveats(ir) if c["node"] not in integer], **forms)
+        for caveat in report.onnxruntime_caveats:
             logger.warning("emit: %s: %s", caveat["node"], caveat["issue"])
         return PassResult(ir, False, report)

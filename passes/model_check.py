@@ -24,16 +24,18 @@ The pass returns the report and writes nothing; :mod:`qir.tools.reports.model_ch
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
-from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.base import AnalysisPass, PassResult, Report, register_pass
 from qir.passes.insert_calibration import quantizes_weight
 from qir.passes.lib.fusion import META_KEY, match_pattern
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.march import OpClass, get_profile, op_class
 
-__all__ = ["ModelCheckPass"]
+__all__ = ["ModelCheckPass", "ModelCheckReport"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,19 @@ def _feeding(ir: QIR, op: OpRecord) -> list[tuple[int, CalibRecord | None]]:
     return out
 
 
+@dataclass
+class ModelCheckReport(Report):
+    """The findings for ``march``: ``unfused`` patterns, ``shared`` weights and modules, the per-op
+    ``config`` table and ``unusual`` settings (one row dict each, as ``model_check_result.json``
+    holds them)."""
+
+    march: str
+    unfused: list[dict[str, Any]]
+    shared: list[dict[str, Any]]
+    config: list[dict[str, Any]]
+    unusual: list[dict[str, Any]]
+
+
 @register_pass
 class ModelCheckPass(AnalysisPass):
     """Static checks of a (calibrated) model against a march (see the module docstring)."""
@@ -61,9 +76,8 @@ class ModelCheckPass(AnalysisPass):
         self.options = {"march": self.profile.name}
 
     def run(self, ir: QIR) -> PassResult:
-        report = {"march": self.profile.name, "unfused": self._unfused(ir), "shared": self._shared(ir),
-                  "config": self._config(ir), "unusual": self._unusual(ir)}
-        return PassResult(ir, False, report)
+        return PassResult(ir, False, ModelCheckReport(self.profile.name, self._unfused(ir), self._shared(ir),
+                                                      self._config(ir), self._unusual(ir)))
 
     # ------------------------------------------------------------------ sections
     def _unfused(self, ir: QIR) -> list[dict]:

@@ -19,6 +19,7 @@ TensorBoard event file. :func:`qir.tools.profiler.profile_model` does both (hori
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,14 +29,25 @@ from qir.errors import InputError, shown
 from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode, NodeKind
-from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.base import AnalysisPass, PassResult, Report, register_pass
 from qir.passes.lib.capture import collect
 from qir.records import CalibRecord
 from qir.runtimes.numerics import apply_calibration
 
-__all__ = ["ProfilerPass"]
+__all__ = ["ProfilerPass", "ProfileReport"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ProfileReport(Report):
+    """Per-op tensor statistics: ``rows`` (one per op input/output: op, op_type, module, role,
+    value, dtype, scale, min, max, mean, var, shape), ``samples`` (how many were pooled) and
+    ``tensors`` (``{op: {"<role> <value>": array}}``, for histograms; not JSON)."""
+
+    rows: list[dict[str, Any]]
+    samples: int
+    tensors: dict[str, dict[str, np.ndarray]]
 
 
 @register_pass
@@ -90,8 +102,7 @@ class ProfilerPass(AnalysisPass):
                     rows.append(_row(op, f"output{j}", v, readers[0] if readers else None, array,
                                      _shape(pooled, v, array)))
                     tensors[op.name][f"output{j} {v}"] = array
-        return PassResult(ir, False, {"rows": rows, "samples": len(next(iter(pooled.values()), [])),
-                                      "tensors": tensors})
+        return PassResult(ir, False, ProfileReport(rows, len(next(iter(pooled.values()), [])), tensors))
 
     @staticmethod
     def _weight_view(ir: QIR, value: str) -> CalibRecord | None:

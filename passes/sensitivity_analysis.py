@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from qir import metrics as qmetrics
@@ -30,12 +31,12 @@ from qir.errors import InputError
 from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
-from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.base import AnalysisPass, PassResult, Report, register_pass
 from qir.passes.lib.selection import calibrations_of
 from qir.passes.node_sensitivity import NodeSensitivityPass
 from qir.runtimes.engine import Engine, Variant
 
-__all__ = ["SensitivityAnalysisPass"]
+__all__ = ["SensitivityAnalysisPass", "SensitivityAnalysisReport"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,26 @@ def _finite(value: Any) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+@dataclass
+class SensitivityAnalysisReport(Report):
+    """The recovery as the sensitive nodes are raised to ``qtype`` together: ``nodes`` in the order
+    raised, ``single`` (each node's own sensitivity), ``cumulative`` (the metric with nothing
+    raised, then with each node added), ``picked_from`` (how many nodes the pick read; None when
+    the nodes were given), and, when some sample needed it, ``left_out`` and ``ill_conditioned``."""
+
+    metric: str
+    qtype: str
+    pick_threshold: float
+    nodes: list[str]
+    single: dict[str, float]
+    cumulative: list[float]
+    picked_from: int | None
+    left_out: dict[str, str] | None = None
+    ill_conditioned: dict[str, dict[str, str]] | None = None
+
+    optional = ("left_out", "ill_conditioned")
 
 
 @register_pass
@@ -100,14 +121,13 @@ class SensitivityAnalysisPass(AnalysisPass):
                     progress=self.progress and "sensitivity analysis (raised together)") as engine:
             result = engine.evaluate(variants)
         table = result.per_variant()
-        report = {"metric": self.metric, "qtype": self.qtype, "pick_threshold": self.pick_threshold,
-                  "nodes": nodes, "single": {n: single[n] for n in nodes},
-                  "cumulative": [table[v.name][self.metric] for v in variants],
-                  "picked_from": len(single) if not self.sensitive else None}
+        report = SensitivityAnalysisReport(self.metric, self.qtype, self.pick_threshold, nodes,
+                                           {n: single[n] for n in nodes}, [table[v.name][self.metric] for v in variants],
+                                           len(single) if not self.sensitive else None)
         if result.left_out:  # (the node sensitivity above left out the same samples)
-            report["left_out"] = {str(s): why for s, why in result.left_out.items()}
+            report.left_out = {str(s): why for s, why in result.left_out.items()}
         if result.ill_conditioned:
-            report["ill_conditioned"] = {str(s): ill for s, ill in result.ill_conditioned.items()}
+            report.ill_conditioned = {str(s): ill for s, ill in result.ill_conditioned.items()}
         return PassResult(ir, False, report)
 
     def _raised(self, cal) -> str:

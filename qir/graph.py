@@ -25,7 +25,7 @@ import numpy as np
 from qir.calibration import set_mode as set_calibration_mode
 from qir.errors import NotFoundError, QirError, did_you_mean
 from qir.kinds import CalibMode, CalibRole, NodeKind
-from qir.records import CalibRecord, OpRecord, Record, Shape, ValueRecord, copy_record
+from qir.records import AttrValue, CalibRecord, OpRecord, Record, Shape, ValueRecord, copy_record
 
 __all__ = ["QIR", "value_key"]
 
@@ -304,7 +304,7 @@ class QIR:
         return changed
 
     def add_op(self, name: str, op_type: str, inputs: Sequence[str], outputs: Sequence[str], *,
-               attrs: Mapping[str, Any] | None = None, attr_types: Mapping[str, int] | None = None,
+               attrs: Mapping[str, AttrValue] | None = None, attr_types: Mapping[str, int] | None = None,
                domain: str = "", module: str | None = None,
                output_info: Mapping[str, tuple[str | None, Shape]] | None = None,
                after: str | None = None) -> OpRecord:

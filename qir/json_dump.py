@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -42,15 +42,29 @@ from qir.files import write_text
 from qir.printer import MAX_INLINE
 from qir.records import CalibRecord
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable", "finite", "json_text", "write_json"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_json", "jsonable", "finite", "json_text", "write_json", "JsonValue",
+           "JsonReport"]
 
 SCHEMA = "qir.ir"
 SCHEMA_VERSION = 1
 
+# A JSON document's values (numbers, strings, lists, objects keyed by names from the data).
+JsonValue = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
+
+
+class JsonReport(Protocol):
+    """A typed report written as JSON: its dataclass says what it holds, ``to_json()`` the
+    document (without ``schema``/``version``, which the writer adds)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
 
 def finite(v: Any) -> Any:
     """Non-finite floats as the strings "inf", "-inf", "nan" (strict JSON has no such numbers),
-    inside lists, tuples and dicts too."""
+    inside lists, tuples and dicts too; a typed record in them (a :class:`JsonReport`) as its
+    ``to_json()`` document."""
+    if hasattr(v, "to_json") and not isinstance(v, (dict, list, tuple, str)):
+        return finite(v.to_json())
     if isinstance(v, float) and not np.isfinite(v):
         return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
     if isinstance(v, (list, tuple)):
@@ -60,13 +74,14 @@ def finite(v: Any) -> Any:
     return v
 
 
-def json_text(schema: str, doc: dict[str, Any], version: int = 1) -> str:
+def json_text(schema: str, doc: JsonReport | Mapping[str, JsonValue], version: int = 1) -> str:
     """``{"schema", "version", **doc}`` as strict JSON text (non-finite numbers as strings): the
-    file format of every analysis report."""
+    file format of every analysis report. ``doc``: a :class:`JsonReport` (its ``to_json()``) or
+    the document itself."""
     return json.dumps({"schema": schema, "version": version, **finite(doc)}, indent=1, allow_nan=False) + "\n"
 
 
-def write_json(path: str | Path, schema: str, doc: dict[str, Any], version: int = 1) -> Path:
+def write_json(path: str | Path, schema: str, doc: JsonReport | Mapping[str, JsonValue], version: int = 1) -> Path:
     """:func:`json_text` written to ``path`` atomically (:func:`qir.files.write_text`)."""
     return write_text(path, json_text(schema, doc, version))
 

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from qir.kinds import CalibMode, CalibRole, NodeKind
 
-__all__ = ["Dim", "Shape", "ValueRecord", "OpRecord", "CalibRecord", "Record"]
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["AttrValue", "Dim", "Shape", "ValueRecord", "OpRecord", "CalibRecord", "QuantizerState", "Record"]
 
 Dim = Union[int, str, None]  # a static size, a symbolic name, or unknown
 Shape = Union[tuple[Dim, ...], None]  # None: rank unknown
+# an op attribute's value as ONNX attributes decode (qir.io.onnx_import.decode_attribute); keyed by attribute name
+AttrValue = Union[int, float, str, bytes, np.ndarray, list, tuple, "onnx.GraphProto"]
 
 
 @dataclass
@@ -107,6 +112,32 @@ class CalibRecord:
     @property
     def outputs(self) -> tuple[str, ...]:
         return (self.output,)
+
+
+@dataclass
+class QuantizerState:
+    """One quantizer as a file describes it (a ``qir::Calibration`` node, an emit-metadata entry, a
+    QuantizeLinear's parameters): the :class:`CalibRecord` fields other than its name and values.
+    ``role`` None leaves it to the reader (the importer's, or weight/activation by the input)."""
+
+    mode: CalibMode
+    role: CalibRole | None = None
+    threshold: np.ndarray | float | None = None
+    scale: np.ndarray | float | None = None
+    zero_point: np.ndarray | int | None = None
+    axis: int | None = None
+    fixed: bool = False
+    feeds: tuple[str, ...] = ()
+    implied_clip: tuple[float, float] | None = None
+    unsigned: bool = False  # imported from a uint8/uint16 quantizer (the integer level's frame)
+
+    def record(self, name: str, input: str, output: str, role: CalibRole | None = None) -> CalibRecord:
+        """The calibration node ``name`` (``input`` → ``output``) of this quantizer; ``role``
+        when the state has none (activation by default)."""
+        return CalibRecord(name, input, output, role=self.role or role or CalibRole.ACTIVATION, mode=self.mode,
+                           threshold=self.threshold, scale=self.scale, zero_point=self.zero_point, axis=self.axis,
+                           fixed=self.fixed, feeds=tuple(self.feeds), implied_clip=self.implied_clip,
+                           meta={"unsigned": True} if self.unsigned else {})
 
 
 Record = Union[ValueRecord, OpRecord, CalibRecord]

@@ -155,13 +155,24 @@ UNTYPED_RECORDS = ("dict[str, Any]", "Dict[str, Any]", "Mapping[str, Any]", "Mut
 DICT_SEAMS = ROOT / "tests" / "dict_seams.txt"
 
 
+# The vendor-compatible facades return what the vendor's API returns: horizon's QuantAnalysis methods
+# give their reports as dicts. Those dicts are the compatibility surface (a script written for the
+# vendor's tool reads them by key), translated from qir's results; they are not seams between qir's
+# own modules, so they are exempt here rather than listed as work to do.
+VENDOR_DICTS = {
+    "tools/compat/quant_analysis.py:consistency": "horizon QuantAnalysis.consistency returns its report as a dict",
+    "tools/compat/quant_analysis.py:sensitivity": "horizon QuantAnalysis.sensitivity returns its report as a dict",
+}
+
+
 def _untyped_seams() -> set[str]:
     """``path:function`` of each public function with a parameter or return annotated as an untyped record."""
     found = set()
     for rel, text in _sources():
         for node in ast.walk(ast.parse(text)):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_") \
-                    or node.name == "to_json":  # (a dataclass's JSON form is a dict by design)
+                    or node.name == "to_json" \
+                    or f"{rel}:{node.name}" in VENDOR_DICTS:  # (a JSON form is a dict by design; vendors' dicts above)
                 continue
             for ann in [node.returns, *(a.annotation for a in node.args.args + node.args.kwonlyargs)]:
                 text_ann = ast.unparse(ann) if ann is not None else ""

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import shlex
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -46,8 +47,11 @@ from qir.errors import QirError
 from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import CalibMode
+from qir.passes.base import Report
+from qir.tools.results import Fix, RunallResults
 
-__all__ = ["advise", "measure", "command", "helps", "describe", "measure_findings", "fix_line", "CAUSES", "MIN_SHARE"]
+__all__ = ["advise", "measure", "command", "helps", "describe", "measure_findings", "fix_line", "CAUSES", "MIN_SHARE",
+           "Fix", "Advice", "Measured"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +60,32 @@ MIN_SHARE = 0.01  # a kept fix recovers at least this share of 1 - (current outp
 CLIP_SHARE = 1e-3  # a quantizer clipping more than this share of its input is a clipping candidate
 TOP = 5  # the most sensitive quantizers of each type that get an int16 candidate
 METRIC = "cosine-similarity"
+
+
+@dataclass
+class Measured:
+    """:func:`measure`'s numbers: the output cosine ``before`` (the model as it is) and ``after``
+    each change, on ``samples`` samples of which ``left_out`` were left out."""
+
+    before: float
+    after: list[float]
+    samples: int
+    left_out: int
+
+
+@dataclass
+class Advice(Report):
+    """:func:`advise`'s result: the ``metric`` and its value ``before``, the ``samples`` measured
+    and ``left_out``, the fixes that help (``advice``, best first), those ``dropped``, and
+    ``notes``."""
+
+    metric: str
+    before: float
+    samples: int
+    left_out: int
+    advice: list[Fix] = field(default_factory=list)
+    dropped: list[Fix] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def helps(before: float, after: float) -> bool:
@@ -137,9 +167,9 @@ def _output_names(model: str, count: int, tool: str) -> list[str]:
 
 # --------------------------------------------------------------------------------------- measuring
 def measure(ir: QIR, data: Any, changes: Sequence[Mapping[str, str]], *, data_num: int | None = None,
-            runtime: str = Runtime.ORT, progress: bool = True) -> dict[str, Any]:
+            runtime: str = Runtime.ORT, progress: bool = True) -> Measured:
     """The output cosine (vs the float model, mean over samples) of ``ir`` as it is and with each
-    of ``changes``, on the engine: ``{"before", "after": [...], "samples", "left_out"}``."""
+    of ``changes``, on the engine."""
     from qir.runtimes.engine import Engine, Variant
 
     variants = [Variant("as it is", {})] + [Variant(f"fix {i}", dict(ch)) for i, ch in enumerate(changes)]
@@ -147,8 +177,8 @@ def measure(ir: QIR, data: Any, changes: Sequence[Mapping[str, str]], *, data_nu
                 progress=progress and "measure fixes") as engine:
         result = engine.evaluate(variants)
     table = result.per_variant()
-    return {"before": table["as it is"][METRIC], "after": [table[v.name][METRIC] for v in variants[1:]],
-            "samples": len(engine.samples), "left_out": len(result.left_out)}
+    return Measured(table["as it is"][METRIC], [table[v.name][METRIC] for v in variants[1:]], len(engine.samples),
+                    len(result.left_out))
 
 
 def _recalibrated(ir: QIR, data: Any, method: str, *, data_num: int | None, runtime: str, progress: bool) -> float:
@@ -158,7 +188,7 @@ def _recalibrated(ir: QIR, data: Any, method: str, *, data_num: int | None, runt
 
     clone = ir.clone()
     CalibratePass(data, method, runtime=runtime, progress=progress)(clone)
-    return measure(clone, data, [], data_num=data_num, runtime=runtime, progress=False)["before"]
+    return measure(clone, data, [], data_num=data_num, runtime=runtime, progress=False).before
 
 
 # -------------------------------------------------------------------------------------- candidates
@@ -209,20 +239,20 @@ def _sensitive(results: Mapping[str, Any], pick_threshold: float) -> dict[str, f
     return out
 
 
-def _node_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: float, clipping: dict) -> list[dict]:
+def _node_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: float, clipping: dict) -> list[Fix]:
     """Clipping, rounding and outlier-channel candidates (see the module docstring); ``clipping``
     from :func:`_clipping`."""
     found = []
     for name, (share, threshold, amax) in clipping.items():
         t = covering_threshold(amax)
-        found.append({"cause": "clipping", "changes": {name: f"@{t!r}"}, "fix": f"a fixed threshold {t!r}",
-                      "why": f"{describe(ir, name)} clips {100 * share:.2g}% of its input "
-                             f"(threshold {threshold:.4g}, max |x| {amax:.4g})"})
+        found.append(Fix(cause="clipping", changes={name: f"@{t!r}"}, fix=f"a fixed threshold {t!r}",
+                         why=f"{describe(ir, name)} clips {100 * share:.2g}% of its input "
+                             f"(threshold {threshold:.4g}, max |x| {amax:.4g})"))
     if len(clipping) > 1:
         changes = {n: f"@{covering_threshold(v[2])!r}" for n, v in clipping.items()}
-        found.append({"cause": "clipping", "changes": changes, "fix": "fixed thresholds covering each one's data ("
-                      + ", ".join(f"{n} {c[1:]}" for n, c in changes.items()) + ")",
-                      "why": f"{len(clipping)} activation quantizers clip their input"})
+        found.append(Fix(changes=changes, fix="fixed thresholds covering each one's data ("
+                         + ", ".join(f"{n} {c[1:]}" for n, c in changes.items()) + ")", cause="clipping",
+                         why=f"{len(clipping)} activation quantizers clip their input"))
     outliers = {n: e["outlier_channels"] for n, e in (results.get("channelwise") or {}).items()
                 if e.get("outlier_channels") and n in {c.name for c in ir.calibrations("activation")}}
     for name, value in {**_sensitive(results, pick_threshold), **dict.fromkeys(outliers)}.items():
@@ -233,12 +263,12 @@ def _node_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: float,
                    "channel): one per-tensor step is coarse for the others")
         else:
             why = f"{describe(ir, name)} is sensitive" + ("" if value is None else f" (only it quantized: cosine {value:.5f})")
-        found.append({"cause": "outlier channels" if name in outliers else "rounding", "changes": {name: "int16"},
-                      "fix": "int16 (the same range, 256x finer steps)", "why": why})
+        found.append(Fix(changes={name: "int16"}, fix="int16 (the same range, 256x finer steps)",
+                         cause="outlier channels" if name in outliers else "rounding", why=why))
     return found
 
 
-def _spread_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: float, before: float) -> list[dict]:
+def _spread_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: float, before: float) -> list[Fix]:
     """Candidates that change many quantizers (see the module docstring)."""
     from qir.passes.lib.selection import calibrations_of
 
@@ -250,29 +280,29 @@ def _spread_candidates(ir: QIR, results: Mapping[str, Any], pick_threshold: floa
         chosen = ops[:reach or len(ops)]
         cals = [c for op in chosen for c in calibrations_of(ir, op)]
         why = f"the sensitivity analysis's {len(chosen)} most sensitive op(s) ({', '.join(describe(ir, o) for o in chosen)})"
-        found.append({"cause": "spread error", "changes": {c.name: "float" for c in cals},
-                      "fix": "their quantizers back to float", "why": why})
+        found.append(Fix(cause="spread error", changes={c.name: "float" for c in cals}, fix="their quantizers back to float",
+                         why=why))
         int8 = {c.name: "int16" for c in cals if c.mode is CalibMode.INT8}
         if int8:
-            found.append({"cause": "spread error", "changes": int8, "fix": "their int8 quantizers to int16", "why": why})
+            found.append(Fix(cause="spread error", changes=int8, fix="their int8 quantizers to int16", why=why))
     every = {c.name: "int16" for c in ir.calibrations("activation") if c.mode is CalibMode.INT8}
     if len(every) > 1:
-        found.append({"cause": "spread error", "changes": every, "fix": "every int8 activation quantizer to int16",
-                      "why": "the error is spread over many activations"})
+        found.append(Fix(cause="spread error", changes=every, fix="every int8 activation quantizer to int16",
+                         why="the error is spread over many activations"))
     if (ops and not reach) or (not ops and before < pick_threshold):
         own = (ir.meta.get("calibration") or {}).get("method")
         method = "max" if own == "mix" else "mix"
         why = (f"even all {len(ops)} sensitive op(s) in float reach only cosine {cumulative[-1]:.5f}" if ops else
                f"no single op is below cosine {pick_threshold} while the model is at {before:.5f}")
-        found.append({"cause": "spread error", "recalibrate": method, "changes": None, "why": why + ": the error is spread",
-                      "fix": f"calibrating again with method {method}" + (f" (it was calibrated with {own})" if own else "")})
+        found.append(Fix(cause="spread error", recalibrate=method, changes=None, why=why + ": the error is spread",
+                         fix=f"calibrating again with method {method}" + (f" (it was calibrated with {own})" if own else "")))
     return found
 
 
-def _unique(candidates: list[dict]) -> list[dict]:
+def _unique(candidates: list[Fix]) -> list[Fix]:
     seen, out = set(), []
     for c in candidates:
-        key = (tuple(sorted((c.get("changes") or {}).items())), c.get("recalibrate"))
+        key = (tuple(sorted((c.changes or {}).items())), c.recalibrate)
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -280,11 +310,10 @@ def _unique(candidates: list[dict]) -> list[dict]:
 
 
 # -------------------------------------------------------------------------------------------- advise
-def advise(ir: QIR, results: Mapping[str, Any], data: Any, *, model_path: str | None = None, data_num: int | None = 1,
-           runtime: str = Runtime.ORT, pick_threshold: float = 0.999, progress: bool = True) -> dict[str, Any]:
-    """Measured advice for runall's ``results`` on ``ir`` (see the module docstring):
-    ``{"metric", "before", "samples", "left_out", "advice": [...], "dropped": [...], "notes": [...]}``.
-    Each fix holds ``cause``, ``why``, ``fix``, ``changes`` (or ``recalibrate``), ``before``,
+def advise(ir: QIR, results: RunallResults, data: Any, *, model_path: str | None = None, data_num: int | None = 1,
+           runtime: str = Runtime.ORT, pick_threshold: float = 0.999, progress: bool = True) -> Advice:
+    """Measured advice for runall's ``results`` on ``ir`` (see the module docstring). Each
+    :class:`Fix` holds ``cause``, ``why``, ``fix``, ``changes`` (or ``recalibrate``), ``before``,
     ``after``, ``gain``; kept ones also ``command``, ``output`` and ``text`` (one line); dropped
     ones ``reason``."""
     model = str(model_path) if model_path else "CALIBRATED_MODEL.onnx"
@@ -294,40 +323,40 @@ def advise(ir: QIR, results: Mapping[str, Any], data: Any, *, model_path: str | 
     clipping = _clipping(ir, results, data, data_num, runtime)
     candidates = _unique(_node_candidates(ir, results, pick_threshold, clipping)
                          + _spread_candidates(ir, results, pick_threshold, cumulative[0]))
-    variants = [c for c in candidates if c["changes"] is not None]
-    measured = measure(ir, data, [c["changes"] for c in variants], data_num=data_num, runtime=runtime,
+    variants = [c for c in candidates if c.changes is not None]
+    measured = measure(ir, data, [c.changes for c in variants], data_num=data_num, runtime=runtime,
                        progress=progress)
-    for c, after in zip(variants, measured["after"]):
-        c["after"] = after
-    for c in (c for c in candidates if c["changes"] is None):
+    for c, after in zip(variants, measured.after):
+        c.after = after
+    for c in (c for c in candidates if c.changes is None):
         if isinstance(data, (str, Path)):
-            c["after"] = _recalibrated(ir, data, c["recalibrate"], data_num=data_num, runtime=runtime, progress=progress)
+            c.after = _recalibrated(ir, data, c.recalibrate, data_num=data_num, runtime=runtime, progress=progress)
         else:
-            notes.append(f"{c['fix']} was not tried: the data is not a file or folder a command could name")
-    tried = [c for c in candidates if "after" in c]
+            notes.append(f"{c.fix} was not tried: the data is not a file or folder a command could name")
+    tried = [c for c in candidates if c.after is not None]
     for c in tried:
-        c.update(before=measured["before"], gain=c["after"] - measured["before"])
-    return {"metric": "output cosine", "before": measured["before"], "samples": measured["samples"],
-            "left_out": measured["left_out"], **_keep(ir, tried, model, data), "notes": notes}
+        c.before, c.gain = measured.before, c.after - measured.before
+    kept, dropped = _keep(ir, tried, model, data)
+    return Advice("output cosine", measured.before, measured.samples, measured.left_out, kept, dropped, notes)
 
 
-def _keep(ir: QIR, tried: list[dict], model: str, data: Any) -> dict[str, list[dict]]:
+def _keep(ir: QIR, tried: list[Fix], model: str, data: Any) -> tuple[list[Fix], list[Fix]]:
     """Split ``tried`` into kept fixes (ordered, with commands and text) and dropped ones."""
-    dropped = [dict(c, reason="does not help") for c in tried if not helps(c["before"], c["after"])]
+    dropped = [replace(c, reason="does not help") for c in tried if not helps(c.before, c.after)]
     kept = []
-    for c in sorted((c for c in tried if helps(c["before"], c["after"])),
-                    key=lambda c: (-c["gain"], CAUSES.index(c["cause"]))):
+    for c in sorted((c for c in tried if helps(c.before, c.after)), key=lambda c: (-c.gain, CAUSES.index(c.cause))):
         try:
-            command(ir, model, "OUT", c["changes"], recalibrate=c.get("recalibrate"), data=data)
+            command(ir, model, "OUT", c.changes, recalibrate=c.recalibrate, data=data)
         except QirError as exc:
-            dropped.append(dict(c, reason=str(exc)))
+            dropped.append(replace(c, reason=str(exc)))
         else:
             kept.append(c)
     for c, out in zip(kept, _output_names(model, len(kept), "runall")):
-        cmd = command(ir, model, out, c["changes"], recalibrate=c.get("recalibrate"), data=data)
-        c.update(command=cmd, output=out, text=f"{c['cause']}: {c['why']}; {c['fix']}: output cosine "
-                 f"{c['before']:.5f} -> {c['after']:.5f} ({c['gain']:+.5f}): {cmd}")
-    return {"advice": kept, "dropped": dropped}
+        c.command = command(ir, model, out, c.changes, recalibrate=c.recalibrate, data=data)
+        c.output = out
+        c.text = (f"{c.cause}: {c.why}; {c.fix}: output cosine {c.before:.5f} -> {c.after:.5f} ({c.gain:+.5f}): "
+                  f"{c.command}")
+    return kept, dropped
 
 
 # -------------------------------------------------------------------------------- qir compare's advisor
@@ -390,7 +419,7 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
     ir = run.analysis
     outputs = [o for o in (*ir.outputs, *values) if run.base(o) is not None]
     fixes = [(f, fix) for f in findings if outputs and (fix := _finding_fix(ir, run, f))]
-    scored = {"scored": "cosine of the outputs and " + ", ".join(values)} if values else {}
+    scored = "cosine of the outputs and " + ", ".join(values) if values else None
     if not fixes:
         return
 
@@ -403,46 +432,47 @@ def measure_findings(run: Any, findings: list[dict], *, model_path: str | None =
     if not math.isfinite(before):
         logger.warning("advisor: the analysis model's outputs are not finite on the bad case; its fixes are not measured")
         return
-    done: dict[tuple, dict] = {}  # the same change for two findings: measured once, one command
+    done: dict[tuple, Fix] = {}  # the same change for two findings: measured once, one command
     for finding, (changes, text) in fixes:
         key = tuple(sorted(changes.items()))
         if key in done:
-            finding["fix"] = dict(done[key], fix=text)
+            finding["fix"] = replace(done[key], fix=text)
             continue
         after = score(changes)
-        finding["fix"] = done[key] = {"changes": changes, "fix": text, "before": before, "after": after,
-                                      "gain": after - before, "helps": helps(before, after), **scored}
+        finding["fix"] = done[key] = Fix(changes=changes, fix=text, before=before, after=after, gain=after - before,
+                                         helps=helps(before, after), scored=scored)
         logger.info("advisor: %s for %s: output cosine %.5f -> %.5f%s", text, finding["layer"], before, after,
-                    "" if finding["fix"]["helps"] else " (does not help)")
+                    "" if finding["fix"].helps else " (does not help)")
     _name_fixes(ir, model, findings, list(done.values()))
 
 
-def _name_fixes(ir: QIR, model: str, findings: list[dict], measured: list[dict]) -> None:
+def _name_fixes(ir: QIR, model: str, findings: list[dict], measured: list[Fix]) -> None:
     """Give each fix that helps its command, output file and ``rank``: numbered as they are shown,
     best first (``<stem>_compare_fix1.onnx`` is the best); a finding sharing a fix gets the same."""
     helping = []
-    for fix in sorted((f for f in measured if f["helps"]), key=lambda f: -f["gain"]):
+    for fix in sorted((f for f in measured if f.helps), key=lambda f: -f.gain):
         try:
-            command(ir, model, "OUT", fix["changes"])
+            command(ir, model, "OUT", fix.changes)
         except QirError as exc:
-            fix.update(helps=False, reason=str(exc))
+            fix.helps, fix.reason = False, str(exc)
         else:
             helping.append(fix)
     for rank, (fix, out) in enumerate(zip(helping, _output_names(model, len(helping), "compare")), 1):
-        fix.update(rank=rank, output=out, command=command(ir, model, out, fix["changes"]))
-    by_changes = {tuple(sorted(f["changes"].items())): f for f in measured}
+        fix.rank, fix.output, fix.command = rank, out, command(ir, model, out, fix.changes)
+    by_changes = {tuple(sorted(f.changes.items())): f for f in measured}
     for finding in findings:
-        if finding.get("fix"):
-            shared = by_changes[tuple(sorted(finding["fix"]["changes"].items()))]
-            finding["fix"].update({k: shared[k] for k in ("helps", "reason", "rank", "output", "command") if k in shared})
+        fix = finding.get("fix")
+        if fix:
+            shared = by_changes[tuple(sorted(fix.changes.items()))]
+            fix.helps, fix.reason, fix.rank, fix.output, fix.command = (shared.helps, shared.reason, shared.rank,
+                                                                        shared.output, shared.command)
 
 
-def fix_line(fix: Mapping[str, Any], with_command: bool = True) -> str:
+def fix_line(fix: Fix, with_command: bool = True) -> str:
     """One line for a measured advisor fix (see :func:`measure_findings`); a fix that helps is
     named by its rank (``fix 2``), its command left out unless ``with_command``."""
-    numbers = (f"{fix.get('scored', 'output cosine')} on the bad case {fix['before']:.5f} -> {fix['after']:.5f} "
-               f"({fix['gain']:+.5f})")
-    if fix.get("command"):
-        return (f"fix {fix.get('rank', '')} ({fix['fix']}), measured: {numbers}"
-                + (f": {fix['command']}" if with_command else " (its command is in the list of fixes)"))
-    return f"tried {fix['fix']}: {numbers}: {fix.get('reason') or 'does not help'}, not suggested"
+    numbers = f"{fix.scored or 'output cosine'} on the bad case {fix.before:.5f} -> {fix.after:.5f} ({fix.gain:+.5f})"
+    if fix.command:
+        return (f"fix {'' if fix.rank is None else fix.rank} ({fix.fix}), measured: {numbers}"
+                + (f": {fix.command}" if with_command else " (its command is in the list of fixes)"))
+    return f"tried {fix.fix}: {numbers}: {fix.reason or 'does not help'}, not suggested"

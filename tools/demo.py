@@ -22,12 +22,21 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from qir.execution import Level, Runtime
+from qir.graph import QIR
 
-__all__ = ["run_demo", "example_dir", "plan_files"]
+__all__ = ["run_demo", "example_dir", "plan_files", "Calibrated"]
+
+
+class Calibrated(NamedTuple):
+    """A model the demo calibrated, and its int8 accuracy on the evaluation samples."""
+
+    model: QIR
+    accuracy: float
 
 METHODS = ("max", "percentile", "kl", "mse", "mix")
 
@@ -111,9 +120,10 @@ def written_entries(files) -> list[str]:
     return sorted(top, key=lambda e: (e.endswith("/"), e))
 
 
-def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.ndarray, files) -> None:
+def debug_and_repair(calibrated: dict[str, Calibrated], root: Path, samples: list, labels: np.ndarray, files) -> None:
     """Steps 3 and 4 of the module docstring on the least accurate calibrated model."""
     import qir
+    from qir.passes.sensitivity_analysis import SensitivityAnalysisReport
     from qir.tools.emit import emit_model
     from qir.tools.progress import run_samples
     from qir.tools.runall import runall
@@ -124,12 +134,12 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     report = runall(model, root / "calibration_data", save_dir=files.sub("debug_result"), progress=False,
                     log=lambda line: print("        " + line), model_path=str(files.path(f"calibrated_{method}.onnx")))
     print(f"        {time.perf_counter() - start:.1f} s")
-    sa = report["sensitivity_analysis"]
-    nodes, cumulative = sa["nodes"], sa["cumulative"]
+    sa = SensitivityAnalysisReport.from_json(report.sensitivity_analysis)
+    nodes, cumulative = sa.nodes, sa.cumulative
     if not nodes:
         print("repair  nothing to repair: no node is below the pick threshold")
         return
-    k = next((i for i, v in enumerate(cumulative[1:], 1) if v >= sa["pick_threshold"]), len(nodes))
+    k = next((i for i, v in enumerate(cumulative[1:], 1) if v >= sa.pick_threshold), len(nodes))
     path = files.path("repaired.onnx")
     emit_model(model, "repaired.onnx", float=nodes[:k], outputs=files)
     repaired = qir.load(path)
@@ -137,13 +147,13 @@ def debug_and_repair(calibrated: dict, root: Path, samples: list, labels: np.nda
     fixed = float((logits.argmax(1) == labels).mean())
     print(f"repair  {path.name}: the float fallback, the sensitivity analysis's ops {', '.join(nodes[:k])} back to "
           f"float (an emitted ONNX model): accuracy {acc:.4f} -> {fixed:.4f}")
-    if report["advice"]:
-        best = report["advice"][0]
-        print(f"        not runall's best measured fix, which is {best['cause']}: {best['fix']} (output cosine "
-              f"{best['before']:.5f} -> {best['after']:.5f}; its command above writes {Path(best['output']).name})")
+    if report.advice:
+        best = report.advice[0]
+        print(f"        not runall's best measured fix, which is {best.cause}: {best.fix} (output cosine "
+              f"{best.before:.5f} -> {best.after:.5f}; its command above writes {Path(best.output).name})")
 
 
-def check_deployment(calibrated: dict, root: Path, samples: list, labels: np.ndarray, files) -> None:
+def check_deployment(calibrated: dict[str, Calibrated], root: Path, samples: list, labels: np.ndarray, files) -> None:
     """Step 5 of the module docstring on the most accurate calibrated model."""
     from qir.tools.consistency import check_consistency
     from qir.tools.progress import run_samples
@@ -159,17 +169,17 @@ def check_deployment(calibrated: dict, root: Path, samples: list, labels: np.nda
     print(f"        value by value: {files.path('consistency/consistency_result.txt')}")
 
 
-def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) -> dict:
+def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) -> dict[str, Calibrated]:
     """Calibrate a copy of ``base`` (folded, fused, with calibration nodes) with each method and
-    write it to ``files``; print int8 accuracy and cosine vs float. Returns ``{method: (calibrated
-    IR, accuracy)}``."""
+    write it to ``files``; print int8 accuracy and cosine vs float. Returns ``{method:
+    Calibrated}``."""
     import qir
     from qir.passes import PassManager
     from qir.tools.progress import run_samples
 
     reference = np.concatenate([r["logits"] for r in run_samples(base, samples, Runtime.ORT, desc="float",
                                                                   level="float")])
-    results = {}
+    results: dict[str, Calibrated] = {}
     print(f"calib   nash-e int8, {len(base.calibrations())} calibration nodes, "
           f"data {root / 'calibration_data'}")
     for method in METHODS:
@@ -182,5 +192,5 @@ def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) ->
         cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
         print(f"  {method:<11} int8 accuracy {acc:.4f}  logits cosine vs float {cos:.6f}")
         files.write(f"calibrated_{method}.onnx", lambda tmp, m=model: qir.save(m, tmp))
-        results[method] = (model, acc)
+        results[method] = Calibrated(model, acc)
     return results

@@ -11,6 +11,7 @@ in a file (``qir emit``, the demo). Passes never write; files are written throug
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -19,7 +20,7 @@ import onnx
 from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode
-from qir.passes.emit import EmitPass
+from qir.passes.emit import EmitPass, EmitReport
 from qir.passes.lib.selection import as_name_list, select_calibrations
 from qir.tools.reports.output import Outputs
 
@@ -62,26 +63,25 @@ def write_reports(reports: Iterable[dict[str, Any]], *, overwrite: bool = False,
 
 
 def emit(ir: QIR, path: str | Path, *, opset: int | None = None, overwrite: bool = False,
-         outputs: Outputs | None = None, format: str = "qdq") -> dict[str, Any]:  # noqa: A002
+         outputs: Outputs | None = None, format: str = "qdq") -> EmitReport:  # noqa: A002
     """Emit ``ir`` (:class:`qir.passes.emit.EmitPass`; ``format`` ``qdq`` or ``qoperator``) and
     write the model to ``path`` (through ``outputs``, a command's, when given: then ``path`` is in
     its folder). Returns the pass's report with ``path`` in place of the model. An existing
     ``path`` is refused before anything is built unless ``overwrite``. ``ir`` is not changed."""
     emit_pass = EmitPass(opset=opset, format=format)  # a bad format is refused before anything else
     out = (outputs if outputs is not None else Outputs(overwrite=overwrite)).plan(path).check()  # before building
-    found = dict(emit_pass(ir).report)
-    path = write_model(found.pop("model"), path, outputs=out)
-    found.pop("overwrite")
-    report = {**found, "path": str(path)}
-    logger.info("emit: %s (opset %d): %s", report["path"], report["opset"], report["modes"])
+    built: EmitReport = emit_pass(ir).report  # type: ignore[assignment]
+    path = write_model(built.model, path, outputs=out)
+    report = replace(built, model=None, overwrite=None, path=str(path))
+    logger.info("emit: %s (opset %d): %s", report.path, report.opset, report.modes)
     if format == "qoperator":
-        logger.info("emit: integer forms %s; kept QDQ %s", report["forms"], report["kept_qdq"])
+        logger.info("emit: integer forms %s; kept QDQ %s", report.forms, report.kept_qdq)
     return report
 
 
 def emit_model(ir: QIR, path: str | Path, *, int16: str | Iterable[str] = (), float: str | Iterable[str] = (),  # noqa: A002
                fp16: str | Iterable[str] = (), opset: int | None = None, overwrite: bool = False,
-               outputs: Outputs | None = None, format: str = "qdq") -> dict[str, Any]:  # noqa: A002
+               outputs: Outputs | None = None, format: str = "qdq") -> EmitReport:  # noqa: A002
     """Set the chosen calibration nodes' modes on a clone of ``ir`` and emit it to ``path`` in
     ``format`` (``qdq``, or ``qoperator``: integer ONNX ops where they exist, :func:`emit`).
 
@@ -104,6 +104,6 @@ def emit_model(ir: QIR, path: str | Path, *, int16: str | Iterable[str] = (), fl
     for name, mode in chosen.items():
         clone.set_calibration(name, mode=mode)
     report = emit(clone, path, opset=opset, overwrite=overwrite, outputs=outputs, format=format)
-    report["selected"] = {m.value: sorted(n for n, mm in chosen.items() if mm is m)
+    report.selected = {m.value: sorted(n for n, mm in chosen.items() if mm is m)
                           for m in (CalibMode.INT16, CalibMode.FLOAT, CalibMode.FP16)}
     return report

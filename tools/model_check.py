@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from qir.api import as_ir
-from qir.passes.model_check import ModelCheckPass
+from qir.passes.model_check import ModelCheckPass, ModelCheckReport
 from qir.tools.reports.model_check import FILES, write_report
 from qir.tools.reports.output import Outputs, as_outputs
 
@@ -15,7 +15,7 @@ __all__ = ["check_model"]
 
 
 def check_model(model_or_file: Any, march: str = "nash-e", *, save_dir: Outputs | str | Path | None = None,
-                overwrite: bool = False, names: tuple[str, str] = FILES) -> dict[str, Any]:
+                overwrite: bool = False, names: tuple[str, str] = FILES) -> ModelCheckReport:
     """Run the checks on a model file or IR; write the report to ``save_dir`` when given, as
     ``names`` (default ``model_check_result.txt``/``.json``)."""
     if save_dir is not None:

@@ -27,4 +27,4 @@ def profile_model(model_or_file: Any, data: Any, *, save_dir: str | Path | None 
     report = profiler(ir).report
     if save_dir is not None:
         write_report(report, save_dir, histograms=histograms, tensorboard=tensorboard)
-    return report["rows"]
+    return report.rows

@@ -35,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from qir.execution import Runtime
-from qir.tools.advice import advise
+from qir.tools.advice import Advice, Fix, advise
+from qir.tools.results import RunallHeader, RunallResults
 
-__all__ = ["runall", "plan_files", "check_choices", "header", "notes", "sample_count", "STATE"]
+__all__ = ["runall", "plan_files", "check_choices", "header", "notes", "sample_count", "STATE", "RunallHeader",
+           "RunallResults"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
            dis_nodes_list=None, cw_nodes_list=None, axis=None, quantize_node=None, non_quantize_node=None,
            ae_metric="cosine-similarity", average_mode=False, pick_threshold=0.999, sensitive_nodes=None,
            *, runtime: str = Runtime.ORT, progress: bool = True, log=print, overwrite: bool = False,
-           model_path: str | None = None, time_budget: float | None = None, resume: bool = False) -> dict[str, Any]:
+           model_path: str | None = None, time_budget: float | None = None, resume: bool = False) -> RunallResults:
     """Run the five analyses, measure the advice and write ``index.html`` and ``advice.json``;
     returns every step's results. ``save_dir`` is a folder or a
     :class:`~qir.tools.reports.output.Outputs` (the demo's). ``model_path``: the file the IR was
@@ -102,10 +104,8 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     log(first)
     state._start({"model": model_path or ir.name, "data": str(calibrated_data), "data_num": data_num, "types": types,
                  "metrics": metrics, "output_node": output_node, "runtime": str(runtime)})
-    results: dict[str, Any] = {"model": model_path or ir.name, "sensitivity": {},
-                               "headline": headline_for(ir, calibrated_data, data_num, runtime, log),
-                               "quantizers": {c.name: {"role": c.role.value, "feeds": list(c.feeds)}
-                                              for c in ir.calibrations()}}
+    results = RunallResults(model_path or ir.name, headline_for(ir, calibrated_data, data_num, runtime, log),
+                            {c.name: {"role": c.role.value, "feeds": list(c.feeds)} for c in ir.calibrations()})
     started = time.perf_counter()
     kw = dict(data_num=data_num, runtime=runtime)
     opts = dict(types=types, metrics=metrics, output_node=output_node, verbose=verbose,
@@ -117,15 +117,17 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
         state._run(k, title, step, results, log)
     measured = advise(ir, results, calibrated_data, model_path=model_path, pick_threshold=pick_threshold,
                       progress=progress, **kw)
-    results.update(advice=measured["advice"], dropped=measured["dropped"], notes=measured["notes"] + notes(results),
-                   header=header(ir, model_path, calibrated_data, measured, runtime))
-    results["header"]["budget"] = first
-    results["seconds"] = round(time.perf_counter() - started, 2)
-    out.write_json("advice.json", "qir.advice", {k: results[k] for k in ("header", "advice", "dropped", "notes")})
+    results.advice, results.dropped = measured.advice, measured.dropped
+    results.notes = measured.notes + notes(results)
+    results.header = header(ir, model_path, calibrated_data, measured, runtime)
+    results.header.budget = first
+    results.seconds = round(time.perf_counter() - started, 2)
+    out.write_json("advice.json", "qir.advice", {"header": results.header, "advice": results.advice,
+                                                 "dropped": results.dropped, "notes": results.notes})
     _log_advice(results, log)
-    results["index"] = str(write_index(results, out))
+    results.index = str(write_index(results, out))
     state.finish()
-    log(f"report: {results['index']}")
+    log(f"report: {results.index}")
     return results
 
 
@@ -144,7 +146,7 @@ class _Steps:
                 ("channel-wise distributions", self._channelwise), ("accumulated error", self._acc_error),
                 ("sensitivity analysis", self._sensitivity_analysis)]
 
-    def _sensitivity(self, results: dict[str, Any]) -> dict[str, Any]:
+    def _sensitivity(self, results: RunallResults) -> dict[str, Any]:
         from qir.passes.node_sensitivity import NodeSensitivityPass
         from qir.tools.reports import node_sensitivity
 
@@ -160,19 +162,20 @@ class _Steps:
             found[nt] = report
         return {"sensitivity": found}
 
-    def _top(self, results: dict[str, Any]) -> list[str]:
-        return [r["node"] for nt in self.o["types"] if nt != "node" for r in results["sensitivity"][nt]["rows"][:TOP]]
+    def _top(self, results: RunallResults) -> list[str]:
+        return [r["node"] for nt in self.o["types"] if nt != "node" for r in results.sensitivity[nt]["rows"][:TOP]]
 
-    def _distribution(self, results: dict[str, Any]) -> dict[str, Any]:
+    def _distribution(self, results: RunallResults) -> dict[str, Any]:
         from qir.passes.distribution import DistributionPass
         from qir.tools.reports import distribution
 
         nodes = list(self.o["dis_nodes_list"] or self._top(results))
         self.log(f"[2/{STEPS}] data distributions: {len(nodes)} node(s)")
         return {"distribution": distribution.write_report(DistributionPass(self.data, nodes, **self.kw)(self.ir),
-                                                          self.out.sub("data_distribution"))["nodes"] if nodes else {}}
+                                                          self.out.sub("data_distribution")).to_json()["nodes"]
+                if nodes else {}}
 
-    def _channelwise(self, results: dict[str, Any]) -> dict[str, Any]:
+    def _channelwise(self, results: RunallResults) -> dict[str, Any]:
         from qir.passes.channelwise import ChannelwisePass
         from qir.tools.reports import channelwise
 
@@ -181,9 +184,9 @@ class _Steps:
         self.log(f"[3/{STEPS}] channel-wise distributions: {len(nodes)} node(s)")
         return {"channelwise": channelwise.write_report(
             ChannelwisePass(self.data, nodes, axis=self.o["axis"], **self.kw)(self.ir),
-            self.out.sub("channelwise_distribution"))["nodes"] if nodes else {}}
+            self.out.sub("channelwise_distribution")).to_json()["nodes"] if nodes else {}}
 
-    def _acc_error(self, results: dict[str, Any]) -> dict[str, Any]:
+    def _acc_error(self, results: RunallResults) -> dict[str, Any]:
         from qir.passes.acc_error import AccErrorPass
         from qir.tools.reports import acc_error
 
@@ -194,9 +197,9 @@ class _Steps:
         acc = AccErrorPass(self.data, qn, non_quantize_node=o["non_quantize_node"], metric=o["ae_metric"],
                            average_mode=o["average_mode"], progress=self.progress, **self.kw)(self.ir).report
         acc_error.write_report(acc, self.out.sub("accumulate_error"))
-        return {"acc_error": acc}
+        return {"acc_error": acc.to_json()}  # (the results are what runall_state.json holds: JSON)
 
-    def _sensitivity_analysis(self, results: dict[str, Any]) -> dict[str, Any]:
+    def _sensitivity_analysis(self, results: RunallResults) -> dict[str, Any]:
         from qir.passes.sensitivity_analysis import SensitivityAnalysisPass
         from qir.tools.reports import sensitivity_analysis as sensitivity_report
 
@@ -205,7 +208,7 @@ class _Steps:
                                      sensitive_nodes=self.o["sensitive_nodes"], progress=self.progress,
                                      **self.kw)(self.ir).report
         sensitivity_report.write_report(sa, self.out.sub("sensitivity_analysis"))
-        return {"sensitivity_analysis": sa}
+        return {"sensitivity_analysis": sa.to_json()}
 
 
 STATE = "runall_state.json"
@@ -246,7 +249,7 @@ class _State:
                              "give the same arguments to --resume it, or --force to start over")
         self.doc = {"asked": asked, "steps": dict(self.saved.get("steps") or {}), "finished": False}
 
-    def _run(self, k: int, title: str, step, results: dict[str, Any], log) -> None:
+    def _run(self, k: int, title: str, step, results: RunallResults, log) -> None:
         """Step ``k``: read back when the resumed run finished it, else run it and save its results."""
         from qir.json_dump import jsonable
 
@@ -289,40 +292,38 @@ def sample_count(ir, data, data_num: int | None, budget: float | None, runtime: 
                f"{each:.2g} s each; -dn N to choose)")
 
 
-def _log_advice(results: dict[str, Any], log) -> None:
+def _log_advice(results: RunallResults, log) -> None:
     """The advice as lines: each kept fix, then what was tried and dropped."""
-    h = results["header"]
-    log(f"what to try next ({h['score_metric']} now {h['score']:.5f}, measured on {h['samples']} sample(s)):")
-    for fix in results["advice"]:
-        log(f"- {fix['text']}")
-    if not results["advice"]:
+    h = results.header
+    log(f"what to try next ({h.score_metric} now {h.score:.5f}, measured on {h.samples} sample(s)):")
+    for fix in results.advice:
+        log(f"- {fix.text}")
+    if not results.advice:
         log("- no fix tried helps (see advice.json)")
-    for fix in results["dropped"]:
-        log(f"  tried and dropped ({fix['reason']}): {fix['fix']} for {_changed(fix)}: {fix['after']:.5f}")
-    for note in results["notes"]:
+    for fix in results.dropped:
+        log(f"  tried and dropped ({fix.reason}): {fix.fix} for {_changed(fix)}: {fix.after:.5f}")
+    for note in results.notes:
         log(f"  note: {note}")
 
 
-def _changed(fix: dict[str, Any]) -> str:
-    names = sorted(fix.get("changes") or {})
+def _changed(fix: Fix) -> str:
+    names = sorted(fix.changes or {})
     if not names:
         return "every quantizer"
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
-def header(ir, model_path: str | None, data, measured: dict[str, Any], runtime: str) -> dict[str, Any]:
+def header(ir, model_path: str | None, data, measured: Advice, runtime: str) -> RunallHeader:
     """What the report is about: the model file, its calibration method and march (as the model
     records them), the data, the samples used and left out, the runtime, and the score of the
     model as it is (output cosine vs float, mean over samples)."""
     calibration = ir.meta.get("calibration") or {}
-    return {"model": str(model_path) if model_path else f"IR {ir.name!r} (in memory)",
-            "calibration_method": calibration.get("method") or "not recorded in the model",
-            "calibration_samples": calibration.get("samples"),
-            "march": ir.meta.get("march") or "not recorded in the model",
-            "data": str(data) if isinstance(data, (str, Path)) else "samples given in memory",
-            "samples": measured["samples"], "left_out": measured["left_out"], "runtime": runtime,
-            "score_metric": measured["metric"], "score": measured["before"],
-            "calibration_nodes": len(ir.calibrations())}
+    return RunallHeader(str(model_path) if model_path else f"IR {ir.name!r} (in memory)",
+                        calibration.get("method") or "not recorded in the model", calibration.get("samples"),
+                        ir.meta.get("march") or "not recorded in the model",
+                        str(data) if isinstance(data, (str, Path)) else "samples given in memory",
+                        measured.samples, measured.left_out, runtime, measured.metric, measured.before,
+                        len(ir.calibrations()))
 
 
 def check_choices(ir, data, dis_nodes_list=None, cw_nodes_list=None, axis=None, quantize_node=None,
@@ -373,9 +374,9 @@ def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_lis
     return out.plan("advice.json", "index.html", STATE, **r)
 
 
-def notes(results: dict[str, Any]) -> list[str]:
+def notes(results: RunallResults) -> list[str]:
     """Observations that are not fixes: whether weights or activations cost more at the output."""
-    acc = results.get("acc_error") or {}
+    acc = results.acc_error or {}
     curves = acc.get("curves", {})
     w, a = curves.get("only_weight_calibrated"), curves.get("only_activation_calibrated")
     if not (w and a and acc.get("metric") == "cosine-similarity"):

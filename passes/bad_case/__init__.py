@@ -26,31 +26,63 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.bad_case.search import RankShares, SampleSearch, Score, search_on_cluster
-from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.base import AnalysisPass, PassResult, Report, register_pass
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
 from qir.runtimes.engine.cluster import Cluster, current_cluster, executor_for, parse_cluster
 from qir.runtimes.progress import task, track
 
-__all__ = ["BadCasePass", "find_bad_cases"]
+__all__ = ["BadCasePass", "BadCaseReport", "find_bad_cases", "PostProcess"]
+
+# maps a model's outputs (``{name: array}``) to the values compared (a detector's class scores, ...)
+PostProcess = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 logger = logging.getLogger(__name__)
 
 _RELATIVE = ("Cosine", "SQNR")  # relative to the baseline: noise where it is near zero or constant
 
 
+@dataclass
+class BadCaseReport(Report):
+    """The bad-case search (see the module docstring): the ``metric`` that picks the case, how many
+    ``samples``, ``values`` (``{output: {metric: [value per sample]}}``), ``bad_case`` (``{output:
+    {metric: worst sample}}``), ``worst_output`` (``{metric: {"output", "index"}}``), the ``chosen``
+    sample and the samples' inputs (``data``; not written as JSON); when some sample needed it,
+    ``left_out``, ``ill_conditioned`` and ``collapsed`` (``{output: {sample: why}}``)."""
+
+    metric: str
+    samples: int
+    values: dict[str, dict[str, list[float]]]
+    bad_case: dict[str, dict[str, int]]
+    worst_output: dict[str, dict[str, str | int]]
+    chosen: int
+    data: Any
+    left_out: dict[str, str] | None = None
+    ill_conditioned: dict[str, dict[str, str]] | None = None
+    collapsed: dict[str, dict[str, str]] | None = None
+
+    optional = ("left_out", "ill_conditioned", "collapsed")
+
+    def to_json(self) -> dict[str, Any]:
+        """``badcase.json``'s document: the report less the samples' inputs."""
+        return {k: v for k, v in super().to_json().items() if k != "data"}
+
+
 def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None, data: Any, *,
                    num_steps: int | None = None, metric: str = "L1",
-                   post_process: Callable[[dict], dict] | None = None, runtime: str = Runtime.ORT,
+                   post_process: PostProcess | None = None, runtime: str = Runtime.ORT,
                    replay_discrete: bool = True, level: str = Level.FAKEQUANT, march: str | None = None,
-                   cluster: str | Cluster | None = None, values: Sequence[str] = ()) -> dict:
+                   cluster: str | Cluster | None = None, values: Sequence[str] = ()) -> BadCaseReport:
     """The report (see the module docstring). ``analysis=None`` compares ``baseline`` run in
     float with the same model fake-quantized (the usual float vs calibrated question).
     ``replay_discrete``: the analysis model takes the indices of its sort/top-k/arg-max ops from
@@ -93,14 +125,14 @@ def find_bad_cases(baseline: QIR | str | Path, analysis: QIR | str | Path | None
         overall[m] = {"output": name, "index": index}
     if isinstance(samples, RankShares):  # every rank gets the bad cases from the ranks that hold them
         samples.fetch({e["index"] for e in overall.values()} | {i for per in worst.values() for i in per.values()})
-    report = {"metric": metric, "samples": len(samples), "values": values, "bad_case": worst,
-              "worst_output": overall, "chosen": _chosen(metric, overall, values, collapse), "data": samples}
+    report = BadCaseReport(metric, len(samples), values, worst, overall, _chosen(metric, overall, values, collapse),
+                           samples)
     if left_out:
-        report["left_out"] = {str(i): why for i, why in left_out.items()}
+        report.left_out = {str(i): why for i, why in left_out.items()}
     if ill:
-        report["ill_conditioned"] = {name: {str(i): why for i, why in per.items()} for name, per in ill.items()}
+        report.ill_conditioned = {name: {str(i): why for i, why in per.items()} for name, per in ill.items()}
     if collapse:
-        report["collapsed"] = {name: {str(i): how for i, how in per.items()} for name, per in collapse.items()}
+        report.collapsed = {name: {str(i): how for i, how in per.items()} for name, per in collapse.items()}
     return report
 
 

@@ -20,6 +20,7 @@ its owner then sends to every rank (:meth:`RankShares.fetch`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -31,7 +32,7 @@ from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, level_runtime, model_pair, replay_setup
 from qir.runtimes.engine.cluster import Cluster, executor_for
-from qir.runtimes.engine.distributed import data_payload, load_model, model_payload
+from qir.runtimes.engine.distributed import DataPayload, ModelPayload, data_payload, load_model, model_payload
 from qir.runtimes.engine.executor import Executor, follow, raise_remote
 from qir.runtimes.engine.results import data_digest
 from qir.runtimes.engine.shards import even_split
@@ -67,7 +68,8 @@ class SampleSearch:
 
     def __init__(self, baseline: Any, analysis: Any, *, runtime: str = Runtime.ORT, replay_discrete: bool = True,
                  level: str = Level.FAKEQUANT, march: str | None = None,
-                 post_process: Callable[[dict], dict] | None = None, values: Sequence[str] = ()) -> None:
+                 post_process: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+                 values: Sequence[str] = ()) -> None:
         self.given = (baseline, analysis)
         self.values = tuple(values)
         self.options = {"runtime": runtime, "replay_discrete": replay_discrete, "level": level, "march": march,
@@ -99,19 +101,30 @@ class SampleSearch:
                              "or map them with post_process")
         return sample_score(outs, self.base_ir)
 
-    def spec(self, data: Any, samples) -> dict[str, Any]:
+    def spec(self, data: Any, samples) -> SearchSpec:
         """What a Ray worker builds the same search from (see the module docstring)."""
         base, analysis = self.pair
-        return {"baseline": model_payload(base), "analysis": None if analysis is None else model_payload(analysis),
-                "data": data_payload(data, samples), "count": len(samples), "options": self.options}
+        return SearchSpec(model_payload(base), None if analysis is None else model_payload(analysis),
+                          data_payload(data, samples), len(samples), self.options)
 
 
-def _from_spec(spec: dict[str, Any]) -> tuple[SampleSearch, Any]:
-    base = load_model(spec["baseline"])
-    analysis = None if spec["analysis"] is None else load_model(spec["analysis"])
-    search = SampleSearch(base, analysis, **spec["options"])
-    data = spec["data"]["path"] if "path" in spec["data"] else spec["data"]["samples"]
-    return search, model_samples(search.base_ir, data, spec["count"])
+@dataclass(frozen=True)
+class SearchSpec:
+    """What a worker builds the driver's :class:`SampleSearch` from: both models, the data, how
+    many samples, and the search's options."""
+
+    baseline: ModelPayload
+    analysis: ModelPayload | None
+    data: DataPayload
+    count: int
+    options: dict[str, Any]
+
+
+def _from_spec(spec: SearchSpec) -> tuple[SampleSearch, Any]:
+    base = load_model(spec.baseline)
+    analysis = None if spec.analysis is None else load_model(spec.analysis)
+    search = SampleSearch(base, analysis, **spec.options)
+    return search, model_samples(search.base_ir, spec.data.data, spec.count)
 
 
 def bad_case_shard(common: dict[str, Any], shard: dict[str, Any]) -> Iterator[tuple]:

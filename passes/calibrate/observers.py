@@ -42,6 +42,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from qir.errors import QirError
+from qir.json_dump import JsonValue
 
 __all__ = [
     "AbsHistogram", "AbsMaxObserver", "ObserverError", "ObserverWarning",
@@ -189,12 +190,12 @@ class AbsMaxObserver:
         self.min = None if d.get("min") is None else float(d["min"])
         self.max = None if d.get("max") is None else float(d["max"])
 
-    def to_dict(self) -> dict:
-        """JSON-able statistics (plain ints, floats and None)."""
+    def to_dict(self) -> dict[str, JsonValue]:
+        """The statistics as a JSON document (plain ints, floats and None)."""
         return {"format": _FORMAT, "version": 1, "kind": self.kind, **self._scalars_dict()}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AbsMaxObserver":
+    def from_dict(cls, d: Mapping[str, JsonValue]) -> "AbsMaxObserver":
         """Inverse of :meth:`to_dict`; an ``AbsHistogram`` dict loads as its own class."""
         _check_format(d)
         if d.get("kind") == AbsHistogram.kind and cls is not AbsHistogram:
@@ -382,7 +383,7 @@ class AbsHistogram(AbsMaxObserver):
         self._merge_scalars(other)
         return self
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, JsonValue]:
         """JSON-able: scalars, ``range_exp`` and the bins up to the last non-empty one."""
         d = super().to_dict()
         d.update(num_bins=self.num_bins, range_exp=self.range_exp, range=self.range,
@@ -390,7 +391,7 @@ class AbsHistogram(AbsMaxObserver):
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AbsHistogram":
+    def from_dict(cls, d: Mapping[str, JsonValue]) -> "AbsHistogram":
         _check_format(d)
         if d.get("kind") != cls.kind:
             raise ObserverError(f"observer dict is of kind {d.get('kind')!r}, expected {cls.kind!r}")

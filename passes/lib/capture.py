@@ -42,8 +42,8 @@ def clipped_fraction(x: np.ndarray, threshold: float | None) -> float | None:
 
 @dataclass
 class PlotResult(PassResult):
-    """The result of an analysis whose report is drawn: ``report`` stays JSON data (what its JSON
-    file holds and what a pipeline collects); ``arrays`` holds, per node of the report, the named
+    """The result of an analysis whose report is drawn: ``report`` is the pass's typed report (its
+    ``to_json()`` what its JSON file holds); ``arrays`` holds, per node of the report, the named
     arrays its plots draw (``{node: {name: ndarray}}``). Only the writers in ``qir.tools.reports``
     read them; they are never written as JSON."""
 

@@ -32,6 +32,7 @@ writes ``numeric_suite.txt`` / ``.json`` (the :func:`summary` of each).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -43,12 +44,13 @@ from qir.graph import QIR
 from qir.io.torch_import import is_torch_module as _is_torch
 from qir.kinds import NodeKind
 from qir.metrics import sqnr_db
-from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.base import AnalysisPass, PassResult, Report, register_pass
 from qir.passes.lib.layer_run import LayerRun, NonFiniteBaseline, compared_ops, run_layers, shadow_outputs
 from qir.records import OpRecord
 from qir.runtimes.numerics import apply_calibration
 
-__all__ = ["NumericSuitePass", "compare_weights", "compare_model_outputs", "compare_model_stub", "compare_on_inputs",
+__all__ = ["NumericSuitePass", "InputComparison",
+           "compare_weights", "compare_model_outputs", "compare_model_stub", "compare_on_inputs",
            "summary"]
 
 logger = logging.getLogger(__name__)
@@ -204,16 +206,25 @@ class NumericSuitePass(AnalysisPass):
         return PassResult(ir, False, report)
 
 
-def compare_on_inputs(float_model: Any, quantized_model: Any, inputs: Iterable[dict], *,
-                      runtime: str = Runtime.ORT) -> dict[str, Any]:
-    """``{"outputs", "stub"}`` on ``inputs``, and ``"left_out"`` (``{"<index>": why}``) when
-    the float model's outputs hold NaN or Inf on some of them (left out once, with one warning,
-    from both comparisons)."""
+@dataclass
+class InputComparison(Report):
+    """:func:`compare_on_inputs`: the matched layer ``outputs`` (:func:`compare_model_outputs`)
+    and the ``stub`` comparison (:func:`compare_model_stub`), each ``{layer: {"float",
+    "quantized", "sqnr_db"}}``; ``left_out`` (``{"<index>": why}``) when some inputs were."""
+
+    outputs: dict[str, dict]
+    stub: dict[str, dict]
+    left_out: dict[str, str] | None = None
+
+    optional = ("left_out",)
+
+
+def compare_on_inputs(float_model: Any, quantized_model: Any, inputs: Iterable[dict[str, np.ndarray]], *,
+                      runtime: str = Runtime.ORT) -> InputComparison:
+    """Both comparisons on ``inputs``; an input whose float outputs hold NaN or Inf is left out
+    once, with one warning, from both (the result's ``left_out``)."""
     inputs, left_out = _inputs(inputs), {}
-    found = {"outputs": compare_model_outputs(float_model, quantized_model, *inputs, runtime=runtime,
-                                              left_out=left_out)}
+    outputs = compare_model_outputs(float_model, quantized_model, *inputs, runtime=runtime, left_out=left_out)
     kept = [x for i, x in enumerate(inputs) if i not in left_out]
-    found["stub"] = compare_model_stub(float_model, quantized_model, None, *kept, runtime=runtime)
-    if left_out:
-        found["left_out"] = {str(i): why for i, why in left_out.items()}
-    return found
+    stub = compare_model_stub(float_model, quantized_model, None, *kept, runtime=runtime)
+    return InputComparison(outputs, stub, {str(i): why for i, why in left_out.items()} or None)

@@ -70,11 +70,14 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
 from qir.errors import ExecutionError, ImportError_, InputError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["compare_weights", "compare_model_outputs", "compare_model_stub", "sqnr_db"]
 
@@ -177,8 +180,8 @@ def _lstm_hh_weight(packed) -> Any:
     return packed.__getstate__()[0][4][1].__getstate__()[0][0]
 
 
-def compare_weights(float_state_dict: Mapping[str, Any],
-                    quantized_state_dict: Mapping[str, Any]) -> dict[str, dict]:
+def compare_weights(float_state_dict: Mapping[str, torch.Tensor],
+                    quantized_state_dict: Mapping[str, torch.Tensor]) -> dict[str, dict[str, np.ndarray | float]]:
     """``{quantized_key: {"float", "quantized", "sqnr_db"}}`` for the weights torch's
     ``torch.ao.ns._numeric_suite.compare_weights`` pairs (see the module docstring); arrays are
     float32 numpy arrays, the quantized one dequantized."""

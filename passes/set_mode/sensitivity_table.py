@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Mapping
 
 from qir.errors import InputError
+from qir.json_dump import JsonValue
 
 
-def load_report(path: str | Path) -> dict:
+def load_report(path: str | Path) -> dict[str, JsonValue]:
+    """The ``sensitive_ops.json`` document at ``path`` (one clear error when it is not one)."""
     import json
 
     p = Path(path)
@@ -23,7 +26,7 @@ def load_report(path: str | Path) -> dict:
     return doc
 
 
-def select_sensitive(report: dict, top_k: int | None = None, ratio: float | None = None) -> list[str]:
+def select_sensitive(report: Mapping[str, JsonValue], top_k: int | None = None, ratio: float | None = None) -> list[str]:
     """The calibration nodes of the ``top_k`` (or the top ``ratio`` share of) rows of every
     output's table, most sensitive first, without repeats."""
     if (top_k is None) == (ratio is None):

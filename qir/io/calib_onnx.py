@@ -31,7 +31,7 @@ import onnx
 from onnx import helper
 
 from qir.kinds import CalibMode, CalibRole, read_kind
-from qir.records import CalibRecord
+from qir.records import CalibRecord, QuantizerState
 
 __all__ = ["DOMAIN", "OP_TYPE", "OPSET", "calibration_to_node", "calibration_state"]
 
@@ -66,9 +66,19 @@ def calibration_to_node(rec: CalibRecord) -> onnx.NodeProto:
     return helper.make_node(OP_TYPE, [rec.input], [rec.output], name=rec.name, domain=DOMAIN, **attrs)
 
 
-def calibration_state(attrs: dict[str, Any], where: str = "a qir::Calibration node") -> dict[str, Any]:
-    """CalibRecord fields from a decoded ``qir::Calibration`` node's attributes; a mode or role qir
+def _decoded(value: Any) -> Any:
+    """An attribute value with its strings (ONNX stores bytes) as str."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, list):
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def calibration_state(node: onnx.NodeProto, where: str = "a qir::Calibration node") -> QuantizerState:
+    """The quantizer a ``qir::Calibration`` node's attributes describe; a mode or role qir
     does not know is an ImportError_ naming ``where`` (the file and the node)."""
+    attrs = {a.name: _decoded(helper.get_attribute_value(a)) for a in node.attribute}
     per_channel = "axis" in attrs
 
     def values(key: str, dtype) -> Any:
@@ -77,13 +87,11 @@ def calibration_state(attrs: dict[str, Any], where: str = "a qir::Calibration no
         arr = np.asarray(attrs[key], dtype=dtype)
         return arr if per_channel else arr.reshape(-1)[0].item()
 
-    state = {"mode": read_kind(CalibMode, attrs.get("mode", "int8"), where),
-             "role": read_kind(CalibRole, attrs.get("role", "activation"), where),
-            "threshold": values("threshold", np.float32), "scale": values("scale", np.float32),
-            "zero_point": values("zero_point", np.int64), "axis": attrs.get("axis"),
-            "fixed": bool(attrs.get("fixed", 0)), "feeds": tuple(attrs.get("feeds", ())),
-            "implied_clip": (tuple(float(v) for v in attrs["implied_clip"])
-                             if "implied_clip" in attrs else None)}
-    if attrs.get("unsigned"):
-        state["meta"] = {"unsigned": True}
-    return state
+    clip = attrs.get("implied_clip")
+    return QuantizerState(mode=read_kind(CalibMode, attrs.get("mode", "int8"), where),
+                          role=read_kind(CalibRole, attrs.get("role", "activation"), where),
+                          threshold=values("threshold", np.float32), scale=values("scale", np.float32),
+                          zero_point=values("zero_point", np.int64), axis=attrs.get("axis"),
+                          fixed=bool(attrs.get("fixed", 0)), feeds=tuple(attrs.get("feeds", ())),
+                          implied_clip=None if clip is None else (float(clip[0]), float(clip[1])),
+                          unsigned=bool(attrs.get("unsigned")))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -28,7 +29,7 @@ from qir.graph import QIR
 from qir.io import calib_onnx
 from qir.records import CalibRecord, OpRecord
 
-__all__ = ["export_onnx", "export_subgraph", "make_attribute", "np_to_onnx_dtype", "CalibLowering", "OpLowering"]
+__all__ = ["export_onnx", "export_subgraph", "ExportMemo", "make_attribute", "np_to_onnx_dtype", "CalibLowering", "OpLowering"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,31 +76,44 @@ def op_to_node(rec: OpRecord) -> onnx.NodeProto:
     return node
 
 
+@dataclass
+class ExportMemo:
+    """What :func:`export_subgraph` converted once for a caller exporting many pieces of an
+    unchanging IR: each general node's ONNX nodes, and initializers by (name, array identity)."""
+
+    ops: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
+    initializers: dict[tuple[str, int], tuple[onnx.TensorProto, np.ndarray]] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.ops.clear()
+        self.initializers.clear()
+
+
 def _lower_records(ir: QIR, records, lower: CalibLowering, lower_op: OpLowering | None = None,
-                   memo: dict | None = None) -> list[onnx.NodeProto]:
+                   memo: ExportMemo | None = None) -> list[onnx.NodeProto]:
     nodes: list[onnx.NodeProto] = []
     for rec in records:
         if isinstance(rec, CalibRecord):
             nodes.extend(lower(ir, rec))
             continue
         assert isinstance(rec, OpRecord)
-        written = memo.get(("op", rec.name)) if memo is not None else None
+        written = memo.ops.get(rec.name) if memo is not None else None
         if written is None:
             written = (lower_op(ir, rec) if lower_op is not None else None) or [op_to_node(rec)]
             if memo is not None:
-                memo[("op", rec.name)] = written
+                memo.ops[rec.name] = written
         nodes.extend(written)
     return nodes
 
 
-def _initializer(name: str, array: np.ndarray, memo: dict | None) -> onnx.TensorProto:
+def _initializer(name: str, array: np.ndarray, memo: ExportMemo | None) -> onnx.TensorProto:
     """``array`` as an initializer called ``name`` (converted once per array with a ``memo``)."""
     if memo is None:
         return numpy_helper.from_array(np.asarray(array), name)
-    key = ("init", name, id(array))
-    if key not in memo:
-        memo[key] = (numpy_helper.from_array(np.asarray(array), name), array)  # (keeps id(array) alive)
-    return memo[key][0]
+    key = (name, id(array))
+    if key not in memo.initializers:  # (the entry keeps id(array) alive)
+        memo.initializers[key] = (numpy_helper.from_array(np.asarray(array), name), array)
+    return memo.initializers[key][0]
 
 
 def _model(ir: QIR, graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
@@ -163,13 +177,13 @@ SAVED_META = ("fusion_groups", "value_aliases", "march", "calibration")
 def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,
                     lower_calibration: CalibLowering | None = None,
                     constants: dict[str, np.ndarray] | None = None,
-                    lower_op: OpLowering | None = None, memo: dict | None = None) -> onnx.ModelProto:
+                    lower_op: OpLowering | None = None, memo: ExportMemo | None = None) -> onnx.ModelProto:
     """A piece of ``ir`` as its own ONNX model: ``records`` (runnable nodes, in topological
     order) computing ``outputs`` from the graph inputs ``inputs``. Weights the nodes read
     become initializers; ``constants`` adds or replaces initializers (for example weight
     calibration outputs precomputed for a mode). The caller guarantees that ``inputs`` are
-    everything the nodes read from outside (besides weights and constants). ``memo``: a dict
-    kept by a caller exporting many pieces of an unchanging ``ir``; general nodes and
+    everything the nodes read from outside (besides weights and constants). ``memo``: an
+    :class:`ExportMemo` kept by a caller exporting many pieces of an unchanging ``ir``; general nodes and
     initializers are converted once and reused from it."""
     constants = constants or {}
     nodes = _lower_records(ir, records, lower_calibration or _as_calibration_node, lower_op, memo)

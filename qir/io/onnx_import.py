@@ -39,7 +39,7 @@ from qir.io.onnx_proto import (
     read_onnx,
 )
 from qir.naming import fresh_name
-from qir.records import OpRecord
+from qir.records import OpRecord, QuantizerState
 
 __all__ = ["import_onnx", "decode_attribute", "onnx_dtype"]
 
@@ -68,16 +68,16 @@ def decode_attribute(attr: AttributeProto) -> Any:
     return value
 
 
-def _stash_calibrations(proto: onnx.ModelProto, where: str) -> dict[str, dict[str, Any]]:
+def _stash_calibrations(proto: onnx.ModelProto, where: str) -> dict[str, QuantizerState]:
     """Turn ``qir::Calibration`` nodes into named Identity nodes (so shape inference and
-    folding see through them); returns their decoded attributes by node name."""
-    stashed: dict[str, dict[str, Any]] = {}
+    folding see through them); returns their quantizers by node name."""
+    stashed: dict[str, QuantizerState] = {}
     for node in proto.graph.node:
         if node.domain == calib_onnx.DOMAIN and node.op_type == calib_onnx.OP_TYPE:
             if not node.name or node.name in stashed:
                 raise ImportError_(f"{where}: every qir Calibration node needs a unique name "
                                    f"(found {node.name!r} twice or empty)")
-            stashed[node.name] = {a.name: decode_attribute(a) for a in node.attribute}
+            stashed[node.name] = calib_onnx.calibration_state(node, f"{where}: calibration node {node.name!r}")
             node.op_type, node.domain = "Identity", ""
             del node.attribute[:]
     if stashed:
@@ -85,6 +85,14 @@ def _stash_calibrations(proto: onnx.ModelProto, where: str) -> dict[str, dict[st
         del proto.opset_import[:]
         proto.opset_import.extend(kept)
     return stashed
+
+
+def _add_calibration(ir: QIR, node: onnx.NodeProto, q: QuantizerState) -> None:
+    """The calibration node of a stashed ``qir::Calibration`` node (an Identity now)."""
+    ir.add_calibration(node.name, node.input[0], node.output[0], role=q.role, mode=q.mode,
+                       threshold=q.threshold, scale=q.scale, zero_point=q.zero_point, axis=q.axis,
+                       fixed=q.fixed, feeds=q.feeds, implied_clip=q.implied_clip,
+                       meta={"unsigned": True} if q.unsigned else {})
 
 
 def _type_of(vi: onnx.ValueInfoProto) -> tuple[str | None, tuple | None]:
@@ -159,9 +167,7 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
             ir.add_weight(node.output[0], constant_value(node, where))
             continue
         if node.name in calibrations and node.op_type == "Identity":
-            ir.add_calibration(node.name, node.input[0], node.output[0],
-                               **calib_onnx.calibration_state(calibrations[node.name],
-                                                              f"{where}: calibration node {node.name!r}"))
+            _add_calibration(ir, node, calibrations[node.name])
             taken.add(node.name)
             continue
         op_name = fresh_name(node.name, taken)

@@ -19,7 +19,7 @@ whose data stayed below 6 reads as Relu. Give the float model (``float_model=``,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import onnx
@@ -28,6 +28,7 @@ from onnx import helper
 from qir.io.qdq_graph import QdqGraph, is_op, label
 from qir.io.qdq_params import QMAX, QMIN, dequantize, qparams, signed_frame
 from qir.kinds import CalibRole
+from qir.records import QuantizerState
 
 __all__ = ["NONNEGATIVE_OPS", "SIGN_PRESERVING_OPS", "NONNEGATIVE_IF_INPUTS", "CLIP_TOPS",
            "implied_clip", "range_clip", "float_clips"]
@@ -46,7 +47,7 @@ CLIP_TOPS = (6.0,)  # range tops read as Clip(0, top): Relu6 and hard-swish's Cl
 _TOP_RTOL = 1e-6
 
 
-def implied_clip(g: QdqGraph, x: str, state: dict[str, Any], role: CalibRole,
+def implied_clip(g: QdqGraph, x: str, state: QuantizerState, role: CalibRole,
                  float_clips: Mapping[str, tuple[float, float]] | None) -> tuple[float, float] | None:
     """The implied clip of the activation quantizer of ``x`` with ``state`` (module docstring);
     with ``float_clips`` (:func:`float_clips` of the float model) taken from those instead."""
@@ -88,13 +89,12 @@ def _nonnegative(g: QdqGraph, v: str) -> bool:
     return bool(np.all(zp == QMIN[mode]))
 
 
-def range_clip(state: dict[str, Any]) -> tuple[float, float] | None:
+def range_clip(state: QuantizerState) -> tuple[float, float] | None:
     """The implied clip read from an asymmetric range starting at 0 (see the module docstring)."""
-    zp = state["zero_point"]
-    mode = state["mode"]
+    zp, mode = state.zero_point, state.mode
     if zp is None or not np.all(np.asarray(zp) == QMIN[mode]):
         return None
-    top = (np.float32(QMAX[mode]) - np.asarray(zp, np.float32)) * np.asarray(state["scale"], np.float32)
+    top = (np.float32(QMAX[mode]) - np.asarray(zp, np.float32)) * np.asarray(state.scale, np.float32)
     for t in CLIP_TOPS:
         if np.all(np.abs(top - t) <= _TOP_RTOL * t):
             return (0.0, float(t))

@@ -16,8 +16,9 @@ import numpy as np
 import onnx
 
 from qir.io.qdq_graph import QdqGraph
+from qir.json_dump import JsonValue
 from qir.kinds import CalibMode, CalibRole, read_kind
-from qir.records import CalibRecord
+from qir.records import CalibRecord, QuantizerState
 
 __all__ = ["EMIT_METADATA_KEY", "EmitRestore", "entry_state", "consistent"]
 
@@ -26,8 +27,8 @@ logger = logging.getLogger(__name__)
 EMIT_METADATA_KEY = "qir.calibrations"
 
 
-def entry_state(entry: Mapping[str, Any], where: str = f"an entry of the {EMIT_METADATA_KEY} metadata") -> dict[str, Any]:
-    """CalibRecord fields of one emit-metadata entry (:mod:`qir.io.qdq_export` writes them); a mode
+def entry_state(entry: Mapping[str, JsonValue], where: str = f"an entry of the {EMIT_METADATA_KEY} metadata") -> QuantizerState:
+    """The quantizer of one emit-metadata entry (:mod:`qir.io.qdq_export` writes them); a mode
     qir does not know is an ImportError_ naming ``where``."""
     axis = entry.get("axis")
 
@@ -43,30 +44,26 @@ def entry_state(entry: Mapping[str, Any], where: str = f"an entry of the {EMIT_M
     clip = entry.get("implied_clip")
     if clip is not None:  # JSON has no infinities: null marks an open end
         clip = (-np.inf if clip[0] is None else float(clip[0]), np.inf if clip[1] is None else float(clip[1]))
-    state = {"mode": read_kind(CalibMode, entry["mode"], where), "threshold": values("threshold", np.float32),
-             "scale": values("scale", np.float32), "zero_point": values("zero_point", np.int64),
-             "axis": axis, "fixed": bool(entry.get("fixed", False)),
-             "feeds": tuple(entry.get("feeds", ())), "implied_clip": clip}
-    if entry.get("unsigned"):  # imported from a uint8/uint16 quantizer (the integer level's frame)
-        state["meta"] = {"unsigned": True}
-    return state
+    return QuantizerState(mode=read_kind(CalibMode, entry["mode"], where), threshold=values("threshold", np.float32),
+                          scale=values("scale", np.float32), zero_point=values("zero_point", np.int64),
+                          axis=axis, fixed=bool(entry.get("fixed", False)), feeds=tuple(entry.get("feeds", ())),
+                          implied_clip=clip, unsigned=bool(entry.get("unsigned")))
 
 
-def consistent(state: Mapping[str, Any], found: Mapping[str, Any]) -> bool:
+def consistent(state: QuantizerState, found: QuantizerState) -> bool:
     """Does the quantizer found in the file compute what the metadata entry says?"""
     from qir.calibration import calib_scale
 
-    if state["mode"] is not found["mode"]:
+    if state.mode is not found.mode:
         return False
-    if None not in (state["axis"], found["axis"]) and state["axis"] != found["axis"]:
+    if None not in (state.axis, found.axis) and state.axis != found.axis:
         return False
-    probe = CalibRecord("probe", "x", "y", mode=state["mode"], threshold=state["threshold"],
-                        scale=state["scale"], axis=state["axis"])
+    probe = CalibRecord("probe", "x", "y", mode=state.mode, threshold=state.threshold, scale=state.scale, axis=state.axis)
     try:
         scale = calib_scale(probe)
     except Exception:
         return False
-    pairs = [(scale, found["scale"]), (state["zero_point"], found["zero_point"])]
+    pairs = [(scale, found.scale), (state.zero_point, found.zero_point)]
     try:
         for a, b in pairs:
             a = np.zeros((), np.int64) if a is None else np.asarray(a)
@@ -93,7 +90,7 @@ class EmitRestore:
     report: dict[str, int]
 
     def _add_calibration(self, node: onnx.NodeProto, name: str, x: str, y: str, role: CalibRole,
-                         state: dict[str, Any], *, before: bool = False) -> None:
+                         state: QuantizerState, *, before: bool = False) -> None:
         raise NotImplementedError  # the rewrite writes the node
 
     def _read_metadata(self) -> None:
@@ -110,7 +107,7 @@ class EmitRestore:
             del props[:]
             props.extend(keep)
 
-    def _overlay(self, name: str, found: dict[str, Any], role: CalibRole) -> tuple[str | None, dict[str, Any]]:
+    def _overlay(self, name: str, found: QuantizerState, role: CalibRole) -> tuple[str | None, QuantizerState]:
         """Metadata entry ``name`` (an emitted int node) over the state found in the file."""
         entry = self.entries.get(name)
         if entry is None:
@@ -123,7 +120,7 @@ class EmitRestore:
             return None, found
         self.report["restored"] += 1
         self.g.node_names.add(name)
-        if state["feeds"]:
+        if state.feeds:
             self.explicit_feeds.add(name)
         return name, state
 
@@ -168,7 +165,7 @@ class EmitRestore:
                 self.replace[id(n)] = []
             self._add_calibration(first, name, x, y, role, state)
         else:  # a float node emitted as nothing: its readers read x; point them back at y
-            if state["mode"] is not CalibMode.FLOAT or y in self.g.names:
+            if state.mode is not CalibMode.FLOAT or y in self.g.names:
                 return False
             targets = []
             for reader, slot in entry.get("uses", []):
@@ -185,7 +182,7 @@ class EmitRestore:
             first_reader = min((t[0] for t in targets), key=lambda n: position[id(n)])
             self._add_calibration(first_reader, name, x, y, role, state, before=True)
         self.g.node_names.add(name)
-        if state["feeds"]:
+        if state.feeds:
             self.explicit_feeds.add(name)
         self.report["restored"] += 1
         self.report[role.value] += 1

@@ -11,7 +11,6 @@ is stored as none (symmetric).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
@@ -21,6 +20,7 @@ from qir.calibration import along_axis
 from qir.errors import ImportError_
 from qir.io.qdq_graph import QdqGraph, is_op, label
 from qir.kinds import CalibMode
+from qir.records import QuantizerState
 
 __all__ = ["QParams", "QMIN", "QMAX", "qparams", "signed_frame", "quantizer_state", "dequantize"]
 
@@ -103,8 +103,8 @@ def dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None,
     return k.astype(np.float32) * along_axis(np.asarray(scale, np.float32), axis, q.ndim)
 
 
-def quantizer_state(params: QParams, rank: int | None, where: str) -> dict[str, Any]:
-    """CalibRecord fields (mode, scale, zero_point, axis) of a quantizer in the signed frame;
+def quantizer_state(params: QParams, rank: int | None, where: str) -> QuantizerState:
+    """The quantizer (mode, scale, zero_point, axis) in the signed frame;
     a negative axis is made positive when the ``rank`` is known."""
     mode, zp = signed_frame(params, where)
     axis = params.axis
@@ -115,7 +115,5 @@ def quantizer_state(params: QParams, rank: int | None, where: str) -> dict[str, 
         zero_point = None
     else:
         zero_point = zp if axis is not None else int(zp)
-    state = {"mode": mode, "scale": scale, "zero_point": zero_point, "axis": axis}
-    if _FRAME[params.dtype][1]:  # unsigned: kept for kernels whose float arithmetic depends on the frame
-        state["meta"] = {"unsigned": True}
-    return state
+    # unsigned: kept for kernels whose float arithmetic depends on the frame
+    return QuantizerState(mode=mode, scale=scale, zero_point=zero_point, axis=axis, unsigned=_FRAME[params.dtype][1])

@@ -36,15 +36,15 @@ from qir.io.qdq_graph import QdqGraph, is_op, label
 from qir.io.qdq_metadata import EmitRestore
 from qir.io.qdq_params import QParams, dequantize, qparams, quantizer_state
 from qir.kinds import CalibRole
-from qir.records import CalibRecord
+from qir.records import QuantizerState
 
 __all__ = ["QdqRewrite"]
 
 _ORT_OUTPUT_SUFFIX = "_QuantizeLinear_Input"
 
 
-def _calib_node(name: str, x: str, y: str, role: CalibRole, state: Mapping[str, Any]) -> onnx.NodeProto:
-    rec = CalibRecord(name, x, y, role=role, **state)
+def _calib_node(name: str, x: str, y: str, role: CalibRole, state: QuantizerState) -> onnx.NodeProto:
+    rec = state.record(name, x, y, role)
     return calib_onnx.calibration_to_node(rec)
 
 
@@ -85,7 +85,7 @@ class QdqRewrite(EmitRestore):
         return self.g.fresh_node(f"{base}_calib")
 
     def _add_calibration(self, node: onnx.NodeProto, name: str, x: str, y: str, role: CalibRole,
-                         state: dict[str, Any], *, before: bool = False) -> None:
+                         state: QuantizerState, *, before: bool = False) -> None:
         """Write a calibration node instead of ``node`` (or right before it, ``before``)."""
         cal = _calib_node(name, x, y, role, state)
         self.calib_outputs.add(y)
@@ -119,11 +119,11 @@ class QdqRewrite(EmitRestore):
         y = first.output[0]
         name, state = self._overlay(first.name, state, role)
         if name is None:
-            state["implied_clip"] = implied_clip(g, x, state, role, self.float_clips)
+            state.implied_clip = implied_clip(g, x, state, role, self.float_clips)
             # onnxruntime renames a graph output y it quantizes to y_QuantizeLinear_Input
             base = x[: -len(_ORT_OUTPUT_SUFFIX)] if x.endswith(_ORT_OUTPUT_SUFFIX) and x != _ORT_OUTPUT_SUFFIX else x
             name = self._name_for(base)
-        if state.get("implied_clip") is not None:
+        if state.implied_clip is not None:
             self.report["implied_clip"] += 1
         self._add_calibration(q, name, x, y, role, state)
         self.report[role.value] += 1

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import onnx
@@ -59,7 +60,7 @@ from qir.io.qdq_metadata import EMIT_METADATA_KEY
 from qir.io.qoperator_graph import MS_DOMAIN, QOPERATOR_METADATA_KEY, Quant, Rewriter
 from qir.io.qoperator_rules import RULES
 
-__all__ = ["export_qoperator", "to_qoperator", "QOPERATOR_METADATA_KEY"]
+__all__ = ["export_qoperator", "to_qoperator", "QOperatorReport", "QOPERATOR_METADATA_KEY"]
 
 METADATA_FORMAT = 1
 
@@ -102,13 +103,26 @@ def _finish(rw: Rewriter, names: dict[str, str]) -> None:
     rw.model.metadata_props.add(key=QOPERATOR_METADATA_KEY, value=json.dumps(note, separators=(",", ":")))
 
 
-def to_qoperator(model: onnx.ModelProto, where: str = "model") -> dict[str, Any]:
-    """Rewrite the QDQ ``model`` (changed in place) into the QOperator form (the module docstring).
-
-    Returns the report: ``forms`` (integer op type → how many ops were written as it),
+@dataclass
+class QOperatorReport:
+    """What :func:`to_qoperator` wrote: ``forms`` (integer op type → how many ops were written as it),
     ``integer_nodes`` (op name → its integer op type), ``kept_qdq`` (op type → how many ops that
-    read a quantized value stay QDQ) and ``kept_qdq_nodes`` (each of those: node, op type, reason).
-    """
+    read a quantized value stay QDQ) and ``kept_qdq_nodes`` (each of those: node, op type, reason)."""
+
+    forms: dict[str, int]
+    integer_nodes: dict[str, str]
+    kept_qdq: dict[str, int]
+    kept_qdq_nodes: list[dict[str, str]]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's keys as the emit report carries them."""
+        return {"forms": self.forms, "integer_nodes": self.integer_nodes, "kept_qdq": self.kept_qdq,
+                "kept_qdq_nodes": self.kept_qdq_nodes}
+
+
+def to_qoperator(model: onnx.ModelProto, where: str = "model") -> QOperatorReport:
+    """Rewrite the QDQ ``model`` (changed in place) into the QOperator form (the module docstring)
+    and say what was written (:class:`QOperatorReport`)."""
     names = _calibration_names(model)
     rw = Rewriter(model, where)
     for node in list(model.graph.node):
@@ -124,11 +138,10 @@ def to_qoperator(model: onnx.ModelProto, where: str = "model") -> dict[str, Any]
     _finish(rw, names)
     forms = dict(sorted(rw.forms.items()))
     kept = Counter(k["op_type"] for k in rw.kept)
-    return {"forms": forms, "integer_nodes": dict(rw.written), "kept_qdq": dict(sorted(kept.items())),
-            "kept_qdq_nodes": rw.kept}
+    return QOperatorReport(forms, dict(rw.written), dict(sorted(kept.items())), rw.kept)
 
 
-def export_qoperator(ir: QIR, *, opset: int | None = None, check: bool = True) -> tuple[onnx.ModelProto, dict[str, Any]]:
+def export_qoperator(ir: QIR, *, opset: int | None = None, check: bool = True) -> tuple[onnx.ModelProto, QOperatorReport]:
     """``ir`` as a QOperator ONNX model (:func:`to_qoperator` over :func:`export_qdq`'s model) and
     the rewrite's report; ``ir`` is not changed."""
     model = export_qdq(ir, opset=opset, keep_unsigned=True, check=check)

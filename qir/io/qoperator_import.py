@@ -359,8 +359,8 @@ class QOperatorRewrite:
             raise ImportError_(f"{where}: the scale of its weight {tensor!r} is unknown (the model has no "
                                f"{QOPERATOR_METADATA_KEY} / {EMIT_METADATA_KEY} metadata naming it)")
         state = entry_state(entry, f"{self.where}: the {EMIT_METADATA_KEY} metadata of {entry['name']!r}")
-        probe = CalibRecord("probe", "x", "y", mode=state["mode"], threshold=state["threshold"],
-                            scale=state["scale"], axis=state["axis"])
+        probe = CalibRecord("probe", "x", "y", mode=state.mode, threshold=state.threshold, scale=state.scale,
+                            axis=state.axis)
         return np.asarray(calib_scale(probe), np.float32).reshape(-1)
 
 

@@ -33,11 +33,15 @@ import logging
 import re
 import sys
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from qir.errors import ImportError_, InputError, QirError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["from_torch", "is_torch_module", "module_path", "torch_outputs", "load_factory", "split_inputs",
            "bind_to_parameters"]
@@ -110,7 +114,7 @@ def _flatten(value, prefix: str) -> list[tuple[str, Any]]:
                      "tuples/lists/dicts of tensors")
 
 
-def torch_outputs(module, example_inputs) -> dict[str, Any]:
+def torch_outputs(module, example_inputs) -> dict[str, np.ndarray]:
     """Run ``module`` on the example inputs; ``{output name: numpy array}`` named as the IR's."""
     torch = _torch()
     args, kwargs = split_inputs(example_inputs)
@@ -202,7 +206,7 @@ def _shapes(args: tuple, kwargs: dict) -> str:
     return ", ".join(f"{name} {'x'.join(map(str, getattr(a, 'shape', ()))) or type(a).__name__}" for name, a in items)
 
 
-def bind_to_parameters(module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def bind_to_parameters(module, args: tuple, kwargs: dict[str, torch.Tensor]) -> tuple[tuple, dict[str, torch.Tensor]]:
     """Positional example tensors as keyword arguments named after ``module.forward``'s
     parameters (``(), {name: tensor}``, in the signature's order); ``(args, kwargs)`` unchanged
     when there are none, or when they fill ``*args`` or positional-only parameters."""

@@ -66,8 +66,8 @@ _PEAKS = ("peak_cache_bytes", "peak_rss_bytes")
 class EngineSpec:
     """What a worker builds its engine from (see the module docstring)."""
 
-    model: dict[str, Any]
-    data: dict[str, Any]
+    model: ModelPayload
+    data: DataPayload
     options: Any  # the driver's EngineOptions
     variants: list[Variant]
     engine: type  # the engine class (sent by reference: the worker imports it)
@@ -75,6 +75,30 @@ class EngineSpec:
 
 
 # ------------------------------------------------------------------------------ what is sent
+@dataclass(frozen=True)
+class ModelPayload:
+    """The model as sent to workers (:func:`model_payload`): its file (``path``, ``sha1``,
+    ``input_shapes``), or the IR ``pickle``d."""
+
+    path: str | None = None
+    sha1: str | None = None
+    input_shapes: dict[str, list[int]] | None = None
+    pickle: bytes | None = None
+
+
+@dataclass(frozen=True)
+class DataPayload:
+    """The data as sent to workers (:func:`data_payload`): its ``path``, or the ``samples``."""
+
+    path: str | None = None
+    samples: list[dict[str, np.ndarray]] | None = None
+
+    @property
+    def data(self) -> str | list[dict[str, np.ndarray]]:
+        """What :func:`qir.data.model_samples` reads on the worker."""
+        return self.path if self.path is not None else self.samples
+
+
 _SHA1: dict[tuple, str] = {}  # (path, size, mtime) -> SHA-1 of the file
 
 
@@ -90,36 +114,36 @@ def _file_sha1(path: Path) -> str:
     return _SHA1[key]
 
 
-def model_payload(ir: QIR) -> dict[str, Any]:
+def model_payload(ir: QIR) -> ModelPayload:
     """The model as sent to workers: its file (path, SHA-1, input shapes) while the IR is what
     :func:`qir.api.load` read from it, else the IR pickled."""
     source = loaded_from(ir)
     if source is not None:
         path, shapes = source
-        return {"path": path, "sha1": _file_sha1(Path(path)), "input_shapes": shapes}
-    return {"pickle": pickle.dumps(ir.clone(), protocol=pickle.HIGHEST_PROTOCOL)}
+        return ModelPayload(path=path, sha1=_file_sha1(Path(path)), input_shapes=shapes)
+    return ModelPayload(pickle=pickle.dumps(ir.clone(), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def load_model(payload: dict[str, Any]) -> QIR:
+def load_model(payload: ModelPayload) -> QIR:
     """The IR of a :func:`model_payload`; a file missing here or other than the driver's is an InputError."""
-    if "pickle" in payload:
-        return pickle.loads(payload["pickle"])
-    path = Path(payload["path"])
+    if payload.pickle is not None:
+        return pickle.loads(payload.pickle)
+    path = Path(payload.path)
     where = socket.gethostname()
     if not path.is_file():
         raise InputError(f"the model file {path} is not on this worker ({where}); workers read the model from the "
                          "driver's path: put it on a filesystem every machine shares")
-    if _file_sha1(path) != payload["sha1"]:
+    if _file_sha1(path) != payload.sha1:
         raise InputError(f"the model file {path} on this worker ({where}) differs from the driver's (another SHA-1); "
                          "give every machine the same file")
-    return import_onnx(path, input_shapes=payload["input_shapes"])
+    return import_onnx(path, input_shapes=payload.input_shapes)
 
 
-def data_payload(data: Any, samples) -> dict[str, Any]:
+def data_payload(data: Any, samples) -> DataPayload:
     """The data as sent to workers: its path when it is a file or folder, else the samples' arrays."""
     if isinstance(data, (str, Path)):
-        return {"path": str(Path(data).resolve())}
-    return {"samples": [{k: np.asarray(v) for k, v in sample.items()} for sample in samples]}
+        return DataPayload(path=str(Path(data).resolve()))
+    return DataPayload(samples=[{k: np.asarray(v) for k, v in sample.items()} for sample in samples])
 
 
 def engine_spec(engine, variants: list[Variant]) -> EngineSpec:
@@ -129,8 +153,7 @@ def engine_spec(engine, variants: list[Variant]) -> EngineSpec:
 
 
 def _build_engine(spec: EngineSpec):
-    data = spec.data["path"] if "path" in spec.data else spec.data["samples"]
-    return spec.engine(load_model(spec.model), data, spec.options.for_worker(spec.threads))
+    return spec.engine(load_model(spec.model), spec.data.data, spec.options.for_worker(spec.threads))
 
 
 # ------------------------------------------------------------------------------ the worker

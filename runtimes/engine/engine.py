@@ -73,7 +73,7 @@ from qir.runtimes.engine.cost import step_flops
 from qir.runtimes.engine.distributed import evaluate_distributed
 from qir.runtimes.engine.options import EngineOptions, batch_size, optimization_level
 from qir.runtimes.engine.plan import Plan, build_plan, split_segments, weight_calibrations
-from qir.runtimes.engine.reference import ReferenceCache
+from qir.runtimes.engine.reference import ReferenceCache, StepCosts
 from qir.runtimes.engine.results import EngineResult, data_digest, fingerprint, open_results, ordered_rows
 from qir.runtimes.engine.rows import Rows
 from qir.runtimes.engine.runners import NumpySteps, OrtSteps
@@ -142,7 +142,8 @@ class Engine:
         ...). ``float_baselines``: the float model's compared values of every sample, computed as
         :meth:`_float_baselines` computes them, when the caller has them (called once, when first
         needed; those runs are then saved). ``costs``: a dict shared by engines of the same model,
-        which the first to time its steps fills and the others adopt (:meth:`adopt_costs`)."""
+        which the first to time its steps fills (its :class:`StepCosts` under ``"measured"``) and
+        the others adopt (:meth:`adopt_costs`)."""
         if options is not None and option_values:
             raise TypeError("give the engine's options as an EngineOptions or as keywords, not both")
         options = (options or EngineOptions(**option_values)).checked()
@@ -216,7 +217,7 @@ class Engine:
         variants = list(variants)
         self._call_progress = self.progress if progress is None else progress
         if self._costs:
-            self.adopt_costs(self._costs)
+            self.adopt_costs(self._costs.get("measured"))
         check_variants(self.ir, variants)
         if self.cluster is not None:
             return evaluate_distributed(self, variants, out_dir, resume=resume, force=force)
@@ -239,8 +240,8 @@ class Engine:
             self.check_left_out(self._left_out)
         finally:
             bar.close()
-        if self._costs is not None and not self._costs:
-            self._costs.update(self.measured_costs() or {})
+        if self._costs is not None and not self._costs and (measured := self.measured_costs()) is not None:
+            self._costs["measured"] = measured
         return self.result(rows, variants, self._final_stats(start), self._left_out)
 
     def evaluate_missing(self, variants: list[Variant], done: set[tuple[str, int]], emit: Callable[..., None]) -> None:
@@ -306,15 +307,15 @@ class Engine:
     def close(self) -> None:
         self.cache.close()
 
-    def measured_costs(self) -> dict[str, Any] | None:
+    def measured_costs(self) -> StepCosts | None:
         """The step and segment costs its first step-level reference pass timed (None before one,
         or on a runtime without segments), for :meth:`adopt_costs` of another engine."""
         ref = self.ref_cache
         if ref.step_cost is None or not getattr(self.runner, "segments", False):
             return None
-        return {"steps": ref.step_cost, "segments": dict(ref.segment_cost), "plan": self.plan.segments}
+        return StepCosts(ref.step_cost, dict(ref.segment_cost), list(self.plan.segments))
 
-    def adopt_costs(self, costs: dict[str, Any] | None) -> None:
+    def adopt_costs(self, costs: StepCosts | None) -> None:
         """Take ``costs`` (:meth:`measured_costs` of an engine of the same model and compared
         values, whatever its reference configuration) instead of timing its own: its first
         reference pass then neither times its steps nor runs each segment twice to check and time
@@ -323,9 +324,9 @@ class Engine:
         calibration nodes (no QuantizeLinear/DequantizeLinear pair is fused, with
         ``session.disable_quant_qdq``). Costs of another plan are ignored."""
         ref = self.ref_cache
-        if (costs and ref.step_cost is None and getattr(self.runner, "segments", False)
-                and costs["plan"] == self.plan.segments and len(costs["steps"]) == len(self.plan.steps)):
-            ref.step_cost, ref.segment_cost = costs["steps"], dict(costs["segments"])
+        if (costs is not None and ref.step_cost is None and getattr(self.runner, "segments", False)
+                and costs.plan == self.plan.segments and len(costs.steps) == len(self.plan.steps)):
+            ref.step_cost, ref.segment_cost = costs.steps, dict(costs.segments)
 
     # ------------------------------------------------------------------ orchestration
     def _evaluate_missing(self, variants: list[Variant], done: set[tuple[str, int]], pool,

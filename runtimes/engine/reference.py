@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -30,7 +31,18 @@ from qir.runtimes.engine.runners import Read
 from qir.runtimes.engine.variants import change_key
 from qir.runtimes.numerics import apply_calibration
 
-__all__ = ["ReferenceCache", "values_to_recompute"]
+__all__ = ["ReferenceCache", "StepCosts", "values_to_recompute"]
+
+
+@dataclass
+class StepCosts:
+    """What a first step-level reference pass timed (:meth:`.engine.Engine.measured_costs`): the
+    seconds per step (``steps``), per checked segment (``segments``: segment index -> seconds), and
+    the ``plan``'s segments they were timed on (another plan's costs are not adopted)."""
+
+    steps: np.ndarray
+    segments: dict[int, float]
+    plan: list[tuple[int, int]]
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from qir.errors import ExecutionError, QirError
 from qir.graph import QIR
-from qir.io.onnx_export import export_subgraph
+from qir.io.onnx_export import ExportMemo, export_subgraph
 from qir.records import CalibRecord
 from qir.runtimes.engine.plan import Plan
 from qir.runtimes.engine.variants import change_key
@@ -118,7 +118,7 @@ class OrtSteps:
         self.batch = batch
         self._steps: dict[tuple, object] = {}
         self._parts: dict[tuple, Part] = {}
-        self._memo: dict = {}  # nodes and initializers exported once for all parts (the IR does not change)
+        self._memo = ExportMemo()  # nodes and initializers exported once for all parts (the IR does not change)
         self.sessions = 0  # sessions built
         self._lock = threading.Lock()  # sessions built by several threads: the first one stored wins
 

@@ -8,6 +8,7 @@ import enum
 import textwrap
 from typing import Any, Iterable, Mapping
 
+from qir.json_dump import JsonValue
 from qir.runtimes.march.profile import (
     PAIR_FIELDS,
     PARAM_FIELDS,
@@ -147,7 +148,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def profile_to_dict(profile: str | MarchProfile) -> dict[str, Any]:
+def profile_to_dict(profile: str | MarchProfile) -> dict[str, JsonValue]:
     """A JSON-ready dict: ``{"name", "params": {field: {"value", "status", "note", "items"}}}``;
     ``items`` lists per-item statuses that differ from the field's."""
     p = get_profile(profile)

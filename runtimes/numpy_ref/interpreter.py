@@ -154,7 +154,7 @@ def execution_plan(ir: QIR, keep: frozenset[str], fold_batchnorm: bool) -> Execu
     return ExecutionPlan(steps, weights)
 
 
-def assign_frees(steps: list[PlanStep], weights: Mapping[str, Any], keep: frozenset[str]) -> None:
+def assign_frees(steps: list[PlanStep], weights: Mapping[str, np.ndarray], keep: frozenset[str]) -> None:
     """Set each step's ``free``: the values whose last reader it is (outputs nobody reads are
     dropped at once), except weights and ``keep``."""
     last_use: dict[str, int] = {}

@@ -73,7 +73,7 @@ def test_channelwise_finds_a_planted_outlier_channel(calibrated, tmp_path):
 
 
 def test_the_passes_only_compute(calibrated, tmp_path, monkeypatch):
-    """distribution and channelwise write nothing: the report is JSON data, the plotted arrays come
+    """distribution and channelwise write nothing: the report is JSON data (its to_json()), the plotted arrays come
     in ``PlotResult.arrays``; the writers in qir.tools.reports draw and write them."""
     from qir.passes import get_pass
     from qir.passes.lib.capture import PlotResult
@@ -84,7 +84,7 @@ def test_the_passes_only_compute(calibrated, tmp_path, monkeypatch):
     boxes = get_pass("channelwise", data=DATA, nodes_list=["conv2.weight_calib"], runtime="numpy")(calibrated)
     assert list(tmp_path.iterdir()) == []
     assert isinstance(dist, PlotResult) and isinstance(boxes, PlotResult)
-    json.dumps(dist.report), json.dumps(boxes.report)
+    json.dumps(dist.report.to_json()), json.dumps(boxes.report.to_json())
     assert set(dist.arrays["relu1_out_calib"]) == {"input", "float_input"}
     assert set(dist.arrays["conv2"]) == {"float", "calibrated"}
     assert set(dist.arrays["conv2.weight_calib"]) == {"original", "calibrated"}

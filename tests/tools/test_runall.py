@@ -14,6 +14,7 @@ import pytest
 import qir
 from qir.data import model_samples
 from qir.passes import PassManager, get_pass
+from qir.passes.acc_error import AccErrorReport
 from qir.runtimes.engine import configured_clone
 from qir.tools.advice import advise, helps
 from qir.tools.cli import main
@@ -161,10 +162,10 @@ def test_large_accumulated_error_plot_names_the_worst_dips():
     for i, drop in planted.items():
         for j in range(i, n):
             curve[j] -= drop
-    report = {"metric": "cosine-similarity", "average_mode": False, "nodes": nodes, "values": nodes,
-              "curves": {"only_activation_calibrated": curve, "only_weight_calibrated": smooth}}
+    report = AccErrorReport(metric="cosine-similarity", average_mode=False, nodes=nodes, values=nodes,
+                            curves={"only_activation_calibrated": curve, "only_weight_calibrated": smooth}, engine={})
     worst = dips(report, 3)
-    assert [d["node"] for d in worst] == [nodes[150], nodes[40], nodes[200]]
+    assert [d.node for d in worst] == [nodes[150], nodes[40], nodes[200]]
     fig = plot_curves(report)
     try:
         assert len(fig.axes) == -(-n // PANEL) and fig.get_size_inches()[0] == 12

@@ -7,7 +7,9 @@ exist unless ``overwrite=True``: :class:`~qir.tools.reports.output.Outputs`), bu
 pass (``qir.passes.<analysis>``), run it, write its files with the writer of
 ``qir.tools.reports.<analysis>``, print where hmct prints (``verbose``), and return what hmct
 returns. The passes compute; only this layer writes and prints. hmct's positional signatures are
-kept; ``overwrite`` and qir's other options are keywords.
+kept; ``overwrite`` and qir's other options are keywords. What hmct returns are dicts keyed by
+node (or variant): those are translated here from qir's typed reports (``report.to_json()``) and
+are the compatibility surface, not qir's own types.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from qir.api import as_ir
 from qir.execution import Level, Runtime
+from qir.json_dump import JsonValue
 from qir.passes.acc_error import AccErrorPass
 from qir.passes.channelwise import ChannelwisePass
 from qir.passes.distribution import DistributionPass
@@ -31,7 +34,7 @@ __all__ = ["get_sensitivity_of_nodes", "plot_acc_error", "plot_distribution", "g
 def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-similarity", output_node=None,
                              node_type="node", data_num=1, verbose=False, interested_nodes=None, *,
                              start="float", runtime=None, save_dir=None, threads=None, progress=True,
-                             overwrite=False, level=Level.FAKEQUANT, march=None) -> dict:
+                             overwrite=False, level=Level.FAKEQUANT, march=None) -> dict[str, dict[str, float]]:
     """hmct's ``get_sensitivity_of_nodes``: ``{node: {metric: value}}`` worst first; prints the
     table when ``verbose``; writes ``node_sensitivity.{txt,csv,json}`` to ``save_dir``. ``runtime``:
     ``ort`` by default, ``numpy`` at ``level="integer"`` (with ``march``: as that NPU computes it)."""
@@ -62,32 +65,34 @@ def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quant
                           average_mode=average_mode, data_num=data_num, runtime=runtime, threads=threads,
                           progress=progress)(ir).report
     acc_error.write_report(report, save_dir)
-    return report["curves"]
+    return report.curves
 
 
 def plot_distribution(save_dir, model_or_file, calibrated_data, nodes_list, *, data_num: int | None = 1,
-                      runtime: str = Runtime.ORT, overwrite: bool = False) -> dict:
+                      runtime: str = Runtime.ORT, overwrite: bool = False) -> dict[str, dict[str, JsonValue]]:
     """hmct's ``plot_distribution``: one PNG per node in ``save_dir``; returns the statistics."""
     ir = as_ir(model_or_file)
     save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*distribution.files(_names(nodes_list))).check()
     result = DistributionPass(calibrated_data, nodes_list, data_num=data_num, runtime=runtime)(ir)
-    return distribution.write_report(result, save_dir)["nodes"]
+    return distribution.write_report(result, save_dir).to_json()["nodes"]
 
 
 def get_channelwise_data_distribution(save_dir, model_or_file, calibrated_data, nodes_list, axis=None, *,
-                                      data_num: int | None = 1, runtime: str = Runtime.ORT, overwrite: bool = False) -> dict:
+                                      data_num: int | None = 1, runtime: str = Runtime.ORT,
+                                      overwrite: bool = False) -> dict[str, dict[str, JsonValue]]:
     """hmct's ``get_channelwise_data_distribution``: box plots in ``save_dir``; returns the
     per-node channel statistics and outlier channels (of calibration nodes: the model must be calibrated)."""
     ir = as_ir(model_or_file, calibrated=True)
     save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*channelwise.files(_names(nodes_list))).check()
     result = ChannelwisePass(calibrated_data, nodes_list, axis=axis, data_num=data_num, outlier_ratio=4.0,
                              runtime=runtime)(ir)
-    return channelwise.write_report(result, save_dir)["nodes"]
+    return channelwise.write_report(result, save_dir).to_json()["nodes"]
 
 
 def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similarity", pick_threshold=0.999,
                          data_num=1, sensitive_nodes=None, qtype="float", save_dir="./debug_result/", *,
-                         runtime=Runtime.ORT, threads=None, progress=True, overwrite=False) -> dict:
+                         runtime=Runtime.ORT, threads=None, progress=True,
+                         overwrite=False) -> dict[str, dict[str, float]]:
     """hmct's ``sensitivity_analysis``: writes the chart and numbers to ``save_dir`` and returns
     ``{node: {"single": value, "cumulative": value}}`` in order."""
     ir = as_ir(model_or_file, calibrated=True)
@@ -96,8 +101,7 @@ def sensitivity_analysis(model_or_file, calibrated_data, metric="cosine-similari
                                      sensitive_nodes=sensitive_nodes, qtype=qtype, runtime=runtime, threads=threads,
                                      progress=progress)(ir).report
     sensitivity_report.write_report(report, save_dir)
-    return {n: {"single": report["single"][n], "cumulative": report["cumulative"][k + 1]}
-            for k, n in enumerate(report["nodes"])}
+    return {n: {"single": report.single[n], "cumulative": report.cumulative[k + 1]} for k, n in enumerate(report.nodes)}
 
 
 def _names(nodes_list) -> list[str]:

@@ -67,6 +67,7 @@ from qir.tools.reports import layer_compare as layer_report
 from qir.tools.reports import op_sensitivity as sensitivity_report
 from qir.tools.reports.compare import write_index
 from qir.tools.reports.output import Outputs
+from qir.tools.results import CompareSummary
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
 
@@ -158,7 +159,7 @@ class QuantAnalysis:
 
     # ----------------------------------------------------------------- bad case
     def auto_find_bad_case(self, data: Any = None, num_steps: int | None = None, metric: str = "L1", *,
-                           data_generator: Any = None, values: Sequence[str] = ()) -> dict:
+                           data_generator: Any = None, values: Sequence[str] = ()) -> bad_case.BadCaseReport:
         """The worst sample per output and metric; writes ``badcase.txt``/``.json``/``.npz``.
         ``data_generator`` (horizon's name) is ``data``: anything :func:`qir.data.load_samples`
         reads, e.g. a ``DataLoader``, of which the first ``num_steps`` items are read, once. Under
@@ -178,13 +179,13 @@ class QuantAnalysis:
                                              post_process=self.post_process, runtime=self.runtime,
                                              replay_discrete=self.replay_discrete, level=self.level, march=self.march)
         bad_case_report.write_report(report, self.outputs)
-        indices = {entry["index"] for entry in report["worst_output"].values()}
-        indices |= {i for per in report["bad_case"].values() for i in per.values()}
-        self.bad_cases = {i: report["data"][i] for i in sorted(indices)}
-        self.chosen = report["chosen"]
-        self.bad_case_values = report["values"]  # (each output's metrics per sample: the headline's scores)
+        indices = {entry["index"] for entry in report.worst_output.values()}
+        indices |= {i for per in report.bad_case.values() for i in per.values()}
+        self.bad_cases = {i: report.data[i] for i in sorted(indices)}
+        self.chosen = report.chosen
+        self.bad_case_values = report.values  # (each output's metrics per sample: the headline's scores)
         self.values = tuple(values)  # (scored beside the outputs by the advisor's measured fixes too)
-        self.report["bad_case"] = {k: v for k, v in report.items() if k not in ("data", "values")}
+        self.report["bad_case"] = {k: v for k, v in report.to_json().items() if k != "values"}
         return report
 
     def set_bad_case(self, data: Mapping[str, np.ndarray]) -> None:
@@ -341,7 +342,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
             sensitivity: bool = True, post_process: Callable[[dict], dict] | None = None,
             runtime: str | None = None, replay_discrete: bool = True, overwrite: bool = False,
             level: str = Level.FAKEQUANT, march: str | None = None, consistency: bool = False,
-            keep_layers: bool = False, values: Sequence[str] = ()) -> dict[str, Any]:
+            keep_layers: bool = False, values: Sequence[str] = ()) -> CompareSummary:
     """The whole workflow; returns (and writes as ``compare.json``) a summary, and writes
     ``index.html`` (:mod:`qir.tools.reports.compare`). Every file it writes is checked first
     (PyTorch models: ``layers/`` when they are exported, before that step runs). The per-layer
@@ -373,14 +374,13 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
             qa.sensitivity(metric)
         else:
             logger.warning("the analysis model has no quantized calibration node: no sensitivity table")
-    summary = {"out_dir": str(out_dir), "bad_case_index": qa.chosen, "layers": len(rows),
-               "output_cosine": _output_cosine(qa.layer_run), **qa.report}
     collapse = headline.collapse_of(qa.report["bad_case"].get("collapsed"), layer_compare.collapse_start(rows))
     scores = headline.output_scores(qa.bad_case_values)
-    summary["collapse"] = collapse.to_json() if collapse else None
-    summary["outputs"] = [s.to_json() for s in scores]
-    # lines the terminal and index.html show first: a collapsed output, then each output worst first
-    summary["headline"] = headline.headline_lines(collapse, scores, qa.report["bad_case"]["samples"])
+    summary = CompareSummary(out_dir=str(out_dir), bad_case_index=qa.chosen, layers=len(rows),
+                             output_cosine=_output_cosine(qa.layer_run), **qa.report,
+                             collapse=collapse.to_json() if collapse else None, outputs=[s.to_json() for s in scores],
+                             # lines the terminal and index.html show first: a collapsed output, then each output worst first
+                             headline=headline.headline_lines(collapse, scores, qa.report["bad_case"]["samples"]))
     out.write_json("compare.json", "qir.compare", summary)
-    summary["index"] = str(write_index(summary, rows, out))
+    summary.index = str(write_index(summary, rows, out))
     return summary

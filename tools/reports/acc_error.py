@@ -9,17 +9,31 @@ worsening from one node to the next on any curve) marked and named.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qir.passes.acc_error import AccErrorReport
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.plots import pyplot
 
-__all__ = ["files", "write_report", "dips", "plot_curves"]
+__all__ = ["files", "write_report", "dips", "plot_curves", "Dip"]
 
 PANEL = 60  # nodes per panel
 NAMED = 30  # at most this many nodes: every op named on the x axis
 DIPS = 8  # worst dips named on larger graphs
+
+
+@dataclass(frozen=True)
+class Dip:
+    """A worsening of the metric on ``curve`` from the point before node ``index`` to it."""
+
+    index: int
+    node: str
+    curve: str
+    before: float
+    after: float
+    drop: float
 
 
 def files(metric: str) -> list[str]:
@@ -27,50 +41,49 @@ def files(metric: str) -> list[str]:
     return [f"acc_error_{metric}.png", "acc_error.csv", "acc_error.json"]
 
 
-def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
+def write_report(report: AccErrorReport, save_dir: Outputs | str | Path) -> list[Path]:
     """``acc_error_<metric>.png`` (a curve per variant), ``acc_error.csv`` (index, node, value,
     one column per variant) and ``acc_error.json`` (schema ``qir.acc_error`` v1: the report less
     the engine's statistics), through :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(save_dir)
-    png, csv_name, json_name = files(report["metric"])
-    curves = report["curves"]
+    png, csv_name, json_name = files(report.metric)
+    curves = report.curves
     rows: list[list[Any]] = [["index", "node", "value", *curves]]
     rows += [[i, node, value, *("" if c[i] is None else f"{c[i]:.9g}" for c in curves.values())]
-             for i, (node, value) in enumerate(zip(report["nodes"], report["values"]))]
+             for i, (node, value) in enumerate(zip(report.nodes, report.values))]
     return [out.save_figure(png, plot_curves(report)), out.write_csv(csv_name, rows),
-            out.write_json(json_name, "qir.acc_error", {k: v for k, v in report.items() if k != "engine"})]
+            out.write_json(json_name, "qir.acc_error", {k: v for k, v in report.to_json().items() if k != "engine"})]
 
 
-def dips(report: dict, count: int = DIPS) -> list[dict]:
+def dips(report: AccErrorReport, count: int = DIPS) -> list[Dip]:
     """The ``count`` largest worsenings of the metric from one node to the next on any curve
     (the previous point shown; lower is worse for cosine/SQNR, higher for the error metrics),
-    worst first: ``{"index", "node", "curve", "before", "after", "drop"}``."""
+    worst first."""
     from qir.metrics import BETTER
 
-    sign = 1.0 if BETTER.get(report["metric"], "max") == "max" else -1.0
+    sign = 1.0 if BETTER.get(report.metric, "max") == "max" else -1.0
     found = []
-    for name, curve in report["curves"].items():
+    for name, curve in report.curves.items():
         prev = None
         for i, y in enumerate(curve):
             if y is None:
                 continue
             if prev is not None and sign * (prev - y) > 0:
-                found.append({"index": i, "node": report["nodes"][i], "curve": name, "before": prev, "after": y,
-                              "drop": sign * (prev - y)})
+                found.append(Dip(i, report.nodes[i], name, prev, y, sign * (prev - y)))
             prev = y
-    found.sort(key=lambda d: -d["drop"])
+    found.sort(key=lambda d: -d.drop)
     return found[:count]
 
 
-def plot_curves(report: dict) -> Any:
+def plot_curves(report: AccErrorReport) -> Any:
     """The figure (see the module docstring): the metric against the general node index, one
     curve per variant (points left out where null), in panels of ``PANEL`` nodes."""
     plt = pyplot()
-    metric, curves, nodes = report["metric"], report["curves"], report["nodes"]
+    metric, curves, nodes = report.metric, report.curves, report.nodes
     panels = max(1, -(-len(nodes) // PANEL))
     named = len(nodes) <= NAMED
     fig, axes = plt.subplots(panels, 1, figsize=(12.0, 3.4 * panels + (1.6 if named else 0.8)), squeeze=False)
-    marked = {(d["index"], d["curve"]) for d in ([] if named else dips(report))}
+    marked = {(d.index, d.curve) for d in ([] if named else dips(report))}
     for p, ax in enumerate(axes[:, 0]):
         lo, hi = p * PANEL, min(len(nodes), (p + 1) * PANEL)
         for name, curve in curves.items():
@@ -83,7 +96,7 @@ def plot_curves(report: dict) -> Any:
         if named:
             ax.set_xticks(range(lo, hi), [nodes[i] for i in range(lo, hi)], rotation=60, ha="right", fontsize=8)
         ax.set_xlim(lo - 0.5, hi - 0.5)
-        ax.set_ylabel(f"{'running mean of ' if report['average_mode'] else ''}{metric}", fontsize=9)
+        ax.set_ylabel(f"{'running mean of ' if report.average_mode else ''}{metric}", fontsize=9)
         ax.grid(True, alpha=0.3)
     axes[0, 0].set_title(f"accumulated quantization error vs float ({len(curves)} variant(s), {len(nodes)} nodes"
                          + ("" if named else f"; the {len(marked)} worst dips named") + ")", fontsize=10)

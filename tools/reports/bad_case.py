@@ -9,6 +9,7 @@ from typing import Mapping
 import numpy as np
 
 from qir.errors import InputError
+from qir.passes.bad_case import BadCaseReport
 from qir.passes.lib.model_pair import BAD_CASE_METRICS
 from qir.tools.reports.output import Outputs, as_outputs
 
@@ -21,31 +22,31 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
-def format_report(report: dict) -> str:
+def format_report(report: BadCaseReport) -> str:
     """``badcase.txt``: the bad case per output and metric, the metric values on it, the worst
     output per metric."""
     metrics = list(BAD_CASE_METRICS)
     lines = ["bad case input index of each output", "Name/Index  " + "  ".join(metrics)]
-    for name, per in report["bad_case"].items():
+    for name, per in report.bad_case.items():
         lines.append(f"{name}  " + "  ".join(str(per[m]) for m in metrics))
-    lines += ["", f"metric results of each badcase (bad case by {report['metric']})", "Name/Index  " + "  ".join(metrics)]
-    for name, per in report["bad_case"].items():
-        i = per[report["metric"]]
-        lines.append(f"{name}/{i}  " + "  ".join(_fmt(report["values"][name][m][i]) for m in metrics))
+    lines += ["", f"metric results of each badcase (bad case by {report.metric})", "Name/Index  " + "  ".join(metrics)]
+    for name, per in report.bad_case.items():
+        i = per[report.metric]
+        lines.append(f"{name}/{i}  " + "  ".join(_fmt(report.values[name][m][i]) for m in metrics))
     lines += ["", "bad case input index of the worst output", "metric  output  index"]
-    for m, entry in report["worst_output"].items():
+    for m, entry in report.worst_output.items():
         lines.append(f"{m}  {entry['output']}  {entry['index']}")
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, out_dir: Outputs | str | Path) -> list[Path]:
+def write_report(report: BadCaseReport, out_dir: Outputs | str | Path) -> list[Path]:
     """``badcase.txt`` (three tables), ``badcase.json`` and ``badcase.npz`` (the chosen case),
     through :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(out_dir)
     txt, js, npz = FILES
     return [out.write_text(txt, format_report(report)),
-            out.write_json(js, "qir.badcase", {k: v for k, v in report.items() if k != "data"}),
-            save_bad_case(report["data"][report["chosen"]], npz, out)]
+            out.write_json(js, "qir.badcase", report),
+            save_bad_case(report.data[report.chosen], npz, out)]
 
 
 def save_bad_case(sample: Mapping[str, np.ndarray], path: str | Path, out: Outputs | None = None) -> Path:

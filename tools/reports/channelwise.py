@@ -9,11 +9,13 @@ threshold is drawn as red dashed lines.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
+from qir.passes.channelwise import ChannelStats, ChannelwiseReport
 from qir.passes.lib.capture import PlotResult
 from qir.runtimes.progress import track
 from qir.tools.reports.output import Outputs, as_outputs
@@ -27,31 +29,32 @@ def files(nodes: Iterable[str]) -> list[str]:
     return [f"{safe_filename(name)}_channelwise.png" for name in nodes] + ["channelwise.txt", "channelwise.json"]
 
 
-def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> dict:
-    """Draw every node of ``result`` to ``<node>_channelwise.png``, then write ``channelwise.txt``
-    and ``channelwise.json``, through :class:`~qir.tools.reports.output.Outputs`; returns the report
-    as written: ``{"nodes": ...}``, each node's entry with its ``png`` path added."""
+def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> ChannelwiseReport:
+    """Draw every node of ``result`` (a ``ChannelwisePass`` result) to ``<node>_channelwise.png``,
+    then write ``channelwise.txt`` and ``channelwise.json``, through
+    :class:`~qir.tools.reports.output.Outputs`; returns the report as written: its nodes, each
+    with its ``png`` path."""
     out = as_outputs(save_dir)
-    ratio = result.report["outlier_ratio"]
-    written: dict = {"nodes": {}}
+    report: ChannelwiseReport = result.report  # type: ignore[assignment]
+    ratio = report.outlier_ratio
+    written = ChannelwiseReport({})
     lines = []
-    for name, entry in track(result.report["nodes"].items(), "channel box plots", unit="plots"):
-        fig = boxplot(name, result.arrays[name]["channels"], entry["axis"], entry["outlier_channels"],
-                      entry["threshold"])
+    for name, entry in track(report.nodes.items(), "channel box plots", unit="plots"):
+        fig = boxplot(name, result.arrays[name]["channels"], entry.axis, entry.outlier_channels, entry.threshold)
         path = out.save_figure(f"{safe_filename(name)}_channelwise.png", fig)
-        written["nodes"][name] = {**entry, "png": str(path)}
+        written.nodes[name] = replace(entry, png=str(path))
         lines.append(summary_line(name, entry, ratio))
     out.write_text("channelwise.txt", "\n".join(lines) + "\n")
     out.write_json("channelwise.json", "qir.channelwise", written)
     return written
 
 
-def summary_line(name: str, entry: dict, ratio: float) -> str:
+def summary_line(name: str, entry: ChannelStats, ratio: float) -> str:
     """One node's line of ``channelwise.txt``: channels, median channel max |x|, outlier channels (the first 10)."""
-    peaks = entry["channel_abs_max"]
-    detail = ", ".join(f"{i} (max |x| {peaks[i]:.4g})" for i in entry["outlier_channels"][:10]) or "none"
-    return (f"{name}: {entry['channels']} channels on axis {entry['axis']}; median of channel max |x| "
-            f"{entry['median_abs_max']:.4g}; outlier channels (> {ratio:g}x): {detail}")
+    peaks = entry.channel_abs_max
+    detail = ", ".join(f"{i} (max |x| {peaks[i]:.4g})" for i in entry.outlier_channels[:10]) or "none"
+    return (f"{name}: {entry.channels} channels on axis {entry.axis}; median of channel max |x| "
+            f"{entry.median_abs_max:.4g}; outlier channels (> {ratio:g}x): {detail}")
 
 
 def boxplot(name: str, channels: np.ndarray, axis: int, outliers: list[int], threshold: float | None = None) -> Any:

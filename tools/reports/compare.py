@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
 
 from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page, table
 from qir.tools.reports.layer_compare import helping_fixes
 from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.results import CompareSummary
 
 __all__ = ["write_index", "human_size"]
 
@@ -33,7 +33,7 @@ def human_size(n: int) -> str:
     return f"{n / 1e3:.3g} kB"
 
 
-def _headline(summary: dict[str, Any]) -> list[str]:
+def _headline(summary: CompareSummary) -> list[str]:
     """The headline's lines: ``summary["headline"]`` first, then the output cosine on the bad case
     and the best measured fix."""
     lines = list(summary.get("headline") or [])
@@ -50,7 +50,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _fixes(summary: dict[str, Any]) -> str:
+def _fixes(summary: CompareSummary) -> str:
     fixes = helping_fixes(summary.get("advisor") or [])
     if not fixes:
         return "<p>No fix that was tried helps on the bad case (the findings below say what was tried).</p>"
@@ -62,7 +62,7 @@ def _fixes(summary: dict[str, Any]) -> str:
             f"its command writes.</p><ol>{items}</ol>")
 
 
-def _findings(summary: dict[str, Any]) -> str:
+def _findings(summary: CompareSummary) -> str:
     findings = summary.get("advisor") or []
     if not findings:
         return "<p>No abnormal layer found.</p>"
@@ -87,7 +87,7 @@ def _layers(rows: list[dict]) -> str:
             "the whole table: compare_per_layer_out.txt / .csv.</p>" + table(worst, keys, limit=None))
 
 
-def _bad_case(summary: dict[str, Any]) -> str:
+def _bad_case(summary: CompareSummary) -> str:
     bc = summary.get("bad_case") or {}
     rows = [{"output": out, **per} for out, per in (bc.get("bad_case") or {}).items()]
     text = (f"<p>Sample {summary.get('bad_case_index')} of {bc.get('samples')}, chosen by {html.escape(str(bc.get('metric')))}. "
@@ -95,7 +95,7 @@ def _bad_case(summary: dict[str, Any]) -> str:
     return text + (table(rows, list(rows[0]), limit=None) if rows else "")
 
 
-def _sensitivity(summary: dict[str, Any]) -> str:
+def _sensitivity(summary: CompareSummary) -> str:
     parts = []
     for out, rows in (summary.get("sensitivity") or {}).items():
         keys = [k for k in ("op_name", "sensitive_type", "op_type", "quant_dtype") if rows and k in rows[0]]
@@ -105,7 +105,7 @@ def _sensitivity(summary: dict[str, Any]) -> str:
     return "".join(parts) or "<p>Not computed (--no-sensitivity, or no quantized calibration node).</p>"
 
 
-def _files(summary: dict[str, Any]) -> str:
+def _files(summary: CompareSummary) -> str:
     lv = summary.get("layer_values") or {}
     names = ["badcase.txt/.json/.npz", "compare_per_layer_out.txt/.csv/.json", "abnormal_layer_advisor.txt/.json",
              "sensitive_ops.txt/.json", "compare.json"]
@@ -117,7 +117,7 @@ def _files(summary: dict[str, Any]) -> str:
     return f"<ul>{items}</ul>"
 
 
-def write_index(summary: dict[str, Any], rows: list[dict], save_dir: Outputs | Path) -> Path:
+def write_index(summary: CompareSummary, rows: list[dict], save_dir: Outputs | Path) -> Path:
     """``index.html`` (written through :class:`~qir.tools.reports.output.Outputs`)."""
     out = as_outputs(save_dir)
     sections: list[Section] = [("fixes", "Measured fixes", _fixes(summary)),

@@ -16,11 +16,13 @@ side only; others on an axis that takes in ±threshold.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
+from qir.passes.distribution import ActivationDistribution, DistributionReport, NodeDistribution, WeightDistribution
 from qir.passes.lib.capture import PlotResult
 from qir.runtimes.progress import track
 from qir.tools.reports.output import Outputs, as_outputs
@@ -34,26 +36,27 @@ def files(nodes: Iterable[str]) -> list[str]:
     return [f"{safe_filename(name)}.png" for name in nodes] + ["distribution.json"]
 
 
-def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> dict:
-    """Draw every node of ``result`` to ``<node>.png`` and write ``distribution.json``, through
-    :class:`~qir.tools.reports.output.Outputs`; returns the report as written: each node's entry
-    with its ``png`` path added."""
+def write_report(result: PlotResult, save_dir: Outputs | str | Path) -> DistributionReport:
+    """Draw every node of ``result`` (a ``DistributionPass`` result) to ``<node>.png`` and write
+    ``distribution.json``, through :class:`~qir.tools.reports.output.Outputs`; returns the report
+    as written: each node's entry with its ``png`` path."""
     out = as_outputs(save_dir)
-    written: dict = {"nodes": {}}
-    for name, entry in track(result.report["nodes"].items(), "plot distributions", unit="plots"):
+    report: DistributionReport = result.report  # type: ignore[assignment]
+    written = DistributionReport({})
+    for name, entry in track(report.nodes.items(), "plot distributions", unit="plots"):
         path = out.save_figure(f"{safe_filename(name)}.png", _figure(name, entry, result.arrays[name]))
-        written["nodes"][name] = {**entry, "png": str(path)}
+        written.nodes[name] = replace(entry, png=str(path))
     out.write_json("distribution.json", "qir.distribution", written)
     return written
 
 
-def _figure(name: str, entry: dict, arrays: dict[str, np.ndarray]) -> Any:
-    if entry["type"] == "weight":
+def _figure(name: str, entry: NodeDistribution, arrays: dict[str, np.ndarray]) -> Any:
+    if isinstance(entry, WeightDistribution):
         return plot_overlay(name, {"original": arrays["original"], "calibrated": arrays["calibrated"]},
-                            entry["threshold"], "weight value")
-    if entry["type"] == "activation":
-        th = entry["threshold"]
-        title = name if th is None else f"{name}: {100 * entry['clipped_fraction']:.3g}% clipped"
+                            entry.threshold, "weight value")
+    if isinstance(entry, ActivationDistribution):
+        th = entry.threshold
+        title = name if th is None else f"{name}: {100 * entry.clipped_fraction:.3g}% clipped"
         series = {f"input of {name} (calibrated model)": arrays["input"]}
         if "float_input" in arrays:
             series["input (float model)"] = arrays["float_input"]

@@ -6,7 +6,10 @@ keep their own. The pass computes; only this module writes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
+from qir.json_dump import JsonValue
+from qir.passes.model_check import ModelCheckReport
 from qir.tools.reports.output import Outputs, as_outputs
 
 __all__ = ["FILES", "files", "format_report", "write_report"]
@@ -23,17 +26,20 @@ def files(model: str | Path | None = None) -> tuple[str, str]:
     return (f"{stem}.check.txt", f"{stem}.check.json")
 
 
-def format_report(report: dict) -> str:
-    """``model_check_result.txt``: the findings, then the per-op configuration table."""
-    lines = [f"model check for {report['march']}"]
+def format_report(report: ModelCheckReport | Mapping[str, JsonValue]) -> str:
+    """``model_check_result.txt``: the findings, then the per-op configuration table (of a report,
+    or of one read back from its JSON file)."""
+    if not isinstance(report, ModelCheckReport):
+        report = ModelCheckReport.from_json(report)
+    lines = [f"model check for {report.march}"]
     for section, title in (("unfused", "unfused patterns"), ("shared", "shared weights and modules"),
                            ("unusual", "unusual configurations")):
-        items = report[section]
+        items = getattr(report, section)
         lines += ["", f"== {title}: {len(items) or 'none'}"]
         lines += [f"  [{f['kind']}] {f['node']}: {f['detail']}" for f in items]
     lines += ["", "== calibration configuration per op",
               f"  {'node':<36}{'op':<20}{'inputs':<22}{'weights':<20}{'output':<14}method"]
-    for r in report["config"]:
+    for r in report.config:
         ins = ",".join(e["mode"] for e in r["inputs"]) or "-"
         ws = ",".join(e["mode"] + (f"@{e['axis']}" if "axis" in e else "") for e in r["weights"]) or "-"
         name = r["node"] + (f" [{r['module']}]" if r.get("module") else "")
@@ -42,7 +48,7 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, save_dir: Outputs | str | Path, names: tuple[str, str] = FILES) -> list[Path]:
+def write_report(report: ModelCheckReport, save_dir: Outputs | str | Path, names: tuple[str, str] = FILES) -> list[Path]:
     """``model_check_result.txt`` and ``model_check_result.json`` (schema ``qir.model_check`` v1),
     or the two ``names`` (:func:`files`), through :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(save_dir)

@@ -31,6 +31,7 @@ import numpy as np
 
 from qir.errors import OutputError
 from qir.files import atomic_write, check_outputs
+from qir.json_dump import JsonReport, JsonValue
 
 __all__ = ["Outputs", "as_outputs"]
 
@@ -127,9 +128,9 @@ class Outputs:
         """``data`` as the file ``name``."""
         return self.write(name, lambda tmp: tmp.write_bytes(data))
 
-    def write_json(self, name: str | Path, schema: str, doc: dict[str, Any], version: int = 1) -> Path:
+    def write_json(self, name: str | Path, schema: str, doc: JsonReport | Mapping[str, JsonValue], version: int = 1) -> Path:
         """A report as strict JSON with its schema and version (:func:`qir.json_dump.json_text`)."""
-        from qir.json_dump import json_text
+        from qir.json_dump import json_text  # noqa: I001
 
         return self.write_text(name, json_text(schema, doc, version))
 

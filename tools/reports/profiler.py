@@ -9,6 +9,7 @@ from typing import Iterable
 import numpy as np
 
 from qir.errors import InputError
+from qir.passes.profiler import ProfileReport
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.plots import pyplot, safe_filename
 from qir.tools.reports.tables import write_table
@@ -25,17 +26,17 @@ def files(ops: Iterable[str], *, histograms: bool = False) -> list[str]:
                                                  if histograms else [])
 
 
-def write_report(report: dict, save_dir: Outputs | str | Path, *, histograms: bool = False,
+def write_report(report: ProfileReport, save_dir: Outputs | str | Path, *, histograms: bool = False,
                  tensorboard: bool = False) -> list[Path]:
     """``statistic.txt``, ``statistic.csv``, (``histograms``) ``histograms/<op>.png`` and
     (``tensorboard``) an event file under ``tensorboard/``, through
     :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(save_dir)
-    written = write_table(out, "statistic.txt", "statistic.csv", COLUMNS, report["rows"])
+    written = write_table(out, "statistic.txt", "statistic.csv", COLUMNS, report.rows)
     if histograms:
-        written += write_histograms(report["tensors"], out.sub("histograms"))
+        written += write_histograms(report.tensors, out.sub("histograms"))
     if tensorboard:
-        written.append(write_tensorboard(report["tensors"], out.path("tensorboard")))
+        written.append(write_tensorboard(report.tensors, out.path("tensorboard")))
     return written
 
 

@@ -13,15 +13,17 @@ are named beside it, and wherever an op is named, its quantizers (``results["qua
 from __future__ import annotations
 
 import html
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
+from qir.passes.acc_error import AccErrorReport
 from qir.tools.reports.acc_error import dips
 from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page
 from qir.tools.reports.html import img as _img
 from qir.tools.reports.html import table as _table
 from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.results import RunallResults
 
 __all__ = ["write_index", "distribution_order"]
 
@@ -49,7 +51,7 @@ class _Names:
         return f"{name} (quantizers {self.quantizers(name)})" if name in self.of_op else name
 
 
-def _header(results: dict[str, Any]) -> str:
+def _header(results: RunallResults) -> str:
     h = results.get("header") or {}
     samples = f"{h.get('samples')}" + (f" ({h['left_out']} left out: non-finite float outputs)" if h.get("left_out") else "")
     method = str(h.get("calibration_method"))
@@ -65,7 +67,7 @@ def _header(results: dict[str, Any]) -> str:
     return f"<table class='header'>{body}</table>"
 
 
-def _headline(results: dict[str, Any]) -> list[str]:
+def _headline(results: RunallResults) -> list[str]:
     """The headline's lines: ``results["headline"]`` (lines another analysis adds, first), the
     output cosine, the samples analysed and the best measured fix."""
     h = results.get("header") or {}
@@ -84,7 +86,7 @@ def _headline(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _advice(results: dict[str, Any]) -> str:
+def _advice(results: RunallResults) -> str:
     items = []
     for fix in results.get("advice", []):
         items.append(f"<li><b>{html.escape(fix['cause'])}</b>: {html.escape(fix['why'])}. Fix: {html.escape(fix['fix'])}."
@@ -103,7 +105,7 @@ def _advice(results: dict[str, Any]) -> str:
     return part
 
 
-def _sensitivity(results: dict[str, Any], names: _Names) -> list[Section]:
+def _sensitivity(results: RunallResults, names: _Names) -> list[Section]:
     parts = []
     for nt, report in results["sensitivity"].items():
         rows = [dict(r) for r in report["rows"]]
@@ -121,24 +123,24 @@ def _sensitivity(results: dict[str, Any], names: _Names) -> list[Section]:
     return parts
 
 
-def _acc_error(results: dict[str, Any], out: Outputs, names: _Names) -> str:
-    report = results["acc_error"]
-    png = out.path(f"accumulate_error/acc_error_{report['metric']}.png")
+def _acc_error(results: RunallResults, out: Outputs, names: _Names) -> str:
+    report = AccErrorReport.from_json(results["acc_error"])
+    png = out.path(f"accumulate_error/acc_error_{report.metric}.png")
     part = _img(png) if png.exists() else ""
-    worst = [dict(d, quantizers=names.quantizers(d["node"])) for d in dips(report, 10)]
+    worst = [dict(asdict(d), quantizers=names.quantizers(d.node)) for d in dips(report, 10)]
     if worst:
         part += "<p>Worst dips (the metric falls most from the node before):</p>" + _table(
             worst, ["index", "node", "quantizers", "curve", "before", "after"], limit=None)
     rows = [{"index": i, "node": n, "quantizers": names.quantizers(n),
-             **{c: "" if v[i] is None else v[i] for c, v in report["curves"].items()}}
-            for i, n in enumerate(report["nodes"])]
+             **{c: "" if v[i] is None else v[i] for c, v in report.curves.items()}}
+            for i, n in enumerate(report.nodes)]
     if rows:
         part += (f"<details><summary>All {len(rows)} nodes</summary>"
                  + _table(rows, list(rows[0]), limit=None) + "</details>")
     return part
 
 
-def _sensitivity_analysis(results: dict[str, Any], out: Outputs, names: _Names) -> str:
+def _sensitivity_analysis(results: RunallResults, out: Outputs, names: _Names) -> str:
     sa = results.get("sensitivity_analysis") or {}
     png = out.path("sensitivity_analysis/partial_quantization.png")
     part = _img(png) if png.exists() else ""
@@ -156,7 +158,7 @@ def distribution_order(nodes: dict[str, dict]) -> list[str]:
     return sorted(nodes, key=lambda n: (-(nodes[n].get("clipped_fraction") or 0.0), rank.get(nodes[n].get("type"), 1)))
 
 
-def write_index(results: dict[str, Any], save_dir: Outputs | Path) -> Path:
+def write_index(results: RunallResults, save_dir: Outputs | Path) -> Path:
     """``index.html``: one page, plots embedded, readable offline (written through
     :class:`~qir.tools.reports.output.Outputs`)."""
     out = as_outputs(save_dir)

@@ -174,17 +174,17 @@ def test_digits_ops_take_their_integer_forms(digits_qop):
             expected[op.name] = "QLinearConv" if quantized_through_relu(ir, op.outputs[0]) else "ConvInteger"
         elif op.op_type == "Gemm":
             expected[op.name] = "QGemm"
-    assert report["integer_nodes"] == expected
+    assert report.integer_nodes == expected
     assert set(expected.values()) == {"QLinearConv", "ConvInteger", "QGemm"}
     ops = Counter(n.op_type for n in model.graph.node)
-    assert report["forms"] == dict(Counter(expected.values())) == {k: ops[k] for k in report["forms"]}
+    assert report.forms == dict(Counter(expected.values())) == {k: ops[k] for k in report.forms}
     assert ops["Conv"] == ops["Gemm"] == 0
     producers = {o: n for n in model.graph.node for o in n.output}
     on_codes = [n for n in model.graph.node if n.op_type == "Relu" and producers[n.input[0]].op_type == "QLinearConv"]
     assert len(on_codes) == ops["QLinearConv"]  # add4's Relu stays float, before its quantizer
-    kept = {k["node"]: k["reason"] for k in report["kept_qdq_nodes"]}
+    kept = {k["node"]: k["reason"] for k in report.kept_qdq_nodes}
     assert kept["pool4"] == "no integer ONNX form" and "pw4_out" in kept["add4"] and "Flatten" in kept["gap"]
-    assert report["kept_qdq"] == dict(Counter(k["op_type"] for k in report["kept_qdq_nodes"]))
+    assert report.kept_qdq == dict(Counter(k["op_type"] for k in report.kept_qdq_nodes))
     assert any(o.domain == "com.microsoft" for o in model.opset_import)
     onnx.checker.check_model(model)
 
@@ -199,13 +199,13 @@ def test_onnxruntime_runs_it_bit_equal_to_the_fused_qdq_model(ort_quantized, nam
     qdq_path, ir, feeds = ort_quantized(name)
     model, report = export_qoperator(ir)
     if name == "tiny":  # every op of the tiny model has its integer form
-        assert set(report["forms"]) == {"QLinearConv", "QLinearSigmoid", "QLinearMul", "QLinearAveragePool",
+        assert set(report.forms) == {"QLinearConv", "QLinearSigmoid", "QLinearMul", "QLinearAveragePool",
                                         "QLinearLeakyRelu", "QLinearConcat", "QLinearAdd",
                                         "QLinearGlobalAveragePool", "QGemm"}
-        assert report["kept_qdq"] == {"Flatten": 1}
+        assert report.kept_qdq == {"Flatten": 1}
     qdq = fused_session(qdq_path, optimized=tmp_path / "optimized.onnx")
     fused = Counter(n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node)
-    assert fused["QLinearConv"] == report["forms"]["QLinearConv"] and fused["Conv"] == 0  # the same kernels
+    assert fused["QLinearConv"] == report.forms["QLinearConv"] and fused["Conv"] == 0  # the same kernels
     qop = fused_session(model)
     back = qir.load(model)
     integer = IntegerRuntime("ort")
@@ -248,7 +248,7 @@ def test_relu_and_clip_before_a_quantizer_run_on_the_codes(opset):
     samples = [{"x": x} for x in random_samples((1, 4, 6, 6), 6, scale=2.0)]
     ir = calibrate_for_nash_e(qir.load(model), samples[:4])
     qop, report = export_qoperator(ir)
-    assert report["integer_nodes"] == {"Conv_0": "QLinearConv", "Conv_1": "QLinearConv", "Conv_2": "ConvInteger"}
+    assert report.integer_nodes == {"Conv_0": "QLinearConv", "Conv_1": "QLinearConv", "Conv_2": "ConvInteger"}
     nodes = {n.name: n for n in qop.graph.node}
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in qop.graph.initializer}
     a6 = ir.calibration("a6_calib")
@@ -260,7 +260,7 @@ def test_relu_and_clip_before_a_quantizer_run_on_the_codes(opset):
     session, integer, back = fused_session(qop), IntegerRuntime("ort"), qir.load(qop)
     for feed in samples:
         np.testing.assert_array_equal(run(session, feed), integer.run(back, feed)["y"])
-    assert_same_model_but_biases(ir, back, report["integer_nodes"])
+    assert_same_model_but_biases(ir, back, report.integer_nodes)
     assert str(back.op("Clip_0")) == str(ir.op("Clip_0"))  # reads @lo and @hi again
     np.testing.assert_array_equal(back.value("hi").data, np.float32(6))
 
@@ -271,13 +271,13 @@ def test_reimport_gives_back_the_calibration_state(digits_qop, ort_quantized):
     implied clip and uint8 frame; every op; every weight, the biases to within half a step of
     their int32 codes."""
     ir, model, report = digits_qop
-    assert_same_model_but_biases(ir, qir.load(model), report["integer_nodes"])
+    assert_same_model_but_biases(ir, qir.load(model), report.integer_nodes)
     for name in ("digits", "tiny"):
         _, imported, _ = ort_quantized(name)
         assert any(c.meta.get("unsigned") for c in imported.calibrations())
         assert state(qir.load(export_qdq(imported))) == state(imported)  # the QDQ form keeps the uint8 frame too
         model, report = export_qoperator(imported)
-        assert_same_model_but_biases(imported, qir.load(model), report["integer_nodes"])
+        assert_same_model_but_biases(imported, qir.load(model), report.integer_nodes)
 
 
 def test_modes_without_an_integer_form_stay_qdq_and_the_report_says_why(digits_calibrated):
@@ -290,11 +290,11 @@ def test_modes_without_an_integer_form_stay_qdq_and_the_report_says_why(digits_c
     ir.set_calibration("relu3_out_calib", mode="fp16")
     ir.set_calibration("pool4_out_calib", mode="float")
     model, report = export_qoperator(ir)
-    kept = {k["node"]: k["reason"] for k in report["kept_qdq_nodes"]}
+    kept = {k["node"]: k["reason"] for k in report.kept_qdq_nodes}
     assert "int16" in kept["conv2"] and "not quantized" in kept["pw4"] and "not quantized" in kept["conv5"]
     # conv1's output goes to an int16 quantizer: integer sums with a float output, then QDQ
-    assert report["integer_nodes"] == {"conv1": "ConvInteger", "dw3": "ConvInteger", "fc": "QGemm"}
-    assert sum(report["kept_qdq"].values()) == len(report["kept_qdq_nodes"]) >= 6
+    assert report.integer_nodes == {"conv1": "ConvInteger", "dw3": "ConvInteger", "fc": "QGemm"}
+    assert sum(report.kept_qdq.values()) == len(report.kept_qdq_nodes) >= 6
     ops = Counter(n.op_type for n in model.graph.node)
     assert ops["Cast"] == 2 + ops["ConvInteger"]  # the fp16 pair and each ConvInteger's int32 -> float
     session, integer, back = fused_session(model), IntegerRuntime("ort"), qir.load(model)
@@ -352,7 +352,7 @@ def test_real_qoperator_models_run_like_the_qdq_models(name, tmp_path):
     _, qdq_path, feeds = real_qdq(name, tmp_path, reduce_range=True)
     ir = qir.load(qdq_path)
     model, report = export_qoperator(ir)
-    assert report["forms"]["QLinearConv"] > 50
+    assert report.forms["QLinearConv"] > 50
     qop, qdq = fused_session(model), fused_session(qdq_path)
     back = qir.load(model)
     assert state(back) == state(ir)

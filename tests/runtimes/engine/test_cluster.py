@@ -7,6 +7,7 @@ import json
 import logging
 import pickle
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -86,25 +87,25 @@ def test_resume_continues_any_executors_file_without_duplicates(digits_calibrate
 def test_the_model_is_sent_as_its_path_while_it_is_what_the_file_holds(calibrated_file, tmp_path):
     ir = qir.load(calibrated_file)
     payload = model_payload(ir)
-    assert payload["path"] == str(calibrated_file.resolve()) and "pickle" not in payload
+    assert payload.path == str(calibrated_file.resolve()) and payload.pickle is None
     assert str(load_model(payload)) == str(ir)
     ir.set_calibration(ir.calibrations("activation")[0].name, mode="int16")  # changed: the IR itself is sent
     payload = model_payload(ir)
-    assert set(payload) == {"pickle"} and str(pickle.loads(payload["pickle"])) == str(ir)
-    assert "pickle" in model_payload(qir.load(calibrated_file).clone())
+    assert payload.path is None and str(pickle.loads(payload.pickle)) == str(ir)
+    assert model_payload(qir.load(calibrated_file).clone()).pickle is not None
 
 
 def test_a_worker_refuses_a_model_file_other_than_the_drivers(calibrated_file, tmp_path):
     payload = model_payload(qir.load(calibrated_file))
     with pytest.raises(InputError, match="differs from the driver's"):
-        load_model({**payload, "sha1": "0" * 40})
+        load_model(replace(payload, sha1="0" * 40))
     with pytest.raises(InputError, match="is not on this worker"):
-        load_model({**payload, "path": str(tmp_path / "elsewhere.onnx")})
+        load_model(replace(payload, path=str(tmp_path / "elsewhere.onnx")))
 
 
 def test_an_engine_built_from_other_data_refuses_the_shard(calibrated_file, tmp_path):
     # a worker whose data path holds other samples than the driver's: the analysis fingerprint differs
-    from qir.runtimes.engine.distributed import engine_shard, engine_spec
+    from qir.runtimes.engine.distributed import DataPayload, engine_shard, engine_spec
 
     ir = qir.load(calibrated_file)
     engine = Engine(ir, DIGITS_DATA, data_num=2, progress=False)
@@ -112,7 +113,7 @@ def test_an_engine_built_from_other_data_refuses_the_shard(calibrated_file, tmp_
     spec = engine_spec(engine, variants)
     other = tmp_path / "other.npy"
     np.save(other, np.zeros((2, 1, 1, 8, 8), np.float32))
-    spec.data = {"path": str(other)}
+    spec.data = DataPayload(path=str(other))
     shard = {"analysis": engine.fingerprint(variants, engine.data_digest()), "variants": [variants[0].name], "done": []}
     with pytest.raises(InputError, match="analysis differs from the driver's"):
         list(engine_shard({"spec": spec}, shard))
@@ -159,7 +160,7 @@ def test_cluster_torch_outside_torchrun_is_one_clear_error(monkeypatch, digits_c
 def test_an_ir_never_saved_is_sent_pickled():
     # an analysis of a freshly calibrated IR (never saved): the IR itself goes to the workers, pickled
     ir = calibrate_for_nash_e(qir.load(DIGITS_DATA.parent / "model.onnx"), DIGITS_DATA)
-    assert set(model_payload(ir)) == {"pickle"}
+    assert model_payload(ir).path is None and model_payload(ir).pickle is not None
 
 
 @pytest.mark.parametrize("cluster,words", [("ray://x", "ray://HOST:PORT"), ("slurm", "unknown cluster"),

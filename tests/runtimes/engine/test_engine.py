@@ -120,7 +120,7 @@ def test_an_engine_adopts_the_costs_another_of_the_same_model_timed(calibrated, 
     first = Engine(ir, samples[:2], reference_changes={acts[0]: "int16"}, **options)
     first.evaluate([Variant("x", {acts[4]: "int16", weight: "int16"})])
     costs = first.measured_costs()
-    assert costs and len(costs["steps"]) == len(first.plan.steps) and costs["segments"]
+    assert costs and len(costs.steps) == len(first.plan.steps) and costs.segments
     around = {a: "int16" for a in acts[1:4]}
     own = Engine(ir, samples[:2], reference_changes=around, **options).evaluate(variants).per_variant()
     timed = []

@@ -111,7 +111,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                 fixes=parse_fixes(args.fixes))
     code = run_pipeline(args, passes, data=args.data, out=out)
     report = check_model(args.output, march=args.march, save_dir=out.sub(folder), names=names)
-    issues = len(report["unfused"]) + len(report["shared"]) + len(report["unusual"])
+    issues = len(report.unfused) + len(report.shared) + len(report.unusual)
     print(f"model check: {issues} finding(s); {folder / names[0]}")
     return code
 
@@ -140,11 +140,11 @@ def cmd_emit(args: argparse.Namespace) -> int:
         raise InputError(f"{args.model} has no calibration nodes; calibrate it first (qir calibrate)")
     report = emit_model(ir, args.output, int16=args.int16 or (), float=args.float or (), fp16=args.fp16 or (),
                         outputs=out, format=args.format)
-    modes = ", ".join(f"{k}: {v}" for k, v in report.get("modes", {}).items())
-    print(f"wrote {report['path']} (opset {report.get('opset')}; calibration nodes by mode: {modes})")
+    modes = ", ".join(f"{k}: {v}" for k, v in report.modes.items())
+    print(f"wrote {report.path} (opset {report.opset}; calibration nodes by mode: {modes})")
     if args.format == "qoperator":
-        forms = ", ".join(f"{k} {v}" for k, v in report["forms"].items()) or "none"
-        kept = ", ".join(f"{k} {v}" for k, v in report["kept_qdq"].items()) or "none"
+        forms = ", ".join(f"{k} {v}" for k, v in (report.forms or {}).items()) or "none"
+        kept = ", ".join(f"{k} {v}" for k, v in (report.kept_qdq or {}).items()) or "none"
         print(f"integer ops written: {forms}; ops reading quantized values left in QDQ form: {kept}")
     return 0
 
