@@ -215,19 +215,7 @@ class TunePass(Pass):
         self.target.compared(ir)  # (a value the target names that the model lacks: one error before any work)
         samples = checked_samples(ir, self.eval_data, self.eval_num)
         self._floats = None
-        stage = reference = None
-        if self.transforms and self.calib_data is not None:  # step 0: better int8 before any precision
-            model, stage = choose_transforms(ir, self.calib_data, samples, self.target, march=self.profile.name,
-                                             space_of=self._space, candidates=self.transforms, runtime=self.runtime,
-                                             progress=self.progress)
-            if model is not ir:
-                reference = ir.clone()  # (scores stay against the float model as given)
-                ir.assign(model)  # (the search, and the result, are the transformed model)
-        #: The model the precision search started from (the transforms' result; None when none was kept).
-        self.transformed = ir.clone() if stage is not None and stage.chosen else None
-        splits = constrained_splits(ir, self.profile) if self.split else {}
-        for name, groups in splits.items():  # a precision per consumer where a reader's constraint binds the rest
-            split_calibration(ir, name, groups)
+        stage, reference, splits = self._prepare(ir, samples)
         space = self._space(ir)
         base = space.apply(ir.clone(), space.start())
         self._original = reference
@@ -292,6 +280,25 @@ class TunePass(Pass):
                                                 threads=self.threads)
         report["seconds"] = round(time.perf_counter() - start, 2)
         return PassResult(ir, True, report)
+
+    def _prepare(self, ir: QIR, samples: list[dict]):
+        """Step 0 on ``ir`` (changed in place): the transforms stage (:mod:`.transforms`), then the
+        splits per consumer. Returns ``(stage or None, the model as given when a transform was
+        kept: the float reference, or None, {split node: its reader groups})``."""
+        stage = reference = None
+        if self.transforms and self.calib_data is not None:  # better int8 before any precision
+            model, stage = choose_transforms(ir, self.calib_data, samples, self.target, march=self.profile.name,
+                                             space_of=self._space, candidates=self.transforms, runtime=self.runtime,
+                                             progress=self.progress)
+            if model is not ir:
+                reference = ir.clone()  # (scores stay against the float model as given)
+                ir.assign(model)  # (the search, and the result, are the transformed model)
+        #: The model the precision search started from (the transforms' result; None when none was kept).
+        self.transformed = ir.clone() if stage is not None and stage.chosen else None
+        splits = constrained_splits(ir, self.profile) if self.split else {}
+        for name, groups in splits.items():  # a precision per consumer where a reader's constraint binds the rest
+            split_calibration(ir, name, groups)
+        return stage, reference, splits
 
     def _space(self, ir: QIR) -> Space:
         return Space(ir, self.profile, allow_float=self.allow_float, latency_table=self.latency_table)
