@@ -1,6 +1,7 @@
 """``check_consistency``: fake quantization vs the integer level of a march, value by value (the
 ``consistency`` pass), with the report written when a folder is given (an existing file only with
-``overwrite``)."""
+``overwrite``): ``consistency_result.txt``/``.json`` and the page ``consistency_result.html``
+(:mod:`qir.tools.reports.consistency_html`, with the graph panel)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,9 @@ from typing import Any
 from qir.api import as_ir
 from qir.data import model_samples
 from qir.passes.consistency import ConsistencyPass
+from qir.tools.reports import consistency_html
 from qir.tools.reports.consistency import FILES, write_report
+from qir.tools.reports.graph_panel import ModelGraph
 from qir.tools.reports.output import Outputs, as_outputs
 
 __all__ = ["check_consistency"]
@@ -20,9 +23,12 @@ def check_consistency(model_or_file: Any, data: Any, march: str = "nash-e", *, n
     """Compare a calibrated model's fake quantization with ``march``'s integer arithmetic on
     ``data`` (a data folder, .npy/.npz or samples; at most ``num`` samples)."""
     if save_dir is not None:
-        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*FILES).check()
+        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*FILES, consistency_html.FILE).check()
     ir = as_ir(model_or_file, calibrated=True)
     report = ConsistencyPass(model_samples(ir, data, num), march)(ir).report
     if save_dir is not None:
         write_report(report, save_dir)
+        headline = [f"fake quantization vs the integer level of {report['march']} on {report['samples']} sample(s)",
+                    report["summary"]]
+        consistency_html.write_page(report["rows"], headline, ModelGraph.from_ir(ir), save_dir)
     return report

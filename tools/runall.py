@@ -87,6 +87,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     first line logged says how many. ``resume``: continue an interrupted run in ``save_dir``
     (:class:`_State`): the steps it finished are read back, the others run again."""
     from qir.api import as_ir
+    from qir.tools.reports.graph_panel import ModelGraph
     from qir.tools.reports.output import as_outputs
     from qir.tools.reports.runall import write_index
 
@@ -125,7 +126,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     out.write_json("advice.json", "qir.advice", {"header": results.header, "advice": results.advice,
                                                  "dropped": results.dropped, "notes": results.notes})
     _log_advice(results, log)
-    results.index = str(write_index(results, out))
+    results.index = str(write_index(results, out, ModelGraph.from_ir(ir)))  # with the graph panel
     state.finish()
     log(f"report: {results.index}")
     return results
@@ -357,8 +358,9 @@ def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_lis
     may write, and return it. The default nodes of steps 2 and 3 are the most sensitive ones, known
     only after step 1, so every calibration node of the analysed roles is planned for them.
     ``resume``: they may replace the files of the interrupted run being continued."""
-    from qir.tools.reports import acc_error, channelwise, distribution, node_sensitivity
+    from qir.tools.reports import acc_error, channelwise, distribution, model_explorer, node_sensitivity
     from qir.tools.reports import sensitivity_analysis as sensitivity_report
+    from qir.tools.reports.overlays import runall_node_data
 
     candidates = [c.name for c in ir.calibrations() if c.role.value in node_types]
     r = {"replace": resume}
@@ -371,6 +373,8 @@ def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_lis
         out.sub("channelwise_distribution").plan(*channelwise.files(cw_nodes), **r)
     out.sub("accumulate_error").plan(*acc_error.files(ae_metric), **r)
     out.sub("sensitivity_analysis").plan(*sensitivity_report.FILES, **r)
+    if model_explorer.available():  # node data beside the report (the sensitivity overlays)
+        out.plan(*(f"{model_explorer.FOLDER}/{k}.json" for k in runall_node_data(node_types)), **r)
     return out.plan("advice.json", "index.html", STATE, **r)
 
 

@@ -211,7 +211,9 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
         emitted = export_qdq(ir)
     files.append(write_model(emitted, "tuned_model_qdq.onnx", outputs=out))
     report["commands"] = reproduce_commands(calibrated, ir, source, out, first=rebuilt)
-    tune_report.write_report(report, out)
+    from qir.tools.reports.graph_panel import ModelGraph
+
+    tune_report.write_report(report, out, ModelGraph.from_ir(ir), {c.name: c.mode.value for c in ir.calibrations()})
     report["files"] = [str(p) for p in files] + [str(out.path(f)) for f in tune_report.FILES]
     return report
 

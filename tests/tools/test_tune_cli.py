@@ -54,6 +54,7 @@ def test_a_reached_target_writes_every_file_and_the_commands_rebuild_the_result(
     report = json.loads((out / "tune_report.json").read_text())
     assert report["schema"] == "qir.tune" and report["reached"] and report["verification"]["agrees"]
     assert "data:image/png;base64," in (out / "tune_report.html").read_text()
+    assert '"name":"precision tune chose"' in (out / "tune_report.html").read_text()  # the graph panel
     # the reproducing commands, run as written, rebuild the tuned model and its emitted form
     commands = (out / "reproduce" / "commands.sh").read_text().splitlines()[2:]
     assert commands == report["commands"] and commands[-1].startswith("qir emit")

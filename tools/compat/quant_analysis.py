@@ -62,11 +62,13 @@ from qir.runtimes.engine.cluster import Cluster, executor_for, program_cluster, 
 from qir.tools.advice import measure_findings
 from qir.tools.reports import bad_case as bad_case_report
 from qir.tools.reports import consistency as consistency_report
-from qir.tools.reports import headline
+from qir.tools.reports import headline, model_explorer
 from qir.tools.reports import layer_compare as layer_report
 from qir.tools.reports import op_sensitivity as sensitivity_report
 from qir.tools.reports.compare import write_index
+from qir.tools.reports.graph_panel import ModelGraph
 from qir.tools.reports.output import Outputs
+from qir.tools.reports.overlays import COMPARE_NODE_DATA, consistency_overlays
 from qir.tools.results import CompareSummary
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
@@ -354,7 +356,8 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
                        replay_discrete=replay_discrete, overwrite=overwrite, level=level, march=march)
     qa.keep_layers = keep_layers
     out = qa.outputs.plan(*bad_case_report.FILES, *layer_report.FILES, *sensitivity_report.FILES, "compare.json",
-                          "index.html", *(consistency_report.FILES if consistency else ()))
+                          "index.html", *(consistency_report.FILES if consistency else ()),
+                          *(f"{model_explorer.FOLDER}/{k}.json" for k in COMPARE_NODE_DATA if model_explorer.available()))
     if keep_layers and not qa._torch:
         out.sub("layers").plan(*layer_report.layer_files(qa.baseline, qa.analysis))
     out.check()
@@ -365,9 +368,10 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     logger.info("layer by layer on sample %s", qa.chosen)
     qa.run()
     rows = qa.compare_per_layer(prefixes, types)
+    checked = None
     if consistency:
         logger.info("fake quantization vs the integer level on sample %s", qa.chosen)
-        qa.consistency()
+        checked = qa.consistency()
     if sensitivity:
         if any(c.quantizes for c in qa.analysis_ir.calibrations()):
             logger.info("sensitivity")
@@ -382,5 +386,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
                              # lines the terminal and index.html show first: a collapsed output, then each output worst first
                              headline=headline.headline_lines(collapse, scores, qa.report["bad_case"]["samples"]))
     out.write_json("compare.json", "qir.compare", summary)
-    summary.index = str(write_index(summary, rows, out))
+    graph = None if qa._torch else ModelGraph.from_ir(qa.analysis_ir)  # the graph panel, Model Explorer's node data
+    extra = consistency_overlays(checked["rows"], graph) if checked and graph else []
+    summary.index = str(write_index(summary, rows, out, graph, extra))
     return summary

@@ -14,10 +14,13 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from qir.tools.reports import model_explorer
+from qir.tools.reports.graph_panel import ModelGraph, Overlay
 from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page, table
 from qir.tools.reports.layer_compare import helping_fixes
 from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.reports.overlays import COMPARE_NODE_DATA, better_of, graph_section, on_ops
 from qir.tools.results import CompareSummary
 
 __all__ = ["write_index", "human_size"]
@@ -84,7 +87,7 @@ def _layers(rows: list[dict]) -> str:
     worst = sorted(scored, key=lambda r: r["Cosine"])[:WORST]
     keys = ["index", "mod_name", "analy_op_type", "quant_dtype", "Cosine", "SQNR", "clip%", "round%", "inherited%"]
     return (f"<p>The {len(worst)} layers of {len(rows)} whose output cosine (analysis vs baseline) is lowest; "
-            "the whole table: compare_per_layer_out.txt / .csv.</p>" + table(worst, keys, limit=None))
+            "the whole table: compare_per_layer_out.txt / .csv.</p>" + table(worst, keys, limit=None, node="mod_name"))
 
 
 def _bad_case(summary: CompareSummary) -> str:
@@ -101,7 +104,7 @@ def _sensitivity(summary: CompareSummary) -> str:
         keys = [k for k in ("op_name", "sensitive_type", "op_type", "quant_dtype") if rows and k in rows[0]]
         metric = [k for k in (rows[0] if rows else {}) if k not in keys and k not in
                   ("module", "calibrations", "flops", "flops_text")]
-        parts.append(f"<h3>{html.escape(out)}</h3>" + table(rows, keys + metric, limit=None))
+        parts.append(f"<h3>{html.escape(out)}</h3>" + table(rows, keys + metric, limit=None, node="op_name"))
     return "".join(parts) or "<p>Not computed (--no-sensitivity, or no quantized calibration node).</p>"
 
 
@@ -117,10 +120,16 @@ def _files(summary: CompareSummary) -> str:
     return f"<ul>{items}</ul>"
 
 
-def write_index(summary: CompareSummary, rows: list[dict], save_dir: Outputs | Path) -> Path:
-    """``index.html`` (written through :class:`~qir.tools.reports.output.Outputs`)."""
+def write_index(summary: CompareSummary, rows: list[dict], save_dir: Outputs | Path,
+                graph: ModelGraph | None = None, overlays: list[Overlay] = ()) -> Path:
+    """``index.html`` (written through :class:`~qir.tools.reports.output.Outputs`); with the
+    analysis model's ``graph``, a graph panel of the per-layer values, the op sensitivity and
+    any other ``overlays`` (the consistency check's), and with the viz extra the layer overlays
+    as ``model_explorer/*.json``."""
     out = as_outputs(save_dir)
+    drawn = [*_overlays(summary, rows, graph), *overlays] if graph is not None else []
     sections: list[Section] = [("fixes", "Measured fixes", _fixes(summary)),
+                               *graph_section(graph, drawn),
                                ("findings", "Advisor findings", _findings(summary)),
                                ("layers", "Layer by layer: the worst layers", _layers(rows)),
                                ("bad-case", "Bad case", _bad_case(summary)),
@@ -130,4 +139,31 @@ def write_index(summary: CompareSummary, rows: list[dict], save_dir: Outputs | P
         sections.append(("consistency", "Fake quantization vs the integer level",
                          f"<p>{html.escape(str(c.get('summary')))}</p><p>output cosine {c.get('output_cosine')}</p>"))
     sections.append(("files", "Files", _files(summary)))
-    return out.write_text("index.html", page("qir compare report", _headline(summary), sections))
+    index = out.write_text("index.html", page("qir compare report", _headline(summary), sections))
+    if graph is not None:  # the layer overlays as Model Explorer node data, with the viz extra
+        model_explorer.write_overlays(out, [o for o in drawn if o.key in COMPARE_NODE_DATA], graph.name)
+    return index
+
+
+def _overlays(summary: CompareSummary, rows: list[dict], graph: ModelGraph) -> list[Overlay]:
+    """compare: each layer's output cosine and clipping share on the bad case (an op with several
+    outputs keeps its worst), then the op sensitivity per output."""
+    from qir.passes.layer_compare import row_op
+
+    found = []
+    for col, key, name, label in (
+            ("Cosine", "layer_cosine", "layer output cosine", "cosine of this op's output, analysis vs baseline"),
+            ("clip%", "layer_clipping", "clipping share (%)", "share of this op's output values clipped")):
+        better = "max" if col == "Cosine" else "min"
+        found.append(Overlay(name, on_ops(((row_op(r["mod_name"]), r.get(col)) for r in rows), graph, better), better,
+                             label, key=key))
+    for out, srows in (summary.get("sensitivity") or {}).items():
+        keys = {"op_name", "sensitive_type", "op_type", "quant_dtype", "module", "calibrations", "flops", "flops_text"}
+        metrics = [k for k in (srows[0] if srows else {}) if k not in keys]
+        if metrics:
+            better = better_of(metrics[0])
+            found.append(Overlay(f"op sensitivity: {out} ({metrics[0]})",
+                                 on_ops(((r["op_name"], r.get(metrics[0])) for r in srows), graph, better), better,
+                                 f"{metrics[0]} of {out} with only this op quantized"))
+    return found
+

@@ -32,13 +32,17 @@ def img(path: Path | str) -> str:
     return f'<img alt="{html.escape(Path(path).name)}" src="data:image/png;base64,{data}">'
 
 
-def table(rows: list[dict], keys: list[str], limit: int | None = 10) -> str:
-    """``rows`` (dicts) as a table of the columns ``keys``, the first ``limit`` rows."""
+def table(rows: list[dict], keys: list[str], limit: int | None = 10, node: str | None = None) -> str:
+    """``rows`` (dicts) as a table of the columns ``keys``, the first ``limit`` rows; with ``node``
+    (a key) each row carries ``data-node`` (its value), where the graph panel's click lands."""
     def cell(v):
         return f"{v:.6g}" if isinstance(v, float) else html.escape(str(v))
 
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(f"<td>{cell(r.get(k, ''))}</td>" for k in keys) + "</tr>" for r in rows[:limit])
+    def tr(r):
+        return f'<tr data-node="{html.escape(str(r[node]))}">' if node and r.get(node) is not None else "<tr>"
+
+    body = "".join(tr(r) + "".join(f"<td>{cell(r.get(k, ''))}</td>" for k in keys) + "</tr>" for r in rows[:limit])
     return f"<table><tr>{head}</tr>{body}</table>"
 
 

@@ -17,12 +17,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from qir.passes.acc_error import AccErrorReport
+from qir.tools.reports import model_explorer
 from qir.tools.reports.acc_error import dips
+from qir.tools.reports.graph_panel import ModelGraph, Overlay
 from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page
 from qir.tools.reports.html import img as _img
 from qir.tools.reports.html import table as _table
 from qir.tools.reports.output import Outputs, as_outputs
+from qir.tools.reports.overlays import better_of, graph_section, on_ops
 from qir.tools.results import RunallResults
 
 __all__ = ["write_index", "distribution_order"]
@@ -116,7 +119,7 @@ def _sensitivity(results: RunallResults, names: _Names) -> list[Section]:
         part = (f"<p>only this node quantized, compared with the "
                 f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
                 f"{len(report['rows'])}; consumers: the ops a quantizer feeds).</p>"
-                + _table(rows, keys + report["metrics"]))
+                + _table(rows, keys + report["metrics"], node="node"))
         if report.get("saturated"):
             part += f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>"
         parts.append((f"sensitivity-{nt}", f"Node sensitivity: {nt}", part))
@@ -130,13 +133,13 @@ def _acc_error(results: RunallResults, out: Outputs, names: _Names) -> str:
     worst = [dict(asdict(d), quantizers=names.quantizers(d.node)) for d in dips(report, 10)]
     if worst:
         part += "<p>Worst dips (the metric falls most from the node before):</p>" + _table(
-            worst, ["index", "node", "quantizers", "curve", "before", "after"], limit=None)
+            worst, ["index", "node", "quantizers", "curve", "before", "after"], limit=None, node="node")
     rows = [{"index": i, "node": n, "quantizers": names.quantizers(n),
              **{c: "" if v[i] is None else v[i] for c, v in report.curves.items()}}
             for i, n in enumerate(report.nodes)]
     if rows:
         part += (f"<details><summary>All {len(rows)} nodes</summary>"
-                 + _table(rows, list(rows[0]), limit=None) + "</details>")
+                 + _table(rows, list(rows[0]), limit=None, node="node") + "</details>")
     return part
 
 
@@ -147,7 +150,7 @@ def _sensitivity_analysis(results: RunallResults, out: Outputs, names: _Names) -
     if sa.get("nodes"):
         rows = [{"op": n, "quantizers": names.quantizers(n), "only this op quantized": sa["single"][n],
                  "calibrated, raised up to here": sa["cumulative"][k + 1]} for k, n in enumerate(sa["nodes"])]
-        return part + _table(rows, list(rows[0]), limit=50)
+        return part + _table(rows, list(rows[0]), limit=50, node="op")
     return part + f"<p>No node is below the pick threshold {sa.get('pick_threshold')}.</p>"
 
 
@@ -158,21 +161,60 @@ def distribution_order(nodes: dict[str, dict]) -> list[str]:
     return sorted(nodes, key=lambda n: (-(nodes[n].get("clipped_fraction") or 0.0), rank.get(nodes[n].get("type"), 1)))
 
 
-def write_index(results: RunallResults, save_dir: Outputs | Path) -> Path:
+def write_index(results: RunallResults, save_dir: Outputs | Path, graph: ModelGraph | None = None) -> Path:
     """``index.html``: one page, plots embedded, readable offline (written through
-    :class:`~qir.tools.reports.output.Outputs`)."""
+    :class:`~qir.tools.reports.output.Outputs`). With the model's ``graph`` (a
+    :class:`~qir.tools.reports.graph_panel.ModelGraph`) the page has the graph panel, and with the
+    viz extra the sensitivity overlays are also written as ``model_explorer/*.json``."""
     out = as_outputs(save_dir)
     names = _Names(results.get("quantizers") or {})
+    overlays = _overlays(results, graph) if graph is not None else []
     sections: list[Section] = [("fixes", "Measured fixes: what to try next", _advice(results)),
+                               *graph_section(graph, overlays),
                                ("about", "What was analysed", _header(results)), *_sensitivity(results, names),
                                ("sensitivity-analysis", "Sensitivity analysis", _sensitivity_analysis(results, out, names)),
                                ("accumulated-error", "Accumulated error", _acc_error(results, out, names))]
     dist = results.get("distribution") or {}
     if dist:
         sections.append(("distributions", "Data distributions", "<p>Clipped activations first.</p>" + "".join(
-            f"<h3>{html.escape(names.label(n))}</h3>{_img(dist[n]['png'])}" for n in distribution_order(dist))))
+            f"<h3 data-node='{html.escape(n)}'>{html.escape(names.label(n))}</h3>{_img(dist[n]['png'])}"
+            for n in distribution_order(dist))))
     if results.get("channelwise"):
         sections.append(("channelwise", "Channel-wise distributions", "".join(
-            f"<h3>{html.escape(names.label(n))}</h3><p>outlier channels: {e['outlier_channels'] or 'none'}</p>"
+            f"<h3 data-node='{html.escape(n)}'>{html.escape(names.label(n))}</h3>"
+            f"<p>outlier channels: {e['outlier_channels'] or 'none'}</p>"
             f"{_img(e['png'])}" for n, e in results["channelwise"].items())))
-    return out.write_text("index.html", page("qir debug report", _headline(results), sections))
+    index = out.write_text("index.html", page("qir debug report", _headline(results), sections))
+    if graph is not None:  # the sensitivity overlays as Model Explorer node data, with the viz extra
+        model_explorer.write_overlays(out, [o for o in overlays if o.key.startswith("sensitivity")], graph.name)
+    return index
+
+
+def _overlays(results: RunallResults, graph: ModelGraph) -> list[Overlay]:
+    """runall: sensitivity per node type (and the worst of any type first, when there are
+    several with one metric), each accumulated-error curve, and the clipping share of the
+    activations whose distribution was drawn."""
+    found: list[Overlay] = []
+    pooled: dict[str, list] = {}
+    for nt, report in (results.get("sensitivity") or {}).items():
+        metric = report["metrics"][0]
+        better = better_of(metric)
+        pairs = [(r["node"], r.get(metric)) for r in report["rows"]]
+        pooled.setdefault(metric, []).extend(pairs)
+        found.append(Overlay(f"sensitivity: {nt} ({metric})", on_ops(pairs, graph, better), better,
+                             f"{metric} with only this op's {nt} quantizers quantized", key=f"sensitivity_{nt}"))
+    if len(found) > 1 and len(pooled) == 1:
+        metric, pairs = next(iter(pooled.items()))
+        found.insert(0, Overlay(f"sensitivity: worst of any quantizer ({metric})", on_ops(pairs, graph, better_of(metric)),
+                                better_of(metric), f"{metric}, the worst of this op's quantizers alone", key="sensitivity"))
+    acc = results.get("acc_error") or {}
+    for curve, values in (acc.get("curves") or {}).items():
+        better = better_of(acc["metric"])
+        found.append(Overlay(f"accumulated error: {curve}", on_ops(zip(acc["nodes"], values), graph, better), better,
+                             f"{acc['metric']} at this op's output, {curve} quantized"))
+    dist = results.get("distribution") or {}
+    clipped = [(n, e.get("clipped_fraction")) for n, e in dist.items()]
+    if any(v for _, v in clipped):
+        found.append(Overlay("clipping share", on_ops(clipped, graph, "min"), "min",
+                             "share of values the quantizer clips (drawn activations only)"))
+    return found

@@ -234,12 +234,13 @@ def _transforms_html(report: dict[str, Any], table) -> list[str]:
             f"<p>kept: {html.escape(', '.join(stage['chosen']) or 'none')}</p>", table(rows, list(rows[0]))]
 
 
-def _html(report: dict[str, Any], png: bytes) -> str:
+def _html(report: dict[str, Any], png: bytes, graph_html: str = "") -> str:
     def table(rows: list[dict], keys: list[str]) -> str:
         def cell(v):
             return f"{v:.6g}" if isinstance(v, float) else html.escape(str(v))
         head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-        body = "".join("<tr>" + "".join(f"<td>{cell(r.get(k, ''))}</td>" for k in keys) + "</tr>" for r in rows)
+        body = "".join(f"<tr data-node='{html.escape(str(r.get('node', '')))}'>" + "".join(
+            f"<td>{cell(r.get(k, ''))}</td>" for k in keys) + "</tr>" for r in rows)
         return f"<table><tr>{head}</tr>{body}</table>"
 
     text = format_report(report)
@@ -249,6 +250,7 @@ def _html(report: dict[str, Any], png: bytes) -> str:
              f'<img alt="tune_curve.png" src="data:image/png;base64,{img}">',
              *_transforms_html(report, table),
              "<h2>Changes</h2>", table(report["changes"], ["node", "change", "reason", "gain", "per_image"]),
+             *([f"<h2 id='graph'>The graph: the precision chosen</h2>{graph_html}"] if graph_html else []),
              "<h2>Reproduce</h2><pre>" + html.escape("\n".join(report.get("commands") or [])) + "</pre>",
              "<h2>Report</h2><pre>" + html.escape(text) + "</pre>"]
     style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -258,8 +260,13 @@ def _html(report: dict[str, Any], png: bytes) -> str:
             f"<body>{''.join(parts)}</body></html>\n")
 
 
-def write_report(report: dict[str, Any], out: Outputs) -> None:
-    """The five files of :data:`FILES`, through ``out``."""
+def write_report(report: dict[str, Any], out: Outputs, graph: Any = None, precisions: dict[str, str] | None = None) -> None:
+    """The five files of :data:`FILES`, through ``out``; with the tuned model's ``graph``
+    (:class:`~qir.tools.reports.graph_panel.ModelGraph`) and each quantizer's chosen mode
+    (``precisions``), the page draws the graph coloured by the precision chosen."""
+    from qir.tools.reports.graph_panel import panel
+    from qir.tools.reports.overlays import tune_overlays
+
     fig = _figure(report)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -267,7 +274,8 @@ def write_report(report: dict[str, Any], out: Outputs) -> None:
     out.write_bytes("tune_curve.png", buf.getvalue())
     out.write_text("tune_report.txt", format_report(report))
     out.write_json("tune_report.json", "qir.tune", report)
-    out.write_text("tune_report.html", _html(report, buf.getvalue()))
+    graph_html = panel(graph, tune_overlays(precisions or {}, graph)) if graph is not None else ""
+    out.write_text("tune_report.html", _html(report, buf.getvalue(), graph_html))
     keys = ["stage", "cost", "flop_cost", "mean", "worst", "worst_sample", "meets", "thresholds", "final"]
     rows = [[*keys, "levels"]] + [[h.get(k) for k in keys] + [" ".join(f"{a}:{b}" for a, b in h["levels"].items())]
                                   for h in report["history"]]
