@@ -14,6 +14,7 @@ photos.
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 
 import numpy as np
@@ -29,6 +30,9 @@ CONFIGS = {  # label -> (transforms before calibration, after calibration)
     "bias-correct{empirical}": ("", "bias-correct{mode=empirical}"),
     "smooth,equalize,bias-correct": ("smooth,equalize", "bias-correct"),
     "smooth,bias-correct{empirical}": ("smooth", "bias-correct{mode=empirical}"),
+    "round-weights": ("", "round-weights"),
+    "round-weights{threshold}": ("", "round-weights{method='threshold'}"),
+    "smooth,round-weights": ("smooth", "round-weights"),
 }
 
 
@@ -66,8 +70,12 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--count", type=int, default=8, help="calibration and evaluation images each (default 8)")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--log", action="store_true", help="log the passes' progress (round-weights: one line a layer)")
     args = parser.parse_args()
     import qir
+
+    if args.log:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     rm = realmodels()
     print("| model | transforms | sites changed | all-int8 mean cosine | worst image | pipeline s |")

@@ -25,6 +25,7 @@ from qir.passes.round_weights.solve import (
     QMIN,
     Choice,
     adaround,
+    apply_rows,
     chosen_threshold,
     decode_up,
     encode_up,
@@ -142,6 +143,8 @@ class RoundWeightsPass(Pass):
                         continue
                     if self.store is not None:
                         self.store[key] = _to_json(choice)
+                logger.info("round-weights: %s %s, output MSE %.3g -> %.3g (%.0f s so far)", layer.op.name,
+                            choice.method, choice.mse_nearest, choice.mse_chosen, time.monotonic() - start)
                 self._apply(ir, layer, choice, report)
         self.report = report
         result = finished(ir, report, (lambda: self._error(ir, original)) if self.measure else None, "layer(s) re-rounded")
@@ -184,7 +187,7 @@ class RoundWeightsPass(Pass):
                 xf = rows(layer, np.asarray(got[Level.FLOAT][x]), per_sample, self._rng(layer, i))
                 xq = rows(layer, np.asarray(got[levels[-1]][x]), per_sample, self._rng(layer, i))
                 parts[j][0].append(xq)
-                parts[j][1].append(np.einsum("rgk,gok->rgo", xf, layer.gemm(layer.weight)))
+                parts[j][1].append(apply_rows(layer.gemm(layer.weight), xf))
         return [(np.concatenate(q), np.concatenate(t)) for q, t in parts]
 
     def _rng(self, layer: Layer, sample: int) -> np.random.Generator:

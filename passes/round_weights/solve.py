@@ -17,7 +17,7 @@ import numpy as np
 
 from qir.passes.round_weights.layers import Layer
 
-__all__ = ["Choice", "nearest_codes", "output_mse", "adaround", "threshold_search", "load_torch",
+__all__ = ["Choice", "nearest_codes", "output_mse", "adaround", "threshold_search", "load_torch", "apply_rows",
            "encode_up", "decode_up", "chosen_threshold", "QMIN", "QMAX"]
 
 logger = logging.getLogger(__name__)
@@ -61,9 +61,15 @@ def nearest_codes(w: np.ndarray, scale: np.ndarray) -> np.ndarray:
 def output_mse(layer: Layer, w: np.ndarray, xq: np.ndarray, target: np.ndarray, axis_mean: bool = True):
     """Mean squared output error of weight ``w`` on rows ``xq`` against ``target``
     ``(R, groups, out/groups)``: a float, or per output channel ``(groups, out/groups)``."""
-    out = np.einsum("rgk,gok->rgo", xq.astype(np.float64), layer.gemm(w).astype(np.float64))
-    err = (out - target) ** 2
-    return float(err.mean()) if axis_mean else err.mean(axis=0)
+    err = (apply_rows(layer.gemm(w), xq) - target) ** 2
+    return float(err.mean(dtype=np.float64)) if axis_mean else err.mean(axis=0, dtype=np.float64)
+
+
+def apply_rows(w_gemm: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``(R, groups, out/groups)`` outputs of the GEMM view ``(groups, out/groups, K)`` on rows
+    ``(R, groups, K)``, by float32 matrix products (BLAS)."""
+    out = np.matmul(x.astype(np.float32).transpose(1, 0, 2), w_gemm.astype(np.float32).transpose(0, 2, 1))
+    return out.transpose(1, 0, 2)
 
 
 def encode_up(up: np.ndarray) -> str:
