@@ -30,9 +30,9 @@ CONFIGS = {  # label -> (transforms before calibration, after calibration)
     "bias-correct{empirical}": ("", "bias-correct{mode=empirical}"),
     "smooth,equalize,bias-correct": ("smooth,equalize", "bias-correct"),
     "smooth,bias-correct{empirical}": ("smooth", "bias-correct{mode=empirical}"),
-    "round-weights": ("", "round-weights"),
     "round-weights{threshold}": ("", "round-weights{method='threshold'}"),
-    "smooth,round-weights": ("smooth", "round-weights"),
+    "round-weights{adaround,200 it}": ("", "round-weights{method='adaround',iterations=200,batch=128}"),
+    "smooth,round-weights{threshold}": ("smooth", "round-weights{method='threshold'}"),
 }
 
 
