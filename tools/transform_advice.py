@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,8 +42,8 @@ from qir.passes.lib.rescale import HOMOGENEOUS
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
 
-__all__ = ["transform_candidates", "measure_transforms", "transform_command", "OUTLIER_RATIO", "IMBALANCE_RATIO",
-           "SHIFT_SHARE"]
+__all__ = ["TransformFix", "transform_candidates", "measure_transforms", "transform_command", "OUTLIER_RATIO",
+           "IMBALANCE_RATIO", "SHIFT_SHARE"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,37 @@ OUTLIER_RATIO = 8.0
 IMBALANCE_RATIO = 100.0
 SHIFT_SHARE = 0.25
 FLOAT_TRANSFORMS = ("smooth", "equalize")
+
+
+@dataclass
+class TransformFix:
+    """A transform proposed for a cause: the pass and its options, what the advice says (``fix``,
+    ``why``), and once measured the output cosine before and after (``recalibrated_only``: a
+    float transform's plain recalibration)."""
+
+    cause: str
+    transform: str
+    fix: str
+    why: str
+    options: dict[str, Any] = field(default_factory=dict)
+    before: float | None = None
+    after: float | None = None
+    recalibrated_only: float | None = None
+
+    @property
+    def step(self) -> str:
+        """The pass as a pipeline step: ``bias-correct{mode=empirical}``."""
+        return self.transform + ("{" + ",".join(f"{k}={v}" for k, v in self.options.items()) + "}" if self.options else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The advice's candidate form (``changes`` None: no quantizer setting does it)."""
+        out = {"cause": self.cause, "transform": self.transform, "options": dict(self.options), "changes": None,
+               "fix": self.fix, "why": self.why}
+        if self.after is not None:
+            out.update(before=self.before, after=self.after, gain=self.after - self.before)
+        if self.recalibrated_only is not None:
+            out["recalibrated_only"] = self.recalibrated_only
+        return out
 
 
 def _reader_ops(ir: QIR, value: str) -> list[OpRecord]:
@@ -116,9 +148,9 @@ def _channel_peaks(x: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1).max(axis=1)
 
 
-def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1, runtime: str = Runtime.ORT) -> list[dict]:
-    """Candidates (advice's shape: ``cause``, ``why``, ``fix``, ``transform``, ``changes`` None) for
-    the causes seen in ``ir`` on ``data`` (module docstring)."""
+def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1,
+                         runtime: str = Runtime.ORT) -> list[TransformFix]:
+    """The transforms for the causes seen in ``ir`` on ``data`` (module docstring)."""
     smooth, pairs = _smooth_sites(ir), _equalize_sites(ir)
     values = sorted({v for v, _ in smooth.values()} | set(pairs.values()))
     peaks: dict[str, np.ndarray] = {}
@@ -143,11 +175,11 @@ def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1, runtim
                 if np.median(peaks[v]) > 0 and peaks[v].max() > OUTLIER_RATIO * np.median(peaks[v])}
     if outliers:
         worst = sorted(outliers, key=outliers.get, reverse=True)[:3]
-        found.append({"cause": "outlier channels", "transform": "smooth", "changes": None,
-                      "fix": "smooth (move the outlier channels' range into the next GEMMs' weights)",
-                      "why": f"{len(outliers)} per-tensor activation quantizer(s) feeding GEMMs have a channel over "
-                             f"{OUTLIER_RATIO:g}x the median channel ("
-                             + ", ".join(f"{n} {outliers[n]:.0f}x" for n in worst) + ")"})
+        found.append(TransformFix("outlier channels", "smooth",
+                                  "smooth (move the outlier channels' range into the next GEMMs' weights)",
+                                  f"{len(outliers)} per-tensor activation quantizer(s) feeding GEMMs have a channel "
+                                  f"over {OUTLIER_RATIO:g}x the median channel ("
+                                  + ", ".join(f"{n} {outliers[n]:.0f}x" for n in worst) + ")"))
     spread = {}
     for pair, v in pairs.items():
         nonzero = peaks[v][peaks[v] > 0]
@@ -155,10 +187,11 @@ def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1, runtim
             spread[pair] = float(nonzero.max() / nonzero.min())
     if spread:
         worst = sorted(spread, key=spread.get, reverse=True)[:3]
-        found.append({"cause": "channel-range imbalance", "transform": "equalize", "options": {"activations": True},
-                      "changes": None, "fix": "equalize{activations=True} (cross-layer equalization of the Conv pairs)",
-                      "why": f"{len(spread)} Conv pair(s) pass on channels whose ranges differ over "
-                             f"{IMBALANCE_RATIO:g}x (" + ", ".join(f"{p} {spread[p]:.0f}x" for p in worst) + ")"})
+        found.append(TransformFix("channel-range imbalance", "equalize",
+                                  "equalize{activations=True} (cross-layer equalization of the Conv pairs)",
+                                  f"{len(spread)} Conv pair(s) pass on channels whose ranges differ over "
+                                  f"{IMBALANCE_RATIO:g}x (" + ", ".join(f"{p} {spread[p]:.0f}x" for p in worst) + ")",
+                                  {"activations": True}))
     shifted = {o: float(np.sum((s[0] / s[2]) ** 2) / np.size(s[0]) / (s[1] / s[2]))
                for o, s in sums.items() if s[1] > 0}
     shifted = {o: share for o, share in shifted.items() if share >= SHIFT_SHARE}
@@ -167,8 +200,7 @@ def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1, runtim
                for o, v in shifted.items()))
         for mode, fix in (("weights", "bias-correct (remove the output shift quantized weights cause)"),
                           ("empirical", "bias-correct{mode=empirical} (remove the whole mean shift)")):
-            found.append({"cause": "output shift", "transform": "bias-correct", "options": {"mode": mode},
-                          "changes": None, "fix": fix, "why": why})
+            found.append(TransformFix("output shift", "bias-correct", fix, why, {"mode": mode}))
     return found
 
 
@@ -182,44 +214,40 @@ def _score(model: QIR, reference: QIR, samples: list, runtime: str) -> float:
     return float(np.mean(scores))
 
 
-def measure_transforms(ir: QIR, data: Any, candidates: list[dict], *, data_num: int | None = 1,
+def measure_transforms(ir: QIR, data: Any, candidates: list[TransformFix], *, data_num: int | None = 1,
                        runtime: str = Runtime.ORT) -> None:
-    """Add ``before``, ``after`` and ``gain`` to each candidate (module docstring); a float
-    transform's candidate also ``recalibrated_only`` (the plain recalibration's score), and its
-    ``before`` is the better of that and the model as it is."""
+    """Fill ``before`` and ``after`` of each candidate (module docstring); a float transform's
+    also ``recalibrated_only`` (the plain recalibration's score), and its ``before`` is the
+    better of that and the model as it is."""
     samples = list(model_samples(ir, data, data_num))
     before = _score(ir, ir, samples, runtime)
     plain = None
     for c in candidates:
-        options = {"data": data, "measure": False, "limit": data_num, **c.get("options", {})}
-        if c["transform"] in FLOAT_TRANSFORMS:
+        options = {"data": data, "measure": False, "limit": data_num, **c.options}
+        if c.transform in FLOAT_TRANSFORMS:
             model = float_model(ir)
             if plain is None:
                 plain = _score(recalibrated(model, data, like=ir, runtime=runtime, limit=data_num), ir, samples, runtime)
-            get_pass(c["transform"], **options)(model)
+            get_pass(c.transform, **options)(model)
             model = recalibrated(model, data, like=ir, runtime=runtime, limit=data_num)
-            c.update(recalibrated_only=plain, before=max(before, plain))
+            c.recalibrated_only, c.before = plain, max(before, plain)
         else:
             model = ir.clone()
-            get_pass(c["transform"], **options)(model)
-            c.update(before=before)
-        c["after"] = _score(model, ir, samples, runtime)
-        c["gain"] = c["after"] - c["before"]
-        logger.info("advisor: %s: output cosine %.5f -> %.5f", c["fix"], c["before"], c["after"])
+            get_pass(c.transform, **options)(model)
+            c.before = before
+        c.after = _score(model, ir, samples, runtime)
+        logger.info("advisor: %s: output cosine %.5f -> %.5f", c.fix, c.before, c.after)
 
 
-def transform_command(ir: QIR, candidate: dict, model: str, output: str, data: Any) -> str:
-    """The command that applies a transform candidate: ``qir pipeline MODEL 'bias-correct{...}'
-    --data DATA -o OUT`` on the calibrated model; for smooth/equalize, ``qir calibrate FLOAT_MODEL
-    DATA --fixes T --method M --march A -o OUT`` (FLOAT_MODEL: the float model MODEL was calibrated
-    from, which the advisor does not know)."""
-    t, options = candidate["transform"], candidate.get("options", {})
-    step = t + ("{" + ",".join(f"{k}={v}" for k, v in options.items()) + "}" if options else "")
-    if t in FLOAT_TRANSFORMS:
+def transform_command(ir: QIR, transform: str, step: str, model: str, output: str, data: Any) -> str:
+    """The command that applies ``transform`` as pipeline ``step``: ``qir pipeline MODEL
+    'bias-correct{...}' --data DATA -o OUT`` on the calibrated model; for smooth/equalize, ``qir
+    calibrate FLOAT_MODEL DATA --fixes STEP --method M --march A -o OUT`` (FLOAT_MODEL: the float
+    model MODEL was calibrated from, which the advisor does not know)."""
+    if transform in FLOAT_TRANSFORMS:
         method = (ir.meta.get("calibration") or {}).get("method", "max")
         argv = ["qir", "calibrate", "FLOAT_MODEL.onnx", str(data), "--fixes", step, "--method", method,
                 *(["--march", ir.meta["march"]] if ir.meta.get("march") else []), "-o", output]
     else:
         argv = ["qir", "pipeline", model, step, "--data", str(data), "-o", output]
     return shlex.join(argv)
-

@@ -34,7 +34,7 @@ def test_a_planted_cause_gets_its_transform_measured_and_shown(cause, tmp_path):
     ir = calibrate_for_nash_e(build(), data)
     before = str(ir)
     found = transform_candidates(ir, data, data_num=4)
-    assert [c["transform"] for c in found if c["cause"] == cause][:1] == [transform]
+    assert [c.transform for c in found if c.cause == cause][:1] == [transform]
     measured = advise(ir, {}, data, model_path=str(tmp_path / "m.onnx"), data_num=4, progress=False)
     assert str(ir) == before  # the advisor never changes the model it advises on
     kept = [c for c in measured["advice"] if c.get("transform") == transform]
@@ -61,6 +61,6 @@ def test_without_the_cause_there_is_no_candidate_and_without_a_data_file_a_note(
     data = _npy(tmp_path, samples())
     ir = calibrate_for_nash_e(build(), data)
     found = transform_candidates(ir, data, data_num=4)
-    assert not [c for c in found if c["transform"] in ("equalize", "smooth")]
+    assert not [c for c in found if c.transform in ("equalize", "smooth")]
     measure_transforms(ir, data, found, data_num=4)  # whatever else is found is measured
-    assert all("after" in c for c in found)
+    assert all(c.after is not None for c in found)
