@@ -1,4 +1,4 @@
-"""All-int8 with and without each repair transform (``smooth``, ``equalize``, ``bias-correct``) on
+"""All-int8 with and without each repair transform (``smooth``, ``equalize``, ``bias-correct``, ``round-weights``) on
 the ViT-S and PP-OCRv4 det: prints a Markdown table (issue 34).
 
 Every configuration runs what ``qir calibrate`` runs (march nash-e: fold-bn, fuse,
@@ -32,6 +32,10 @@ CONFIGS = {  # label -> (transforms before calibration, after calibration)
     "smooth,bias-correct{empirical}": ("smooth", "bias-correct{mode=empirical}"),
     "round-weights{threshold}": ("", "round-weights{method='threshold'}"),
     "round-weights{adaround,200 it}": ("", "round-weights{method='adaround',iterations=200,batch=128}"),
+    "round-weights{adaround,200 it,15 min}": ("", "round-weights{method='adaround',iterations=200,batch=64,"
+                                                   "time_budget_s=900}"),
+    "round-weights{adaround,200 it,10 min}": ("", "round-weights{method='adaround',iterations=200,batch=64,"
+                                                   "time_budget_s=600}"),
     "smooth,round-weights{threshold}": ("smooth", "round-weights{method='threshold'}"),
 }
 
@@ -57,6 +61,9 @@ def run_config(base, before: str, after: str, calib, evaluation, float_outputs) 
     result = PassManager(pipeline, context={"data": calib, "measure": False}).run(ir)
     seconds = time.perf_counter() - start
     sites = {k: len(v.get("changed", [])) for k, v in result.report["passes"].items() if "changed" in v}
+    for k, v in result.report["passes"].items():  # a time-bounded round-weights: how far it got
+        if v.get("stopped_by_time_budget"):
+            sites[k] = f"{sites[k]} (time budget: {sum('time budget' in s['reason'] for s in v['skipped'])} left)"
     import qir
     cosines = []
     for sample, ref in zip(evaluation, float_outputs):

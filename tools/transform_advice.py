@@ -18,9 +18,9 @@ measured before they are shown.
 (:func:`~qir.passes.lib.repair.recalibrated`) on the advisor's data; since that recalibration alone
 changes the score, the plain recalibration is measured too and the transform must beat both it
 and the model as it is. ``bias-correct`` runs on a clone of the calibrated model. Each is fitted
-and scored on the same samples (the advisor's): the output cosine of the fake-quant model against
-the float outputs of the model as it is, per sample the mean over its outputs, then the mean over
-samples.
+on all the data, as its printed command fits it, and scored on the advisor's samples: the output
+cosine of the fake-quant model against the float outputs of the model as it is, per sample the
+mean over its outputs, then the mean over samples.
 """
 from __future__ import annotations
 
@@ -223,13 +223,13 @@ def measure_transforms(ir: QIR, data: Any, candidates: list[TransformFix], *, da
     before = _score(ir, ir, samples, runtime)
     plain = None
     for c in candidates:
-        options = {"data": data, "measure": False, "limit": data_num, **c.options}
+        options = {"data": data, "measure": False, **c.options}  # on all the data, as the command does
         if c.transform in FLOAT_TRANSFORMS:
             model = float_model(ir)
             if plain is None:
-                plain = _score(recalibrated(model, data, like=ir, runtime=runtime, limit=data_num), ir, samples, runtime)
+                plain = _score(recalibrated(model, data, like=ir, runtime=runtime), ir, samples, runtime)
             get_pass(c.transform, **options)(model)
-            model = recalibrated(model, data, like=ir, runtime=runtime, limit=data_num)
+            model = recalibrated(model, data, like=ir, runtime=runtime)
             c.recalibrated_only, c.before = plain, max(before, plain)
         else:
             model = ir.clone()
