@@ -36,6 +36,8 @@ CONFIGS = {  # label -> (transforms before calibration, after calibration)
                                                    "time_budget_s=900}"),
     "round-weights{adaround,200 it,10 min}": ("", "round-weights{method='adaround',iterations=200,batch=64,"
                                                    "time_budget_s=600}"),
+    "round-weights{adaround,200 it,20 min}": ("", "round-weights{method='adaround',iterations=200,batch=64,"
+                                                   "time_budget_s=1200}"),
     "smooth,round-weights{threshold}": ("smooth", "round-weights{method='threshold'}"),
 }
 
