@@ -41,6 +41,7 @@ from qir.passes.lib.repair import float_model, recalibrated
 from qir.passes.lib.rescale import HOMOGENEOUS
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
+from qir.tools.results import Fix
 
 __all__ = ["TransformFix", "transform_candidates", "measure_transforms", "transform_command", "OUTLIER_RATIO",
            "IMBALANCE_RATIO", "SHIFT_SHARE"]
@@ -53,35 +54,23 @@ SHIFT_SHARE = 0.25
 FLOAT_TRANSFORMS = ("smooth", "equalize")
 
 
-@dataclass
-class TransformFix:
-    """A transform proposed for a cause: the pass and its options, what the advice says (``fix``,
-    ``why``), and once measured the output cosine before and after (``recalibrated_only``: a
-    float transform's plain recalibration)."""
+@dataclass(kw_only=True)
+class TransformFix(Fix):
+    """A transform proposed for a cause (:class:`~qir.tools.results.Fix`, ``changes`` None: no
+    quantizer setting does it): the pass and its ``options``; measured, also
+    ``recalibrated_only`` (a float transform's plain recalibration's score)."""
 
-    cause: str
+    changes: dict[str, str] | None = None
     transform: str
-    fix: str
-    why: str
     options: dict[str, Any] = field(default_factory=dict)
-    before: float | None = None
-    after: float | None = None
     recalibrated_only: float | None = None
+
+    optional = Fix.optional + ("recalibrated_only",)
 
     @property
     def step(self) -> str:
         """The pass as a pipeline step: ``bias-correct{mode=empirical}``."""
         return self.transform + ("{" + ",".join(f"{k}={v}" for k, v in self.options.items()) + "}" if self.options else "")
-
-    def to_json(self) -> dict[str, Any]:
-        """The advice's candidate form (``changes`` None: no quantizer setting does it)."""
-        out = {"cause": self.cause, "transform": self.transform, "options": dict(self.options), "changes": None,
-               "fix": self.fix, "why": self.why}
-        if self.after is not None:
-            out.update(before=self.before, after=self.after, gain=self.after - self.before)
-        if self.recalibrated_only is not None:
-            out["recalibrated_only"] = self.recalibrated_only
-        return out
 
 
 def _reader_ops(ir: QIR, value: str) -> list[OpRecord]:
@@ -175,9 +164,9 @@ def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1,
                 if np.median(peaks[v]) > 0 and peaks[v].max() > OUTLIER_RATIO * np.median(peaks[v])}
     if outliers:
         worst = sorted(outliers, key=outliers.get, reverse=True)[:3]
-        found.append(TransformFix("outlier channels", "smooth",
-                                  "smooth (move the outlier channels' range into the next GEMMs' weights)",
-                                  f"{len(outliers)} per-tensor activation quantizer(s) feeding GEMMs have a channel "
+        found.append(TransformFix(cause="outlier channels", transform="smooth",
+                                  fix="smooth (move the outlier channels' range into the next GEMMs' weights)",
+                                  why=f"{len(outliers)} per-tensor activation quantizer(s) feeding GEMMs have a channel "
                                   f"over {OUTLIER_RATIO:g}x the median channel ("
                                   + ", ".join(f"{n} {outliers[n]:.0f}x" for n in worst) + ")"))
     spread = {}
@@ -187,11 +176,11 @@ def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1,
             spread[pair] = float(nonzero.max() / nonzero.min())
     if spread:
         worst = sorted(spread, key=spread.get, reverse=True)[:3]
-        found.append(TransformFix("channel-range imbalance", "equalize",
-                                  "equalize{activations=True} (cross-layer equalization of the Conv pairs)",
-                                  f"{len(spread)} Conv pair(s) pass on channels whose ranges differ over "
+        found.append(TransformFix(cause="channel-range imbalance", transform="equalize",
+                                  fix="equalize{activations=True} (cross-layer equalization of the Conv pairs)",
+                                  why=f"{len(spread)} Conv pair(s) pass on channels whose ranges differ over "
                                   f"{IMBALANCE_RATIO:g}x (" + ", ".join(f"{p} {spread[p]:.0f}x" for p in worst) + ")",
-                                  {"activations": True}))
+                                  options={"activations": True}))
     shifted = {o: float(np.sum((s[0] / s[2]) ** 2) / np.size(s[0]) / (s[1] / s[2]))
                for o, s in sums.items() if s[1] > 0}
     shifted = {o: share for o, share in shifted.items() if share >= SHIFT_SHARE}
@@ -200,7 +189,8 @@ def transform_candidates(ir: QIR, data: Any, *, data_num: int | None = 1,
                for o, v in shifted.items()))
         for mode, fix in (("weights", "bias-correct (remove the output shift quantized weights cause)"),
                           ("empirical", "bias-correct{mode=empirical} (remove the whole mean shift)")):
-            found.append(TransformFix("output shift", "bias-correct", fix, why, {"mode": mode}))
+            found.append(TransformFix(cause="output shift", transform="bias-correct", fix=fix, why=why,
+                                      options={"mode": mode}))
     return found
 
 
@@ -236,6 +226,7 @@ def measure_transforms(ir: QIR, data: Any, candidates: list[TransformFix], *, da
             get_pass(c.transform, **options)(model)
             c.before = before
         c.after = _score(model, ir, samples, runtime)
+        c.gain = c.after - c.before
         logger.info("advisor: %s: output cosine %.5f -> %.5f", c.fix, c.before, c.after)
 
 
