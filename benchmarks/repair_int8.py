@@ -1,4 +1,4 @@
-"""All-int8 with and without each repair transform (``smooth``, ``equalize``, ``bias-correct``) on
+"""All-int8 with and without each repair transform (``smooth``, ``equalize``, ``bias-correct``, ``round-weights``) on
 the ViT-S and PP-OCRv4 det: prints a Markdown table (issue 34).
 
 Every configuration runs what ``qir calibrate`` runs (march nash-e: fold-bn, fuse,
@@ -14,6 +14,7 @@ photos.
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 
 import numpy as np
@@ -29,6 +30,15 @@ CONFIGS = {  # label -> (transforms before calibration, after calibration)
     "bias-correct{empirical}": ("", "bias-correct{mode=empirical}"),
     "smooth,equalize,bias-correct": ("smooth,equalize", "bias-correct"),
     "smooth,bias-correct{empirical}": ("smooth", "bias-correct{mode=empirical}"),
+    "round-weights{threshold}": ("", "round-weights{method='threshold'}"),
+    "round-weights{adaround,200 it}": ("", "round-weights{method='adaround',iterations=200,batch=128}"),
+    "round-weights{adaround,200 it,15 min}": ("", "round-weights{method='adaround',iterations=200,batch=64,"
+                                                   "time_budget_s=900}"),
+    "round-weights{adaround,200 it,10 min}": ("", "round-weights{method='adaround',iterations=200,batch=64,"
+                                                   "time_budget_s=600}"),
+    "round-weights{adaround,200 it,20 min}": ("", "round-weights{method='adaround',iterations=200,batch=64,"
+                                                   "time_budget_s=1200}"),
+    "smooth,round-weights{threshold}": ("smooth", "round-weights{method='threshold'}"),
 }
 
 
@@ -53,6 +63,9 @@ def run_config(base, before: str, after: str, calib, evaluation, float_outputs) 
     result = PassManager(pipeline, context={"data": calib, "measure": False}).run(ir)
     seconds = time.perf_counter() - start
     sites = {k: len(v.get("changed", [])) for k, v in result.report["passes"].items() if "changed" in v}
+    for k, v in result.report["passes"].items():  # a time-bounded round-weights: how far it got
+        if v.get("stopped_by_time_budget"):
+            sites[k] = f"{sites[k]} (time budget: {sum('time budget' in s['reason'] for s in v['skipped'])} left)"
     import qir
     cosines = []
     for sample, ref in zip(evaluation, float_outputs):
@@ -66,8 +79,12 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--count", type=int, default=8, help="calibration and evaluation images each (default 8)")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--log", action="store_true", help="log the passes' progress (round-weights: one line a layer)")
     args = parser.parse_args()
     import qir
+
+    if args.log:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     rm = realmodels()
     print("| model | transforms | sites changed | all-int8 mean cosine | worst image | pipeline s |")

@@ -15,6 +15,18 @@ commands and measurement ``qir compare``'s advisor shares (:func:`measure`, :fun
    quantizer to int16; and when even all those ops in float miss the pick threshold (or no op is
    below it while the model is), calibrating again with ``mix`` (``max`` for a model calibrated
    with ``mix``).
+5. the repair transforms where their cause is seen (:mod:`qir.tools.transform_advice`): outlier
+   channels of a per-tensor activation feeding GEMMs -> ``smooth``; channel-range imbalance
+   between Relu-joined convs -> ``equalize``; a biased output shift -> ``bias-correct``. Each is
+   applied to a copy (smooth and equalize on the float model, calibrated again as the model was)
+   and scored by :mod:`~qir.tools.transform_advice` itself; its command is a ``qir pipeline`` or a
+   ``qir calibrate --fixes`` line.
+5. the repair transforms where their cause is seen (:mod:`qir.tools.transform_advice`): outlier
+   channels of a per-tensor activation feeding GEMMs -> ``smooth``; channel-range imbalance
+   between Relu-joined convs -> ``equalize``; a biased output shift -> ``bias-correct``. Each is
+   applied to a copy (smooth and equalize on the float model, calibrated again as the model was)
+   and scored by :mod:`~qir.tools.transform_advice` itself; its command is a ``qir pipeline`` or a
+   ``qir calibrate --fixes`` line.
 
 **Measured.** Every candidate runs on the analysis engine (:func:`measure`) on the same data and
 number of samples as the analyses, next to the model as it is: the output cosine against the
@@ -55,7 +67,7 @@ __all__ = ["advise", "measure", "command", "helps", "describe", "measure_finding
 
 logger = logging.getLogger(__name__)
 
-CAUSES = ("clipping", "rounding", "outlier channels", "spread error")
+CAUSES = ("clipping", "rounding", "outlier channels", "spread error", "channel-range imbalance", "output shift")
 MIN_SHARE = 0.01  # a kept fix recovers at least this share of 1 - (current output cosine)
 CLIP_SHARE = 1e-3  # a quantizer clipping more than this share of its input is a clipping candidate
 TOP = 5  # the most sensitive quantizers of each type that get an int16 candidate
@@ -336,8 +348,36 @@ def advise(ir: QIR, results: RunallResults, data: Any, *, model_path: str | None
     tried = [c for c in candidates if c.after is not None]
     for c in tried:
         c.before, c.gain = measured.before, c.after - measured.before
+    tried += _transforms(ir, data, data_num, runtime, notes)
     kept, dropped = _keep(ir, tried, model, data)
     return Advice("output cosine", measured.before, measured.samples, measured.left_out, kept, dropped, notes)
+
+
+def _transforms(ir: QIR, data: Any, data_num: int | None, runtime: str, notes: list[str]) -> list[Fix]:
+    """The repair transforms proposed where their cause is seen, measured
+    (:mod:`qir.tools.transform_advice`); a note instead when they cannot be."""
+    from qir.tools.transform_advice import measure_transforms, transform_candidates
+
+    try:
+        found = transform_candidates(ir, data, data_num=data_num, runtime=runtime)
+        if found and not isinstance(data, (str, Path)):
+            notes.append(f"{', '.join(c.fix for c in found)} not tried: the data is not a file or folder a "
+                         "command could name")
+            return []
+        measure_transforms(ir, data, found, data_num=data_num, runtime=runtime)
+    except QirError as exc:
+        notes.append(f"the repair transforms were not tried: {exc}")
+        return []
+    return list(found)
+
+
+def _command(ir: QIR, c: Fix, model: str, output: str, data: Any) -> str:
+    """A kept fix's command: :func:`command`, or a transform's."""
+    from qir.tools.transform_advice import TransformFix, transform_command
+
+    if isinstance(c, TransformFix):
+        return transform_command(ir, c.transform, c.step, model, output, data)
+    return command(ir, model, output, c.changes, recalibrate=c.recalibrate, data=data)
 
 
 def _keep(ir: QIR, tried: list[Fix], model: str, data: Any) -> tuple[list[Fix], list[Fix]]:
@@ -346,13 +386,13 @@ def _keep(ir: QIR, tried: list[Fix], model: str, data: Any) -> tuple[list[Fix], 
     kept = []
     for c in sorted((c for c in tried if helps(c.before, c.after)), key=lambda c: (-c.gain, CAUSES.index(c.cause))):
         try:
-            command(ir, model, "OUT", c.changes, recalibrate=c.recalibrate, data=data)
+            _command(ir, c, model, "OUT", data)
         except QirError as exc:
             dropped.append(replace(c, reason=str(exc)))
         else:
             kept.append(c)
     for c, out in zip(kept, _output_names(model, len(kept), "runall")):
-        c.command = command(ir, model, out, c.changes, recalibrate=c.recalibrate, data=data)
+        c.command = _command(ir, c, model, out, data)
         c.output = out
         c.text = (f"{c.cause}: {c.why}; {c.fix}: output cosine {c.before:.5f} -> {c.after:.5f} ({c.gain:+.5f}): "
                   f"{c.command}")

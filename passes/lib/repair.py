@@ -19,6 +19,7 @@ import numpy as np
 from qir.data import model_samples
 from qir.execution import Level, Runtime
 from qir.graph import QIR
+from qir.kinds import CalibRole
 from qir.metrics import cosine_similarity, mse
 from qir.passes.base import PassResult
 from qir.records import OpRecord
@@ -26,7 +27,7 @@ from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import fake_quant
 
 __all__ = ["Site", "Skipped", "QuantError", "RepairReport", "all_int8_error", "quantize_int8",
-           "float_captures", "note_change", "REPAIRS_KEY", "scale_along"]
+           "float_captures", "note_change", "REPAIRS_KEY", "scale_along", "float_model", "recalibrated"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,3 +157,51 @@ def finished(ir: QIR, report: RepairReport, measure: Callable[[], QuantError] | 
         report.after = measure()
     logger.info("%s: %d %s, %d skipped", report.transform, len(report.changed), done, len(report.skipped))
     return PassResult(ir, bool(report.changed), report.to_json())
+
+
+def float_model(ir: QIR) -> QIR:
+    """A clone of ``ir`` without its calibration nodes: the float model it was calibrated from
+    (after fold-bn and fuse, with any repair already applied), which ``smooth`` and ``equalize``
+    need. The input is never changed. A calibration node that stands in for a deleted Relu/Clip
+    (an imported quantizer's ``implied_clip``) is an error: without it the function changes."""
+    from qir.errors import InputError
+
+    clipping = [c.name for c in ir.calibrations() if c.implied_clip is not None]
+    if clipping:
+        raise InputError(f"calibration node(s) {', '.join(clipping[:3])} stand in for a Relu/Clip the quantizer "
+                         "deleted: removing them changes the function; start from the float model instead")
+    model = ir.clone()
+    for cal in model.calibrations():
+        model.replace_uses(cal.output, cal.input)
+        model.remove_node(cal.name)
+    return model
+
+
+def recalibrated(model: QIR, data: Any, *, march: str | None = None, like: QIR | None = None,
+                 method: str | None = None, runtime: str = Runtime.ORT, limit: int | None = None) -> QIR:
+    """``model`` (float: :func:`float_model`) calibrated again as ``like`` was, in a clone:
+    ``insert-calibration{march}`` (default ``like``'s recorded march) and ``calibrate`` with
+    ``method`` (default the one ``like.meta["calibration"]`` records, else max) on ``data``; then
+    each calibration node that ``like`` has by the same name takes its mode, and an activation
+    node its threshold where that one is ``fixed`` (a user's; a weight's fixed threshold belongs
+    to weights a transform may have changed). Returns the calibrated clone; ``model`` is not
+    changed."""
+    from qir.execution import DEFAULT_MARCH
+    from qir.passes.base import get_pass
+
+    meta = like.meta if like is not None else {}
+    march = march or meta.get("march") or DEFAULT_MARCH
+    method = method or (meta.get("calibration") or {}).get("method") or "max"
+    out = model.clone()
+    get_pass("insert-calibration", march=march)(out)
+    options = {"percentile": meta["calibration"]["percentile"]} if "percentile" in (meta.get("calibration") or {}) else {}
+    get_pass("calibrate", data=data, method=method, runtime=runtime, limit=limit, progress=False, **options)(out)
+    if like is not None:
+        theirs = {c.name: c for c in like.calibrations()}
+        for cal in out.calibrations():
+            old = theirs.get(cal.name)
+            if old is None:
+                continue
+            fixed = old.fixed and old.threshold is not None and old.role is CalibRole.ACTIVATION
+            out.set_calibration(cal.name, mode=old.mode, **({"threshold": old.threshold, "fixed": True} if fixed else {}))
+    return out

@@ -26,7 +26,7 @@ def test_an_unknown_fix_is_one_clear_error(tmp_path, capsys):
     code = main(["calibrate", str(DIGITS / "model.onnx"), str(DIGITS_DATA), "-o", str(tmp_path / "c.onnx"),
                  "--fixes", "smooth,round"])
     assert code == 2
-    assert "unknown transform 'round'; choose from smooth, equalize, bias-correct" in capsys.readouterr().err
+    assert "unknown transform 'round'; choose from smooth, equalize, round-weights, bias-correct" in capsys.readouterr().err
     assert not (tmp_path / "c.onnx").exists()
     code = main(["calibrate", str(DIGITS / "model.onnx"), str(DIGITS_DATA), "-o", str(tmp_path / "c.onnx"),
                  "--fixes", "bias-correct{mode=exact}"])

@@ -178,7 +178,8 @@ def test_large_accumulated_error_plot_names_the_worst_dips():
 def test_an_ir_without_its_file_gets_commands_naming_a_placeholder_and_a_note(kl_report):
     model, report, _ = kl_report
     measured = advise(qir.load(model), report, str(DATA), progress=False)
-    assert measured["advice"] and all(f["command"].split()[2] == "CALIBRATED_MODEL.onnx" for f in measured["advice"])
+    assert measured["advice"] and all(f["command"].split()[2] == ("FLOAT_MODEL.onnx" if f.get("transform") in (
+        "smooth", "equalize") else "CALIBRATED_MODEL.onnx") for f in measured["advice"])
     assert any("model_path=" in note for note in measured["notes"])
 
 

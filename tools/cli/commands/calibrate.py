@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from qir.errors import InputError
 from qir.tools.cli.options import (
@@ -67,8 +69,9 @@ def _short(value) -> str:
 
 
 #: The repair transforms ``--fixes`` takes, in the order they run: smooth and equalize on the float
-#: model (before insert-calibration), bias-correct on the calibrated one.
-FIXES = ("smooth", "equalize", "bias-correct")
+#: model (before insert-calibration), round-weights and bias-correct on the calibrated one.
+FIXES = ("smooth", "equalize", "round-weights", "bias-correct")
+AFTER_CALIBRATE = ("round-weights", "bias-correct")
 
 
 def parse_fixes(text: str | None) -> dict[str, dict[str, Any]]:
@@ -87,16 +90,61 @@ def parse_fixes(text: str | None) -> dict[str, dict[str, Any]]:
     return {n: steps[n] for n in FIXES if n in steps}
 
 
+class LayerStore(MutableMapping):
+    """``round-weights``' per-layer choices in a ``.jsonl`` file (a header line, then one line a
+    layer, appended as each is chosen): read back when the file exists, so an interrupted or
+    time-bounded run goes on where it stopped. A file that is not such a store is refused."""
+
+    HEADER = {"qir_round_weights_store": 1}
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.data = Path(path), {}
+        if self.path.exists():
+            lines = self.path.read_text().splitlines()
+            try:
+                ours = bool(lines) and json.loads(lines[0]) == self.HEADER
+            except json.JSONDecodeError:
+                ours = False
+            if not ours:
+                raise InputError(f"{self.path} exists and is not a round-weights store; move it away or choose "
+                                 "another -o")
+            for line in lines[1:]:
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by an interruption
+                self.data[entry["key"]] = entry["value"]
+        else:
+            self.path.write_text(json.dumps(self.HEADER) + "\n")
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"key": key, "value": value}) + "\n")
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("the store only grows")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
 def calibration_passes(data: Any, *, march: str, method: str, percentile: float,
                        fixes: Mapping[str, Mapping[str, Any]] | None = None) -> list[Pass]:
     """The passes ``qir calibrate`` runs, as instances: fold-bn, fuse, the float ``fixes``
-    (smooth, equalize), insert-calibration, calibrate, then bias-correct if asked for."""
+    (smooth, equalize), insert-calibration, calibrate, then round-weights and bias-correct if asked for."""
     from qir.passes import get_pass
 
     fixes = fixes or {}
     made = {n: get_pass(n, **{"data": data, "march": march, **opts}) for n, opts in fixes.items()}
-    before = [p for n, p in made.items() if n != "bias-correct"]
-    after = [made["bias-correct"]] if "bias-correct" in made else []
+    before = [p for n, p in made.items() if n not in AFTER_CALIBRATE]
+    after = [made[n] for n in AFTER_CALIBRATE if n in made]
     return [get_pass("fold-bn"), get_pass("fuse", march=march), *before, get_pass("insert-calibration", march=march),
             get_pass("calibrate", data=data, method=method, percentile=percentile), *after]
 
@@ -107,8 +155,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     folder, names = Path(args.output).parent, files(args.output)  # the model check, beside the model, named after it
     out = outputs(args).plan(*(folder / name for name in names))
+    fixes = parse_fixes(args.fixes)
+    if "round-weights" in fixes:  # its per-layer choices, kept beside the model: a rerun only computes what is missing
+        store = Path(args.output).with_suffix(".round_weights.jsonl")
+        out.plan(store, replace=True).check()
+        fixes["round-weights"] = {**fixes["round-weights"], "store": LayerStore(store)}
     passes = calibration_passes(args.data, march=args.march, method=args.method, percentile=args.percentile,
-                                fixes=parse_fixes(args.fixes))
+                                fixes=fixes)
     code = run_pipeline(args, passes, data=args.data, out=out)
     report = check_model(args.output, march=args.march, save_dir=out.sub(folder), names=names)
     issues = len(report.unfused) + len(report.shared) + len(report.unusual)
@@ -161,7 +214,10 @@ def _add_calibrate(sub) -> None:
                    help="repair transforms to apply, comma-separated: smooth (move activation outliers into the "
                         "next GEMMs' weights), equalize (cross-layer equalization of Conv pairs), bias-correct "
                         "(remove the output shift quantized weights cause; bias-correct{mode=empirical}: the "
-                        "whole mean shift); options in braces as in a pipeline; each reports what it changed")
+                        "whole mean shift), round-weights (each GEMM's int8 weight rounding chosen by its output "
+                        "error: AdaRound with torch, a threshold search without; its per-layer choices are kept in "
+                        "OUTPUT's .round_weights.jsonl, which a rerun continues; round-weights{time_budget_s=600}); "
+                        "options in braces as in a pipeline; each reports what it changed")
     add_march(p)
     add_input_shape(p)
     p.add_argument("--dump-dir", help="write the IR after each pass here")
