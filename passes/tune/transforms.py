@@ -48,6 +48,7 @@ from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole
 from qir.passes.base import get_pass
+from qir.passes.lib.repair import float_model as repair_float_model
 from qir.passes.manager import parse_pipeline
 from qir.passes.tune.target import PERFECT, Score, Target
 from qir.passes.tune.verify import float_outputs, sample_values
@@ -112,18 +113,14 @@ class TransformStage:
 
 
 def float_model(ir: QIR) -> QIR:
-    """A copy of the calibrated ``ir`` with its calibration nodes taken out (each node's readers
-    read its input again): the float model it was calibrated from, after fold-bn and fuse."""
-    out = ir.clone()
-    for cal in out.calibrations():
-        if cal.output in out.outputs:
-            raise InputError(f"the calibration node {cal.name!r} makes the graph output {cal.output!r}: its float "
-                             "model would rename that output, so the transforms cannot be tried on it")
-        out.replace_uses(cal.output, cal.input)
-        out.remove_node(cal.name)
-        if out.has_value(cal.output):
-            out.remove_value(cal.output)
-    return out
+    """:func:`qir.passes.lib.repair.float_model` of the calibrated ``ir`` (its calibration nodes
+    taken out, fusions kept), refused where a calibration node makes a graph output (taking it out
+    would rename that output)."""
+    outputs = [c.name for c in ir.calibrations() if c.output in ir.outputs]
+    if outputs:
+        raise InputError(f"the calibration node {outputs[0]!r} makes a graph output: its float model would rename "
+                         "that output, so the transforms cannot be tried on it")
+    return repair_float_model(ir)
 
 
 def _steps(transforms: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:

@@ -175,3 +175,14 @@ def test_a_model_qir_did_not_calibrate_is_not_rebuilt():
     model, stage = choose_transforms(ir, calib, evaluation, parse_target("cosine>=0.99999"), march="nash-e",
                                      space_of=_space, progress=False)
     assert model is ir and stage.trials == [] and "not calibrated by qir" in stage.skipped
+
+
+def test_round_weights_is_a_transform_tune_can_try():
+    calib, evaluation = samples(4), [{"x": s["x"] + 0.01} for s in samples(3)]
+    ir = calibrate_for_nash_e(depthwise(), calib)
+    model, sites = rebuild(ir, ["round-weights{method=threshold}"], calib, march="nash-e")
+    assert set(sites) == {"round-weights"} and model is not ir
+    _, stage = choose_transforms(ir, calib, evaluation, parse_target("cosine>=0.99999"), march="nash-e",
+                                 space_of=_space, candidates=("round-weights{method=threshold}",), progress=False)
+    (trial,) = stage.trials
+    assert trial.error is None and trial.transforms == ("round-weights{method=threshold}",)
