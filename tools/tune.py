@@ -196,14 +196,17 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     else:
         source = Path(model)
     rebuilt = []
-    if tuner.transformed is not None:  # the search worked on the transformed model: the commands start there
+    if tuner.transformed is not None:  # the search worked on a transformed (or split) model: the commands start there
         source = out.write(TRANSFORMED, lambda tmp: _save(tuner.transformed, tmp))
         calibrated = tuner.transformed
-        if isinstance(model, (str, Path)) and needs_calibration and isinstance(calib_data, (str, Path)):
+        kept_split = bool((report.get("split") or {}).get("kept"))  # (no command splits a value: start from the file)
+        chosen = (report.get("transforms") or {}).get("chosen")
+        if chosen and not kept_split and isinstance(model, (str, Path)) and needs_calibration \
+                and isinstance(calib_data, (str, Path)):
             source = out.path("reproduce").resolve() / TRANSFORMED  # (rebuilt there by the first command)
             rebuilt = [f"qir calibrate {shlex.quote(str(Path(model).resolve()))} "
                        f"{shlex.quote(str(Path(calib_data).resolve()))} -o {shlex.quote(str(source))} --march {march} "
-                       f"--method {method} --fixes {shlex.quote(','.join(report['transforms']['chosen']))} --force"]
+                       f"--method {method} --fixes {shlex.quote(','.join(chosen))} --force"]
     files = [out.write("tuned_model.onnx", lambda tmp: _save(ir, tmp))]
     if emitted is None:
         from qir.io.qdq_export import export_qdq

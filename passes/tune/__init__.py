@@ -293,11 +293,12 @@ class TunePass(Pass):
             if model is not ir:
                 reference = ir.clone()  # (scores stay against the float model as given)
                 ir.assign(model)  # (the search, and the result, are the transformed model)
-        #: The model the precision search started from (the transforms' result; None when none was kept).
-        self.transformed = ir.clone() if stage is not None and stage.chosen else None
         splits = constrained_splits(ir, self.profile) if self.split else {}
         for name, groups in splits.items():  # a precision per consumer where a reader's constraint binds the rest
             split_calibration(ir, name, groups)
+        #: The model the precision search started from, when it is not the one given (a transform
+        #: kept, or a value split); None otherwise.
+        self.transformed = ir.clone() if (stage is not None and stage.chosen) or splits else None
         return stage, reference, splits
 
     def _space(self, ir: QIR) -> Space:

@@ -105,3 +105,20 @@ def test_tune_reaches_with_the_split_a_floor_it_cannot_reach_without_it():
 
 
 TARGET = "cosine>=0.9999,worst>=0.9999@m"
+
+
+def test_qir_tune_writes_a_split_result_and_commands_that_rebuild_it(tmp_path):
+    import subprocess
+
+    calib, evaluation = _data(4, 0), _data(4, 1)
+    ir = calibrate_for_nash_e(_model(), calib)
+    report = qir.tune(ir, calib, evaluation, TARGET, march="nash-e", transforms=None, save_dir=tmp_path / "t",
+                      progress=False)
+    assert report["reached"] and report["split"]["kept"] == ["a_calib"]
+    commands = (tmp_path / "t" / "reproduce" / "commands.sh").read_text()
+    assert "transformed_model.onnx" in commands and "qir calibrate" not in commands
+    done = subprocess.run(["sh", str(tmp_path / "t" / "reproduce" / "commands.sh")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rebuilt = qir.load(str(tmp_path / "t" / "reproduce" / "tuned_model.onnx"))
+    tuned = qir.load(str(tmp_path / "t" / "tuned_model.onnx"))
+    assert {c.name: c.mode for c in rebuilt.calibrations()} == {c.name: c.mode for c in tuned.calibrations()}
