@@ -232,13 +232,18 @@ class IntegerRuntime:
 
     Args:
         march: a profile name or :class:`MarchProfile` whose arithmetic to emulate.
+        float_ops: names of ops to run in float on dequantized inputs whatever the march computes
+            in integer (as ``DequantizeLinear -> op -> QuantizeLinear``): where a runtime's graph
+            optimizer left a group unfused (:func:`.against_ort.ort_float_ops` reads them from
+            onnxruntime's optimized graph). Not reported as fallbacks.
     """
 
     name = Runtime.NUMPY
     level = Level.INTEGER
 
-    def __init__(self, march: str | MarchProfile = DEFAULT_MARCH) -> None:
+    def __init__(self, march: str | MarchProfile = DEFAULT_MARCH, *, float_ops: Iterable[str] = ()) -> None:
         self.profile = get_profile(march)
+        self.float_ops = frozenset(float_ops)
         self.last_stats: IntegerStats | None = None
 
     @staticmethod
@@ -313,7 +318,9 @@ class IntegerRuntime:
         return apply_calibration(rec, dequantize(x))  # fp16 round trip / float (implied clip kept)
 
     def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: _IntegerPlan, arith: Arithmetic):
-        if any(isinstance(a, QTensor) for a in args):
+        if rec.name in self.float_ops:
+            args = [dequantize(a) for a in args]
+        elif any(isinstance(a, QTensor) for a in args):
             if rec.op_type in _CONSTANT_OPERAND_OPS:
                 args = _quantized_constants(rec, args, plan, arith)
             kernel = INTEGER_KERNELS.get(rec.op_type)
