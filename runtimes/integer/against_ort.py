@@ -298,22 +298,7 @@ def compare_with_ort(model: str | Path | Any, ir: QIR, samples: Sequence[dict[st
     q_input = {q: source for q, (source, _) in quantizers.items()}
     rows = _rows(ir, list(shown), q_input, {q: kernels.get(t, "?") for q, t in shown.items()})
     runtime = IntegerRuntime(march, float_ops=ort_float_ops(optimized) if follow_fusion else ())
-    names = [o.name for o in session.get_outputs()]
-    capture = [cal.output for _, cal in rows]
-    worst, same = 1.0, True
-    for feed in samples:
-        theirs = dict(zip(names, session.run(None, feed)))
-        same = same and all(np.array_equal(theirs[o.name], v) for o, v in zip(default.get_outputs(),
-                                                                              default.run(None, feed)))
-        ours = runtime.run(ir, feed, capture=capture)
-        codes = {row.quantizer: _ort_codes(theirs[shown[row.quantizer]], shown[row.quantizer] in nhwc)
-                 for row, _ in rows}
-        own = runtime.run(ir, feed, capture=capture, forced={cal.name: _real(codes[row.quantizer], cal)
-                                                             for row, cal in rows})
-        for row, cal in rows:
-            _tally(row, _codes(ours[cal.output], cal), codes[row.quantizer], own=False)
-            _tally(row, _codes(own[cal.output], cal), codes[row.quantizer], own=True)
-        worst = min([worst] + [_cosine(ours[o], theirs[o]) for o in ir.outputs])
+    rows, worst, same, dropped = _run(runtime, ir, session, default, samples, rows, shown, nhwc)
     out_q = _output_quantizers(proto)
     out_rows = [row for row, _ in rows if row.quantizer in out_q]
     out_total = sum(r.count for r in out_rows)
@@ -322,12 +307,41 @@ def compare_with_ort(model: str | Path | Any, ir: QIR, samples: Sequence[dict[st
     if hidden:
         notes.append(f"{hidden} of {len(quantizers)} QuantizeLinear outputs are gone from onnxruntime's optimized "
                      "graph (folded into a kernel): not compared")
+    if dropped:
+        notes.append(f"{dropped} quantized value(s) are held in another layout in onnxruntime: not compared")
     if not same:
         notes.append("onnxruntime's optimized graph, re-run as saved, does not reproduce its default session")
     counts = collections.Counter(n.op_type for n in optimized.graph.node)
     return OrtComparison(runtime.profile.name, len(samples), [row for row, _ in rows], dict(counts),
                          sum(r.count - r.differ for r in out_rows) / out_total if out_total else 1.0, worst,
                          not same, notes)
+
+
+def _run(runtime: IntegerRuntime, ir: QIR, session, default, samples, rows: list, shown: dict[str, str],
+         nhwc: set[str]) -> tuple[list, float, bool, int]:
+    """Both runtimes on every sample, tallied into ``rows``; returns the rows compared (those whose
+    layout matches qir's), the worst output cosine, whether the exposed graph reproduced the
+    default session, and how many rows were dropped for their layout."""
+    names = [o.name for o in session.get_outputs()]
+    capture = [cal.output for _, cal in rows]
+    worst, same, kept = 1.0, True, None
+    for feed in samples:
+        theirs = dict(zip(names, session.run(None, feed)))
+        same = same and all(np.array_equal(theirs[o.name], v) for o, v in zip(default.get_outputs(),
+                                                                              default.run(None, feed)))
+        ours = runtime.run(ir, feed, capture=capture)
+        codes = {row.quantizer: _ort_codes(theirs[shown[row.quantizer]], shown[row.quantizer] in nhwc)
+                 for row, _ in rows}
+        if kept is None:
+            kept = [(row, cal) for row, cal in rows if codes[row.quantizer].shape == ours[cal.output].shape]
+        own = runtime.run(ir, feed, capture=capture, forced={cal.name: _real(codes[row.quantizer], cal)
+                                                             for row, cal in kept})
+        for row, cal in kept:
+            _tally(row, _codes(ours[cal.output], cal), codes[row.quantizer], own=False)
+            _tally(row, _codes(own[cal.output], cal), codes[row.quantizer], own=True)
+        worst = min([worst] + [_cosine(ours[o], theirs[o]) for o in ir.outputs])
+    kept = rows if kept is None else kept
+    return kept, worst, same, len(rows) - len(kept)
 
 
 def _output_quantizers(proto) -> set[str]:

@@ -16,7 +16,8 @@ execution_plan`) with values that are either float arrays or :class:`QTensor` co
   across such ops; with no target the output stays high precision. A constant operand of an
   Add/Sub/Mul (HardSwish's ``x + 3``) is quantized like a calibrated one, per tensor at ``max|c|``;
 * any other op runs its float kernel on dequantized inputs (reported once per run: what a real
-  NPU hands to the CPU; Softmax-like composites are emulated in float by design).
+  NPU hands to the CPU; Softmax-like composites are emulated in float by design). On the ``ort``
+  profile the float kernels are onnxruntime's where their rounding differs (:mod:`.ort_float`).
 
 Graph outputs and captured values come back dequantized (float32), so results compare with the
 fake-quant and float levels directly. :attr:`IntegerRuntime.last_stats` holds the run's
@@ -39,8 +40,10 @@ from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_capture, check_feeds
 from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
 from qir.runtimes.integer.kernels import FLOAT_COMPOSITES, INTEGER_KERNELS, OpCall
+from qir.runtimes.integer.ort_float import ORT_FLOAT_KERNELS
 from qir.runtimes.integer.qtensor import QParams, QTensor, dequantize, params_of
 from qir.runtimes.march import MarchProfile, get_profile
+from qir.runtimes.march.ort import ORT
 from qir.runtimes.numerics import apply_calibration
 from qir.runtimes.numpy_ref.interpreter import ExecutionPlan, PlanStep, assign_frees, execution_error, execution_plan
 
@@ -332,4 +335,8 @@ class IntegerRuntime:
             args = [dequantize(a) for a in args]
         if rec.name in plan.fused:  # a GEMM with its Add fused, in float: the GEMM, then the Add
             return fn(*args[:3], **kwargs) + args[3]
+        if self.profile.name == ORT.name and rec.op_type in ORT_FLOAT_KERNELS:  # onnxruntime's own float arithmetic
+            result = ORT_FLOAT_KERNELS[rec.op_type](*args, **kwargs)
+            if result is not None:
+                return result
         return fn(*args, **kwargs)

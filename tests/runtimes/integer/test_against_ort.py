@@ -80,3 +80,26 @@ def test_cli_against_ort_writes_the_report(clip_qdq, tmp_path, capsys):
     saved = json.loads((out / "ort_consistency.json").read_text())
     assert saved["schema"] == "qir.ort-consistency" and saved["samples"] == 2 and saved["first_own_departure"] is None
     assert main(["consistency", str(clip_qdq), str(tmp_path / "data"), "--against", "ort", "-o", str(out)]) != 0
+
+
+@pytest.mark.parametrize("mode,size", [("half_pixel", (224, 224)), ("asymmetric", (20, 36)), ("align_corners", (9, 31)),
+                                       ("pytorch_half_pixel", (7, 5))])
+def test_bilinear_resize_is_onnxruntimes_bit_for_bit(mode, size):
+    """onnxruntime's 4-tap bilinear Resize in float32 (not the separable interpolation of the
+    numpy interpreter, which rounds differently on about half the pixels)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qir.runtimes.integer.ort_float import bilinear
+
+    shape = [1, 3, 16, 12]
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", coordinate_transformation_mode=mode)
+    graph = helper.make_graph([node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(np.array([1, 3, *size], np.int64), "sizes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = (np.random.default_rng(0).integers(-128, 128, shape) * np.float32(0.0371)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = bilinear(x, None, None, np.array([1, 3, *size], np.int64), mode="linear", coordinate_transformation_mode=mode)
+    np.testing.assert_array_equal(got, expected)
