@@ -103,3 +103,27 @@ def test_bilinear_resize_is_onnxruntimes_bit_for_bit(mode, size):
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = bilinear(x, None, None, np.array([1, 3, *size], np.int64), mode="linear", coordinate_transformation_mode=mode)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("shape_a,shape_b", [((1, 197, 384), (384, 384)), ((2, 3, 33, 197), (2, 3, 197, 40)),
+                                             ((5, 300), (300, 20)), ((7, 64), (64, 130))])
+def test_float_matmul_is_onnxruntimes_bit_for_bit(shape_a, shape_b):
+    """onnxruntime's MLAS SGEMM summation order (K slices, one fused multiply-add chain each), on
+    dequantized int8 codes as a DQ -> MatMul -> Q group feeds it; BLAS's order differs."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from qir.runtimes.integer.ort_float import sgemm
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "m",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, shape_a),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, shape_b)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    rng = np.random.default_rng(1)
+    a = (rng.integers(-128, 128, shape_a) * np.float32(0.0213)).astype(np.float32)
+    b = (rng.integers(-127, 128, shape_b) * np.float32(0.00731)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(sgemm(a, b), expected)
