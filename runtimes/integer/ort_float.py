@@ -20,18 +20,24 @@ bit.
   emulated in float64 (the product of two float32 is exact there; one rounding to float32 after
   the add, differing from a true fma only where the float64 sum lands on a float32 tie). A
   single-row A (MLAS's M = 1 kernel) is left to the numpy interpreter.
+* ConvTranspose (``ConvTranspose::DoConvTranspose``): the columns ``Wᵀ·X`` by that SGEMM (A
+  transposed: K slices of 128 whatever N), then col2im adding the kernel taps into a zeroed
+  output in the order of the taps, then the bias; the numpy interpreter's col2im has that order,
+  its GEMM not.
 
 A kernel returns None where it does not apply (the numpy interpreter's kernel then runs).
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import numpy as np
 
+from qir.runtimes.numpy_ref.kernels.conv import convtranspose_geometry, tap_slices
 from qir.runtimes.numpy_ref.kernels.resize import _original_coords, _resize_shapes
 
-__all__ = ["ORT_FLOAT_KERNELS", "bilinear", "sgemm"]
+__all__ = ["ORT_FLOAT_KERNELS", "bilinear", "conv_transpose", "sgemm"]
 
 _F = np.float32
 _COORDINATES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
@@ -69,25 +75,26 @@ def bilinear(X, roi=None, scales=None, sizes=None, *, mode="nearest", coordinate
     return y
 
 
-def _stride_k(n: int, k: int) -> int:
+def _stride_k(n: int, k: int, trans_a: bool = False) -> int:
     """MLAS SGEMM's K slice for an output of N columns (``MlasSgemmOperation``)."""
     stride_n, stride_k = 128, 128
     if n >= k:
         while stride_k // 2 >= k:
             stride_n, stride_k = stride_n * 2, stride_k // 2
-    else:
+    elif not trans_a:
         while stride_n > 16 and stride_n // 2 >= n:
             stride_n, stride_k = stride_n // 2, stride_k * 2
     return stride_k
 
 
-def sgemm(A, B, **_ignored):
-    """onnxruntime's float MatMul (module docstring), or None where it does not apply."""
+def sgemm(A, B, *, _trans_a: bool = False, **_ignored):
+    """onnxruntime's float MatMul (module docstring), or None where it does not apply;
+    ``_trans_a``: MLAS called with A transposed (its K slicing differs)."""
     A, B = np.asarray(A), np.asarray(B)
     if A.dtype != _F or B.dtype != _F or A.ndim < 2 or B.ndim < 2 or A.shape[-2] == 1 or A.shape[-1] != B.shape[-2]:
         return None
     k_total, n = A.shape[-1], B.shape[-1]
-    stride = _stride_k(n, k_total)
+    stride = _stride_k(n, k_total, _trans_a)
     a, b = A.astype(np.float64), B.astype(np.float64)
     out = None
     for k0 in range(0, k_total, stride):
@@ -98,5 +105,32 @@ def sgemm(A, B, **_ignored):
     return out
 
 
+def conv_transpose(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, output_padding=None,
+                   output_shape=None, pads=None, strides=None, **_ignored):
+    """onnxruntime's float ConvTranspose (module docstring), or None where it does not apply."""
+    X, W = np.asarray(X), np.asarray(W)
+    if X.dtype != _F or W.dtype != _F or X.ndim < 3:
+        return None
+    n_sp, (batch, channels), groups = X.ndim - 2, X.shape[:2], int(group)
+    per_group, out_per_group, taps = channels // groups, W.shape[1], W.shape[2:]
+    in_sp = X.shape[2:]
+    dil, st = list(dilations or [1] * n_sp), list(strides or [1] * n_sp)
+    out_sp, pb, _ = convtranspose_geometry(in_sp, taps, st, dil, output_padding, pads, auto_pad, output_shape)
+    w = W.reshape(groups, per_group, -1).transpose(0, 2, 1)
+    cols = sgemm(np.ascontiguousarray(w), X.reshape(batch, groups, per_group, -1), _trans_a=True)
+    if cols is None:
+        return None
+    cols = cols.reshape((batch, groups * out_per_group) + tuple(taps) + tuple(in_sp))
+    span = [(i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(in_sp, st, taps, dil)]
+    buf = np.zeros((batch, groups * out_per_group) + tuple(max(a, b + o) for a, b, o in zip(span, pb, out_sp)), _F)
+    every = (slice(None), slice(None))
+    for offs in itertools.product(*[range(k) for k in taps]):
+        buf[every + tap_slices(offs, dil, st, in_sp)] += cols[every + offs]
+    y = np.ascontiguousarray(buf[every + tuple(slice(b, b + o) for b, o in zip(pb, out_sp))])
+    if B is not None:
+        y += np.asarray(B, _F).reshape((1, -1) + (1,) * n_sp)
+    return y
+
+
 #: op type -> onnxruntime's float kernel (same signature as the numpy interpreter's).
-ORT_FLOAT_KERNELS: dict[str, Callable] = {"Resize": bilinear, "MatMul": sgemm}
+ORT_FLOAT_KERNELS: dict[str, Callable] = {"Resize": bilinear, "MatMul": sgemm, "ConvTranspose": conv_transpose}

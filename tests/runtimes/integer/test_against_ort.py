@@ -127,3 +127,28 @@ def test_float_matmul_is_onnxruntimes_bit_for_bit(shape_a, shape_b):
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"a": a, "b": b})[0]
     np.testing.assert_array_equal(sgemm(a, b), expected)
+
+
+@pytest.mark.parametrize("c_in,c_out,group,size", [(300, 16, 1, 8), (48, 32, 1, 9), (8, 6, 2, 5)])
+def test_float_conv_transpose_is_onnxruntimes_bit_for_bit(c_in, c_out, group, size):
+    """onnxruntime's ConvTranspose: MLAS SGEMM columns (A transposed), col2im by taps, bias."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qir.runtimes.integer.ort_float import conv_transpose
+
+    rng = np.random.default_rng(2)
+    w = (rng.integers(-127, 128, (c_in, c_out // group, 4, 4)) * np.float32(0.0123)).astype(np.float32)
+    b = rng.standard_normal(c_out).astype(np.float32)
+    attrs = dict(kernel_shape=[4, 4], pads=[1, 1, 1, 1], strides=[2, 2], group=group)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    graph = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, size, size]),
+                                            helper.make_tensor_value_info("w", TensorProto.FLOAT, w.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = (rng.integers(0, 256, (1, c_in, size, size)) * np.float32(0.0371)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "w": w})[0]
+    np.testing.assert_array_equal(conv_transpose(x, w, b, **attrs), expected)
