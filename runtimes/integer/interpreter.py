@@ -47,7 +47,7 @@ from qir.runtimes.march.ort import ORT
 from qir.runtimes.numerics import apply_calibration
 from qir.runtimes.numpy_ref.interpreter import ExecutionPlan, PlanStep, assign_frees, execution_error, execution_plan
 
-__all__ = ["IntegerRuntime", "requant_targets"]
+__all__ = ["IntegerPlan", "IntegerRuntime", "requant_targets"]
 
 REPORTED = "integer level: fallbacks and overflows"  # :mod:`qir.once` topic: logged once per process
 
@@ -63,7 +63,7 @@ _LOOK_THROUGH = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "
 
 
 @dataclass
-class _IntegerPlan:
+class IntegerPlan:
     base: ExecutionPlan
     targets: dict[str, QParams]                   # op name -> the parameters its output is requantized into
     params: dict[str, QParams]                    # integer calibration node name -> its parameters
@@ -194,7 +194,7 @@ def _fuse_steps(base: ExecutionPlan, fused: dict[str, str], keep: frozenset[str]
     return ExecutionPlan(steps, base.weights)
 
 
-def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic) -> _IntegerPlan:
+def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic) -> IntegerPlan:
     base = execution_plan(ir, keep, fold_batchnorm=True)
     params = {c.name: params_of(c) for c in ir.calibrations() if c.mode in (CalibMode.INT8, CalibMode.INT16)}
     weights = {}
@@ -207,11 +207,11 @@ def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic) -> _IntegerP
         targets[gemm] = targets[add]
     constants = frozenset(v for rec in ir.ops() if rec.op_type in _CONSTANT_OPERAND_OPS for v in rec.inputs
                           if v and ir.value(v).data is not None and np.dtype(ir.value(v).dtype or "float32").kind == "f")
-    return _IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused,
+    return IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused,
                         constants)
 
 
-def _quantized_constants(rec: OpRecord, args: list, plan: _IntegerPlan, arith: Arithmetic) -> list:
+def _quantized_constants(rec: OpRecord, args: list, plan: IntegerPlan, arith: Arithmetic) -> list:
     """``args`` with each constant operand of an Add/Sub/Mul whose other operand is codes
     quantized per tensor in that operand's dtype, symmetric with threshold ``max|c|`` (what a
     max calibration gives it; a scalar is then exact: its code is ``±qmax``)."""
@@ -280,39 +280,50 @@ class IntegerRuntime:
                 raise QirError(f"forced value for {name!r}: only integer calibration nodes can be forced")
         keep = frozenset(ir.outputs) | frozenset(captured)
         arith = Arithmetic(self.profile)
-        plan = ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith))
+        plan = self.plan(ir, keep, arith)
         computed: dict[str, Any] = {}  # forced nodes' own results
         env: dict[str, Any] = dict(plan.base.weights)
         env.update(feeds)
         for step in plan.base.steps:
-            rec = step.rec
             args = [env[v] if v else None for v in step.inputs]
-            try:
-                if step.fn is None:
-                    result = self._calibration(rec, args[0], plan, arith)
-                    if rec.name in forced:
-                        if rec.output in keep:
-                            computed[rec.output] = result
-                        result = self._calibration(rec, forced[rec.name], plan, arith)
-                else:
-                    result = self._op(rec, step.fn, step.kwargs, args, plan, arith)
-            except QirError:
-                raise
-            except Exception as exc:
-                raise execution_error(rec, [dequantize(a) for a in args], exc) from exc
-            outs = result if type(result) is tuple else (result,)
-            for name, value in zip(step.outputs, outs):
+            if step.fn is None and step.rec.name in forced:
+                if step.rec.output in keep:
+                    computed[step.rec.output] = self.step(step, args, plan, arith)[0]
+                args = [forced[step.rec.name]]
+            for name, value in zip(step.outputs, self.step(step, args, plan, arith)):
                 if name:
                     env[name] = value
             for name in step.free:
                 del env[name]
-        self.last_stats = arith.stats
-        self.warn_once(arith)
+        self.finish(arith)
         env.update(computed)
         return {name: np.asarray(dequantize(env[name])) for name in (*ir.outputs, *captured)}
 
+    def plan(self, ir: QIR, keep: frozenset[str], arith: Arithmetic) -> IntegerPlan:
+        """The integer plan of ``ir`` keeping ``keep`` (cached on the IR)."""
+        return ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith))
+
+    def step(self, step: PlanStep, args: list, plan: IntegerPlan, arith: Arithmetic) -> tuple:
+        """The outputs of one step of ``plan`` on ``args`` (an error names the node)."""
+        rec = step.rec
+        try:
+            if step.fn is None:
+                result = self._calibration(rec, args[0], plan, arith)
+            else:
+                result = self._op(rec, step.fn, step.kwargs, args, plan, arith)
+        except QirError:
+            raise
+        except Exception as exc:
+            raise execution_error(rec, [dequantize(a) for a in args], exc) from exc
+        return result if type(result) is tuple else (result,)
+
+    def finish(self, arith: Arithmetic) -> None:
+        """Record and report a run's statistics."""
+        self.last_stats = arith.stats
+        self.warn_once(arith)
+
     @staticmethod
-    def _calibration(rec: CalibRecord, x, plan: _IntegerPlan, arith: Arithmetic):
+    def _calibration(rec: CalibRecord, x, plan: IntegerPlan, arith: Arithmetic):
         if rec.name in plan.weights:
             return plan.weights[rec.name]
         params = plan.params.get(rec.name)
@@ -320,7 +331,7 @@ class IntegerRuntime:
             return arith.rescale(x, params) if isinstance(x, QTensor) else arith.quantize(x, params)
         return apply_calibration(rec, dequantize(x))  # fp16 round trip / float (implied clip kept)
 
-    def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: _IntegerPlan, arith: Arithmetic):
+    def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: IntegerPlan, arith: Arithmetic):
         if rec.name in self.float_ops:
             args = [dequantize(a) for a in args]
         elif any(isinstance(a, QTensor) for a in args):
