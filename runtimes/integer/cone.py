@@ -114,7 +114,7 @@ def run_cone(rt: IntegerRuntime, ir: QIR, feeds: Mapping[str, np.ndarray], ref: 
     if keep != ref.keep:
         raise ValueError("a cone run must keep the values its trace kept (same outputs and capture)")
     arith = Arithmetic(rt.profile)
-    plan = rt.plan(ir, keep, arith)
+    plan = rt.plan(ir, keep, arith, reuse=ref.plan)
     marks = ir.cached(("integer-cone", ref.key, keep, rt.profile), lambda: cone(plan, ref.plan))
     overlay: dict[str, Any] = {}
 

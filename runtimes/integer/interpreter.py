@@ -71,6 +71,8 @@ class IntegerPlan:
     fused: dict[str, str]                         # GEMM name -> the Add fused into its accumulator
     constants: frozenset[str] = frozenset()       # constant operands of Add/Sub/Mul
     constant_codes: dict = field(default_factory=dict)  # (constant, mode) -> its codes
+    unfused: ExecutionPlan | None = None          # the plan before the fusions (None: base)
+    own_targets: dict[str, QParams] = field(default_factory=dict)  # targets before the fusions
 
 
 def _common_params(ir: QIR, value: str) -> QParams | None:
@@ -142,12 +144,12 @@ def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
     return found
 
 
-def requant_targets(ir: QIR) -> dict[str, QParams]:
+def requant_targets(ir: QIR, ops: Iterable[OpRecord] | None = None) -> dict[str, QParams]:
     """``{op name: the parameters its output is requantized into}`` (see the module docstring):
     the common parameters of its readers (:func:`_target`), else the widest of those its value
-    reaches through data-movement ops (:func:`_shared_target`)."""
+    reaches through data-movement ops (:func:`_shared_target`); over ``ops`` (default: all)."""
     targets: dict[str, QParams] = {}
-    for rec in ir.ops():
+    for rec in ir.ops() if ops is None else ops:
         if len(rec.outputs) == 1 and rec.outputs[0]:
             found = _target(ir, rec.outputs[0])
             if found is None and (rec.op_type == "Concat" or rec.op_type not in _SHARED_SCALE_OPS):
@@ -194,21 +196,65 @@ def _fuse_steps(base: ExecutionPlan, fused: dict[str, str], keep: frozenset[str]
     return ExecutionPlan(steps, base.weights)
 
 
-def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic) -> IntegerPlan:
+def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, reuse: IntegerPlan | None = None) -> IntegerPlan:
+    """The integer plan of ``ir``; ``reuse``: the plan of a configuration of the same graph (a
+    traced reference), from which the parts the calibration changes leave alone are taken."""
+    if reuse is not None:
+        return _derived_plan(ir, keep, arith, reuse)
     base = execution_plan(ir, keep, fold_batchnorm=True)
     params = {c.name: params_of(c) for c in ir.calibrations() if c.mode in (CalibMode.INT8, CalibMode.INT16)}
-    weights = {}
-    for c in ir.calibrations(CalibRole.WEIGHT):
-        if c.name in params and ir.value(c.input).data is not None:
-            weights[c.name] = replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
+    weights = {c.name: replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
+               for c in ir.calibrations(CalibRole.WEIGHT) if c.name in params and ir.value(c.input).data is not None}
     targets = requant_targets(ir)
+    constants = frozenset(v for rec in ir.ops() if rec.op_type in _CONSTANT_OPERAND_OPS for v in rec.inputs
+                          if v and ir.value(v).data is not None and np.dtype(ir.value(v).dtype or "float32").kind == "f")
+    return _fused_plan(ir, keep, arith, base, targets, params, weights, constants)
+
+
+def _fused_plan(ir: QIR, keep, arith: Arithmetic, base: ExecutionPlan, targets: dict, params: dict, weights: dict,
+                constants: frozenset[str]) -> IntegerPlan:
+    own = dict(targets)
     fused = _accumulator_adds(ir, arith.profile, keep, targets)
     for gemm, add in fused.items():
         targets[gemm] = targets[add]
-    constants = frozenset(v for rec in ir.ops() if rec.op_type in _CONSTANT_OPERAND_OPS for v in rec.inputs
-                          if v and ir.value(v).data is not None and np.dtype(ir.value(v).dtype or "float32").kind == "f")
     return IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused,
-                        constants)
+                       constants, unfused=base, own_targets=own)
+
+
+def _calibration_key(rec: CalibRecord) -> tuple:
+    arrays = (rec.scale, rec.zero_point, rec.threshold)
+    return (rec.mode, rec.axis, rec.implied_clip, tuple(None if a is None else np.asarray(a).tobytes() for a in arrays))
+
+
+def _derived_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, ref: IntegerPlan) -> IntegerPlan:
+    """The plan of ``ir``, a configuration of ``ref``'s graph: ``ref``'s steps with ``ir``'s
+    calibration records, parameters and weight codes recomputed for the changed calibration
+    nodes only, requantization targets for the ops whose value reaches them (through the ops
+    :func:`requant_targets` looks through), the fusions decided again."""
+    records = {c.name: c for c in ir.calibrations()}
+    old = {step.rec.name: step.rec for step in ref.unfused.steps if isinstance(step.rec, CalibRecord)}
+    changed = [records[n] for n in records if n not in old or _calibration_key(old[n]) != _calibration_key(records[n])]
+    params, weights = dict(ref.params), dict(ref.weights)
+    for c in changed:
+        params.pop(c.name, None)
+        weights.pop(c.name, None)
+        if c.mode in (CalibMode.INT8, CalibMode.INT16):
+            params[c.name] = params_of(c)
+            if c.role is CalibRole.WEIGHT and ir.value(c.input).data is not None:
+                weights[c.name] = replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
+    affected, todo = {}, [c.input for c in changed]
+    while todo:
+        rec = ir.producer(todo.pop())
+        if isinstance(rec, OpRecord) and rec.name not in affected:
+            affected[rec.name] = rec
+            if rec.op_type in _LOOK_THROUGH or rec.op_type in _SHARED_SCALE_OPS:
+                todo.extend(v for v in rec.inputs if v)
+    targets = {n: t for n, t in ref.own_targets.items() if n not in affected}
+    targets.update(requant_targets(ir, affected.values()))
+    steps = [PlanStep(records[step.rec.name], step.fn, step.kwargs, step.inputs, step.outputs, step.free)
+             if isinstance(step.rec, CalibRecord) else step for step in ref.unfused.steps]
+    return _fused_plan(ir, keep, arith, ExecutionPlan(steps, ref.unfused.weights), targets, params, weights,
+                       ref.constants)
 
 
 def _quantized_constants(rec: OpRecord, args: list, plan: IntegerPlan, arith: Arithmetic) -> list:
@@ -299,9 +345,10 @@ class IntegerRuntime:
         env.update(computed)
         return {name: np.asarray(dequantize(env[name])) for name in (*ir.outputs, *captured)}
 
-    def plan(self, ir: QIR, keep: frozenset[str], arith: Arithmetic) -> IntegerPlan:
-        """The integer plan of ``ir`` keeping ``keep`` (cached on the IR)."""
-        return ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith))
+    def plan(self, ir: QIR, keep: frozenset[str], arith: Arithmetic, reuse: IntegerPlan | None = None) -> IntegerPlan:
+        """The integer plan of ``ir`` keeping ``keep`` (cached on the IR; ``reuse``: a plan of the
+        same graph whose quantized weights serve where their parameters are the same)."""
+        return ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith, reuse))
 
     def step(self, step: PlanStep, args: list, plan: IntegerPlan, arith: Arithmetic) -> tuple:
         """The outputs of one step of ``plan`` on ``args`` (an error names the node)."""
