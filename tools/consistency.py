@@ -9,7 +9,7 @@ from typing import Any
 
 from qir.api import as_ir
 from qir.data import model_samples
-from qir.passes.consistency import ConsistencyPass
+from qir.passes.consistency import ConsistencyPass, ConsistencyReport
 from qir.runtimes.integer.against_ort import OrtComparison, compare_with_ort
 from qir.tools.reports import consistency_html
 from qir.tools.reports.consistency import FILES, ORT_FILES, write_ort_report, write_report
@@ -20,13 +20,13 @@ __all__ = ["check_against_ort", "check_consistency"]
 
 
 def check_consistency(model_or_file: Any, data: Any, march: str = "nash-e", *, num: int | None = None,
-                      save_dir: Outputs | str | Path | None = None, overwrite: bool = False) -> dict[str, Any]:
+                      save_dir: Outputs | str | Path | None = None, overwrite: bool = False) -> ConsistencyReport:
     """Compare a calibrated model's fake quantization with ``march``'s integer arithmetic on
     ``data`` (a data folder, .npy/.npz or samples; at most ``num`` samples)."""
     if save_dir is not None:
         save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*FILES, consistency_html.FILE).check()
     ir = as_ir(model_or_file, calibrated=True)
-    report = ConsistencyPass(model_samples(ir, data, num), march)(ir).report
+    report = ConsistencyPass(model_samples(ir, data, num), march).compare(ir)
     if save_dir is not None:
         write_report(report, save_dir)
         headline = [f"fake quantization vs the integer level of {report['march']} on {report['samples']} sample(s)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qir.passes.consistency import ConsistencyReport
 from qir.runtimes.integer.against_ort import OrtComparison
 from qir.tools.reports.output import Outputs, as_outputs
 
@@ -15,8 +16,9 @@ FILES = ("consistency_result.txt", "consistency_result.json")
 ORT_FILES = ("ort_consistency.txt", "ort_consistency.json")
 
 
-def format_report(report: dict) -> str:
+def format_report(consistency: ConsistencyReport) -> str:
     """``consistency_result.txt``: the summary, where deviations start, and the full table."""
+    report = consistency.to_json()
     rows = report["rows"]
     lines = [f"fake quantization vs the integer level of {report['march']} on {report['samples']} sample(s)", "",
              report["summary"], ""]
@@ -46,11 +48,12 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
+def write_report(report: ConsistencyReport, save_dir: Outputs | str | Path) -> list[Path]:
     """``consistency_result.txt`` and ``consistency_result.json``, through
     :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(save_dir)
-    return [out.write_text(FILES[0], format_report(report)), out.write_json(FILES[1], "qir.consistency", report)]
+    return [out.write_text(FILES[0], format_report(report)),
+            out.write_json(FILES[1], "qir.consistency", report.to_json())]
 
 
 def format_ort_report(report: OrtComparison) -> str:
