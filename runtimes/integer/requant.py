@@ -155,5 +155,8 @@ def requantize_pair(a: np.ndarray, ratio_a: float, b: np.ndarray, ratio_b: float
 def _fma(x: np.ndarray, r: np.float32, c) -> np.ndarray:
     """float32 ``x·r + c`` rounded once (``x`` integers below 2^16: the float64 product is exact)."""
     wide = np.multiply(x, np.float64(r), dtype=np.float64)  # one pass: the cast happens inside the ufunc
-    wide += c
+    if np.shape(wide) == np.broadcast_shapes(np.shape(wide), np.shape(c)):
+        wide += c
+    else:  # c is the larger operand (a broadcast bias-like input)
+        wide = wide + c
     return wide.astype(np.float32)
