@@ -29,17 +29,18 @@ def check_consistency(model_or_file: Any, data: Any, march: str = "nash-e", *, n
     report = ConsistencyPass(model_samples(ir, data, num), march).compare(ir)
     if save_dir is not None:
         write_report(report, save_dir)
-        headline = [f"fake quantization vs the integer level of {report['march']} on {report['samples']} sample(s)",
-                    report["summary"]]
-        consistency_html.write_page(report["rows"], headline, ModelGraph.from_ir(ir), save_dir)
+        headline = [f"fake quantization vs the integer level of {report.march} on {report.samples} sample(s)",
+                    report.summary]
+        consistency_html.write_page(report.to_json()["rows"], headline, ModelGraph.from_ir(ir), save_dir)
     return report
 
 
 def check_against_ort(model: str | Path, data: Any, march: str | None = None, *, num: int | None = None,
                       save_dir: Outputs | str | Path | None = None, overwrite: bool = False) -> OrtComparison:
-    """Compare the integer level of ``march`` (default: onnxruntime's own profile) with onnxruntime's default CPU session on a QDQ
-    ``model`` (quantized by onnxruntime's ``quantize_static``), quantized value by quantized
-    value, naming the first op whose codes depart (:mod:`qir.runtimes.integer.against_ort`)."""
+    """Compare the integer level of ``march`` (default: onnxruntime's own profile) with
+    onnxruntime's default CPU session on a QDQ ``model`` (quantized by onnxruntime's
+    ``quantize_static``), quantized value by quantized value, naming the first op whose codes
+    depart (:mod:`qir.runtimes.integer.against_ort`)."""
     if save_dir is not None:
         save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*ORT_FILES).check()
     ir = as_ir(model, calibrated=True)
