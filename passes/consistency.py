@@ -23,12 +23,14 @@ The bad case is the sample whose model output agrees least (lowest cosine betwee
 integer outputs). A sample whose fake-quantized values hold NaN or Inf is left out with a warning
 naming it (its ``output_cosine`` is None; the report's ``left_out``: ``{"<sample>": why}``), as
 the engine and the bad-case search do: its codes would be garbage. None left is an InputError.
-The pass returns the report and writes nothing (:mod:`qir.tools.reports.consistency`).
+The pass returns the report (``PassResult.report``: the JSON form of the :class:`ConsistencyReport`
+that :meth:`ConsistencyPass.compare` returns) and writes nothing (:mod:`qir.tools.reports.consistency`).
 """
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -45,9 +47,50 @@ from qir.runtimes.integer.kernels import FLOAT_COMPOSITES, INTEGER_KERNELS
 from qir.runtimes.integer.qtensor import params_of
 from qir.runtimes.march import OpClass, get_profile, op_class
 
-__all__ = ["ConsistencyPass"]
+__all__ = ["ConsistencyPass", "ConsistencyReport", "ConsistencyRow"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ConsistencyRow:
+    """One quantized value: how its codes differ between fake quantization and the integer level."""
+
+    node: str
+    op: str | None
+    op_type: str
+    segment: list[str]
+    mode: str
+    max_step: int
+    differ: float
+    cosine: float
+    own_max_step: int
+    own_differ: float
+    introduced: bool
+    cause: str
+
+
+@dataclass
+class ConsistencyReport:
+    """What the ``consistency`` pass found (schema ``qir.consistency`` v1 through :meth:`to_json`)."""
+
+    march: str
+    samples: int
+    rows: list[ConsistencyRow]
+    output_cosine: list[float | None]
+    bad_case: int | None
+    float_fallback: dict[str, list[str]]
+    overflows: dict[str, int]
+    summary: str
+    left_out: dict[str, str] = field(default_factory=dict)   # "<sample>" -> why it was left out
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"march": self.march, "samples": self.samples, "rows": [asdict(r) for r in self.rows],
+               "output_cosine": list(self.output_cosine), "bad_case": self.bad_case,
+               "float_fallback": dict(self.float_fallback), "overflows": dict(self.overflows), "summary": self.summary}
+        if self.left_out:
+            doc["left_out"] = dict(self.left_out)
+        return doc
 
 
 def _codes(value: np.ndarray, cal: CalibRecord) -> np.ndarray:
@@ -98,6 +141,10 @@ class ConsistencyPass(AnalysisPass):
         self.options = {"march": self.profile.name, "samples": len(self.samples)}
 
     def run(self, ir: QIR) -> PassResult:
+        return PassResult(ir, False, self.compare(ir).to_json())
+
+    def compare(self, ir: QIR) -> ConsistencyReport:
+        """The comparison itself (:meth:`run` returns its JSON form)."""
         cals = [c for c in ir.calibrations(CalibRole.ACTIVATION) if c.mode in (CalibMode.INT8, CalibMode.INT16)]
         capture = [c.output for c in cals]
         fake = get_runtime(Runtime.NUMPY, level=Level.FAKEQUANT)
@@ -131,12 +178,11 @@ class ConsistencyPass(AnalysisPass):
         rows = self._rows(ir, cals, per_node, own, overflows)
         scored = [(cos, i) for i, cos in enumerate(outputs) if cos is not None]
         worst = min(scored)[1] if scored else None
-        report = {"march": self.profile.name, "samples": len(self.samples), "rows": rows,
-                  "output_cosine": outputs, "bad_case": worst, "float_fallback": fallbacks,
-                  "overflows": dict(overflows), "summary": _summary(rows, [c for c, _ in scored], self.profile.name)}
-        if left_out:
-            report["left_out"] = {str(i): why for i, why in left_out.items()}
-        return PassResult(ir, False, report)
+        report = ConsistencyReport(self.profile.name, len(self.samples), [ConsistencyRow(**r) for r in rows], outputs,
+                                   worst, fallbacks, dict(overflows),
+                                   _summary(rows, [c for c, _ in scored], self.profile.name),
+                                   {str(i): why for i, why in left_out.items()})
+        return report
 
     def _rows(self, ir: QIR, cals: list[CalibRecord], per_node: dict, own: dict, overflows) -> list[dict]:
         boundaries = {c.output: c for c in cals}

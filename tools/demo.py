@@ -165,7 +165,7 @@ def check_deployment(calibrated: dict[str, Calibrated], root: Path, samples: lis
     print(f"deploy  the {method} model at nash-e's integer level (what the NPU computes): accuracy {integer:.4f} "
           f"(fake quantization {acc:.4f})")
     report = check_consistency(model, root / "calibration_data", "nash-e", num=8, save_dir=files.sub("consistency"))
-    print(f"        {report['summary']}")
+    print(f"        {report.summary}")
     print(f"        value by value: {files.path('consistency/consistency_result.txt')}")
 
 

@@ -24,8 +24,9 @@ How it is fast (docs/architecture.md, "The analysis engine"):
    ``engine_results.jsonl`` as they are produced; ``resume=True`` computes only what is missing.
 
 At ``level="integer"`` (node sensitivity as the NPU computes it, per a march profile) the
-reference cache and cones do not apply: every variant runs the whole model on the integer
-runtime (:mod:`.whole`), its clone shared by the samples, ``threads`` variants at a time.
+fake-quant reference cache does not apply: every variant re-runs its cone at the integer level
+over a trace of the reference configuration (:mod:`.whole`, :mod:`qir.runtimes.integer.cone`),
+its clone shared by the samples, ``threads`` variants at a time.
 
 A sample whose baseline (the compared values the variants are measured against) holds NaN or
 ±Inf is left out with a warning naming it (``EngineResult.left_out``): the metrics drop
@@ -453,7 +454,7 @@ class Engine:
             if not todo:
                 return []
             model, rt = self.whole.model(v), self.whole.runtime()
-            return [self._row(v.name, s, bases[s], self.whole.run(model, pending[s], rt, v.name)) for s in todo]
+            return [self._row(v.name, s, bases[s], self.whole.run(model, pending[s], rt, v.name, s)) for s in todo]
 
         trim = MemoryTrim()
         with self.whole.held_back():
@@ -462,6 +463,7 @@ class Engine:
                 self.stats["whole_runs"] += len(rows)
                 emit(rows)
         self.whole.report()
+        self.whole.forget()
 
     def _run_job(self, job: Job) -> list[dict[str, np.ndarray]]:
         if job[0][1] is None:

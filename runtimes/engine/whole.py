@@ -1,13 +1,16 @@
-"""Variants run whole: the engine at the integer level ("node sensitivity as the NPU computes it").
+"""Variants at the integer level ("node sensitivity as the NPU computes it").
 
 The integer level (:class:`qir.runtimes.integer.IntegerRuntime`) carries integer codes between
 ops and requantizes a GEMM's output straight into the parameters of the calibration node that
 reads it, so a changed node also changes how the ops before it round: the fake-quant reference
-cache and cone re-execution do not apply. Each variant is the plain evaluation itself
-(:func:`.variants.evaluate_plainly` at level ``integer``): the IR cloned with the variant's
-modes, run whole on the integer runtime. The clone is built once per variant and serves every
-sample (the integer runtime caches its plan, with the quantized weights, on it); the baseline
-(the float model, or the reference configuration at the integer level) runs once per sample.
+cache does not apply. Each variant is the IR cloned with the variant's modes (built once per
+variant; it serves every sample, the integer runtime caching its plan, with the quantized
+weights, on it), run by *integer cone re-execution* (:mod:`qir.runtimes.integer.cone`): the
+reference configuration is traced once per sample (every value kept), and a variant re-runs only
+the steps whose computation it changes (requantization targets included) and those downstream,
+reading the rest from the trace; results equal the plain evaluation
+(:func:`.variants.evaluate_plainly` at level ``integer``) bit for bit. The baseline (the float
+model, or the reference configuration at the integer level) runs once per sample.
 
 While variants run, the integer runtime's per-run reports (ops that read quantized values but
 ran in float, accumulator overflows) are held back: a variant that leaves an op's neighbours in
@@ -30,6 +33,7 @@ from qir.execution import Execution, Level, Runtime
 from qir.graph import QIR
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine.variants import Variant, configured_clone, run_whole
+from qir.runtimes.integer.cone import IntegerTrace, run_cone, trace
 
 __all__ = ["WholeRuns", "WHOLE_LEVELS"]
 
@@ -57,6 +61,7 @@ class WholeRuns:
         self._lock = threading.Lock()
         self.overflows: dict[str, set[str]] = {}  # variant -> nodes whose accumulator overflowed
         self.fallbacks: dict[str, set[str]] = {}  # variant -> ops that read quantized values but ran in float
+        self._traces: dict[int, IntegerTrace] = {}  # sample index -> the reference configuration's trace
 
     def runtime(self):
         """A runtime of the level (one per thread: a run records its statistics on it)."""
@@ -66,12 +71,19 @@ class WholeRuns:
         """The IR as ``variant`` runs it (clone it once per variant; it serves every sample)."""
         return configured_clone(self.ir, self.reference, {**self.reference_changes, **variant.changes})
 
-    def run(self, model: QIR, feeds: Mapping[str, np.ndarray], rt=None, variant: str | None = None) -> dict[str, np.ndarray]:
-        """The compared values of ``model`` on ``feeds``; an error names the ``variant``, whose
-        run's fallbacks and overflows are noted."""
+    def run(self, model: QIR, feeds: Mapping[str, np.ndarray], rt=None, variant: str | None = None,
+            sample: int | None = None) -> dict[str, np.ndarray]:
+        """The compared values of ``model`` on ``feeds`` (sample number ``sample``: its cone re-run
+        over the reference's trace of that sample; a whole run without it); an error names the
+        ``variant``, whose run's fallbacks and overflows are noted."""
         rt = rt or self.runtime()
         try:
-            got = run_whole(model, feeds, self.compare, rt)
+            if sample is None:
+                got = run_whole(model, feeds, self.compare, rt)
+            else:
+                capture = [v for v in self.compare if v not in model.outputs]
+                got = run_cone(rt, model, feeds, self.trace(sample, feeds), capture)
+                got = {v: got[v] for v in self.compare}
         except QirError as exc:
             if variant is None:
                 raise
@@ -79,6 +91,20 @@ class WholeRuns:
         if variant is not None:
             self.note(variant, rt.last_stats)
         return got
+
+    def trace(self, sample: int, feeds: Mapping[str, np.ndarray]) -> IntegerTrace:
+        """The reference configuration's trace on sample ``sample`` (built once, kept until
+        :meth:`forget`)."""
+        with self._lock:
+            if sample not in self._traces:
+                model = configured_clone(self.ir, self.reference, self.reference_changes)
+                self._traces[sample] = trace(self.runtime(), model, feeds,
+                                             [v for v in self.compare if v not in model.outputs])
+            return self._traces[sample]
+
+    def forget(self) -> None:
+        """Let the traces go (an evaluation is over)."""
+        self._traces.clear()
 
     def note(self, variant: str, stats) -> None:
         """Gather one variant run's :class:`~qir.runtimes.integer.arithmetic.IntegerStats`."""

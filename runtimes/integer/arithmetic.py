@@ -60,7 +60,11 @@ class Arithmetic:
         """``clip(round(x / s) + zp)``, in float32 and in the order fake quantization uses."""
         x = np.asarray(x, np.float32)
         scale, zp = params.broadcast(x.ndim)
-        q = np.array(self.quant_round(x / scale), dtype=np.float32, copy=None, ndmin=0)
+        q = np.asarray(np.divide(x, scale, dtype=np.float32))  # (a 0-d input gives a scalar: made an array)
+        if self.quant_round is np.rint:
+            np.rint(q, out=q)
+        else:
+            q = np.array(self.quant_round(q), dtype=np.float32, copy=None, ndmin=0)
         if np.any(zp):
             q += zp
         qmin, qmax = params.qrange

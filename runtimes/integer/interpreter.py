@@ -16,7 +16,8 @@ execution_plan`) with values that are either float arrays or :class:`QTensor` co
   across such ops; with no target the output stays high precision. A constant operand of an
   Add/Sub/Mul (HardSwish's ``x + 3``) is quantized like a calibrated one, per tensor at ``max|c|``;
 * any other op runs its float kernel on dequantized inputs (reported once per run: what a real
-  NPU hands to the CPU; Softmax-like composites are emulated in float by design).
+  NPU hands to the CPU; Softmax-like composites are emulated in float by design). On the ``ort``
+  profile the float kernels are onnxruntime's where their rounding differs (:mod:`.ort_float`).
 
 Graph outputs and captured values come back dequantized (float32), so results compare with the
 fake-quant and float levels directly. :attr:`IntegerRuntime.last_stats` holds the run's
@@ -39,12 +40,14 @@ from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_capture, check_feeds
 from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
 from qir.runtimes.integer.kernels import FLOAT_COMPOSITES, INTEGER_KERNELS, OpCall
+from qir.runtimes.integer.ort_float import ORT_FLOAT_KERNELS
 from qir.runtimes.integer.qtensor import QParams, QTensor, dequantize, params_of
 from qir.runtimes.march import MarchProfile, get_profile
+from qir.runtimes.march.ort import ORT
 from qir.runtimes.numerics import apply_calibration
 from qir.runtimes.numpy_ref.interpreter import ExecutionPlan, PlanStep, assign_frees, execution_error, execution_plan
 
-__all__ = ["IntegerRuntime", "requant_targets"]
+__all__ = ["IntegerPlan", "IntegerRuntime", "requant_targets"]
 
 REPORTED = "integer level: fallbacks and overflows"  # :mod:`qir.once` topic: logged once per process
 
@@ -60,7 +63,7 @@ _LOOK_THROUGH = ("Relu", "Clip", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "
 
 
 @dataclass
-class _IntegerPlan:
+class IntegerPlan:
     base: ExecutionPlan
     targets: dict[str, QParams]                   # op name -> the parameters its output is requantized into
     params: dict[str, QParams]                    # integer calibration node name -> its parameters
@@ -68,6 +71,8 @@ class _IntegerPlan:
     fused: dict[str, str]                         # GEMM name -> the Add fused into its accumulator
     constants: frozenset[str] = frozenset()       # constant operands of Add/Sub/Mul
     constant_codes: dict = field(default_factory=dict)  # (constant, mode) -> its codes
+    unfused: ExecutionPlan | None = None          # the plan before the fusions (None: base)
+    own_targets: dict[str, QParams] = field(default_factory=dict)  # targets before the fusions
 
 
 def _common_params(ir: QIR, value: str) -> QParams | None:
@@ -139,12 +144,12 @@ def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
     return found
 
 
-def requant_targets(ir: QIR) -> dict[str, QParams]:
+def requant_targets(ir: QIR, ops: Iterable[OpRecord] | None = None) -> dict[str, QParams]:
     """``{op name: the parameters its output is requantized into}`` (see the module docstring):
     the common parameters of its readers (:func:`_target`), else the widest of those its value
-    reaches through data-movement ops (:func:`_shared_target`)."""
+    reaches through data-movement ops (:func:`_shared_target`); over ``ops`` (default: all)."""
     targets: dict[str, QParams] = {}
-    for rec in ir.ops():
+    for rec in ir.ops() if ops is None else ops:
         if len(rec.outputs) == 1 and rec.outputs[0]:
             found = _target(ir, rec.outputs[0])
             if found is None and (rec.op_type == "Concat" or rec.op_type not in _SHARED_SCALE_OPS):
@@ -191,24 +196,68 @@ def _fuse_steps(base: ExecutionPlan, fused: dict[str, str], keep: frozenset[str]
     return ExecutionPlan(steps, base.weights)
 
 
-def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic) -> _IntegerPlan:
+def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, reuse: IntegerPlan | None = None) -> IntegerPlan:
+    """The integer plan of ``ir``; ``reuse``: the plan of a configuration of the same graph (a
+    traced reference), from which the parts the calibration changes leave alone are taken."""
+    if reuse is not None:
+        return _derived_plan(ir, keep, arith, reuse)
     base = execution_plan(ir, keep, fold_batchnorm=True)
     params = {c.name: params_of(c) for c in ir.calibrations() if c.mode in (CalibMode.INT8, CalibMode.INT16)}
-    weights = {}
-    for c in ir.calibrations(CalibRole.WEIGHT):
-        if c.name in params and ir.value(c.input).data is not None:
-            weights[c.name] = replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
+    weights = {c.name: replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
+               for c in ir.calibrations(CalibRole.WEIGHT) if c.name in params and ir.value(c.input).data is not None}
     targets = requant_targets(ir)
+    constants = frozenset(v for rec in ir.ops() if rec.op_type in _CONSTANT_OPERAND_OPS for v in rec.inputs
+                          if v and ir.value(v).data is not None and np.dtype(ir.value(v).dtype or "float32").kind == "f")
+    return _fused_plan(ir, keep, arith, base, targets, params, weights, constants)
+
+
+def _fused_plan(ir: QIR, keep, arith: Arithmetic, base: ExecutionPlan, targets: dict, params: dict, weights: dict,
+                constants: frozenset[str]) -> IntegerPlan:
+    own = dict(targets)
     fused = _accumulator_adds(ir, arith.profile, keep, targets)
     for gemm, add in fused.items():
         targets[gemm] = targets[add]
-    constants = frozenset(v for rec in ir.ops() if rec.op_type in _CONSTANT_OPERAND_OPS for v in rec.inputs
-                          if v and ir.value(v).data is not None and np.dtype(ir.value(v).dtype or "float32").kind == "f")
-    return _IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused,
-                        constants)
+    return IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused,
+                       constants, unfused=base, own_targets=own)
 
 
-def _quantized_constants(rec: OpRecord, args: list, plan: _IntegerPlan, arith: Arithmetic) -> list:
+def _calibration_key(rec: CalibRecord) -> tuple:
+    arrays = (rec.scale, rec.zero_point, rec.threshold)
+    return (rec.mode, rec.axis, rec.implied_clip, tuple(None if a is None else np.asarray(a).tobytes() for a in arrays))
+
+
+def _derived_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, ref: IntegerPlan) -> IntegerPlan:
+    """The plan of ``ir``, a configuration of ``ref``'s graph: ``ref``'s steps with ``ir``'s
+    calibration records, parameters and weight codes recomputed for the changed calibration
+    nodes only, requantization targets for the ops whose value reaches them (through the ops
+    :func:`requant_targets` looks through), the fusions decided again."""
+    records = {c.name: c for c in ir.calibrations()}
+    old = {step.rec.name: step.rec for step in ref.unfused.steps if isinstance(step.rec, CalibRecord)}
+    changed = [records[n] for n in records if n not in old or _calibration_key(old[n]) != _calibration_key(records[n])]
+    params, weights = dict(ref.params), dict(ref.weights)
+    for c in changed:
+        params.pop(c.name, None)
+        weights.pop(c.name, None)
+        if c.mode in (CalibMode.INT8, CalibMode.INT16):
+            params[c.name] = params_of(c)
+            if c.role is CalibRole.WEIGHT and ir.value(c.input).data is not None:
+                weights[c.name] = replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
+    affected, todo = {}, [c.input for c in changed]
+    while todo:
+        rec = ir.producer(todo.pop())
+        if isinstance(rec, OpRecord) and rec.name not in affected:
+            affected[rec.name] = rec
+            if rec.op_type in _LOOK_THROUGH or rec.op_type in _SHARED_SCALE_OPS:
+                todo.extend(v for v in rec.inputs if v)
+    targets = {n: t for n, t in ref.own_targets.items() if n not in affected}
+    targets.update(requant_targets(ir, affected.values()))
+    steps = [PlanStep(records[step.rec.name], step.fn, step.kwargs, step.inputs, step.outputs, step.free)
+             if isinstance(step.rec, CalibRecord) else step for step in ref.unfused.steps]
+    return _fused_plan(ir, keep, arith, ExecutionPlan(steps, ref.unfused.weights), targets, params, weights,
+                       ref.constants)
+
+
+def _quantized_constants(rec: OpRecord, args: list, plan: IntegerPlan, arith: Arithmetic) -> list:
     """``args`` with each constant operand of an Add/Sub/Mul whose other operand is codes
     quantized per tensor in that operand's dtype, symmetric with threshold ``max|c|`` (what a
     max calibration gives it; a scalar is then exact: its code is ``±qmax``)."""
@@ -232,13 +281,18 @@ class IntegerRuntime:
 
     Args:
         march: a profile name or :class:`MarchProfile` whose arithmetic to emulate.
+        float_ops: names of ops to run in float on dequantized inputs whatever the march computes
+            in integer (as ``DequantizeLinear -> op -> QuantizeLinear``): where a runtime's graph
+            optimizer left a group unfused (:func:`.against_ort.ort_float_ops` reads them from
+            onnxruntime's optimized graph). Not reported as fallbacks.
     """
 
     name = Runtime.NUMPY
     level = Level.INTEGER
 
-    def __init__(self, march: str | MarchProfile = DEFAULT_MARCH) -> None:
+    def __init__(self, march: str | MarchProfile = DEFAULT_MARCH, *, float_ops: Iterable[str] = ()) -> None:
         self.profile = get_profile(march)
+        self.float_ops = frozenset(float_ops)
         self.last_stats: IntegerStats | None = None
 
     @staticmethod
@@ -272,39 +326,51 @@ class IntegerRuntime:
                 raise QirError(f"forced value for {name!r}: only integer calibration nodes can be forced")
         keep = frozenset(ir.outputs) | frozenset(captured)
         arith = Arithmetic(self.profile)
-        plan = ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith))
+        plan = self.plan(ir, keep, arith)
         computed: dict[str, Any] = {}  # forced nodes' own results
         env: dict[str, Any] = dict(plan.base.weights)
         env.update(feeds)
         for step in plan.base.steps:
-            rec = step.rec
             args = [env[v] if v else None for v in step.inputs]
-            try:
-                if step.fn is None:
-                    result = self._calibration(rec, args[0], plan, arith)
-                    if rec.name in forced:
-                        if rec.output in keep:
-                            computed[rec.output] = result
-                        result = self._calibration(rec, forced[rec.name], plan, arith)
-                else:
-                    result = self._op(rec, step.fn, step.kwargs, args, plan, arith)
-            except QirError:
-                raise
-            except Exception as exc:
-                raise execution_error(rec, [dequantize(a) for a in args], exc) from exc
-            outs = result if type(result) is tuple else (result,)
-            for name, value in zip(step.outputs, outs):
+            if step.fn is None and step.rec.name in forced:
+                if step.rec.output in keep:
+                    computed[step.rec.output] = self.step(step, args, plan, arith)[0]
+                args = [forced[step.rec.name]]
+            for name, value in zip(step.outputs, self.step(step, args, plan, arith)):
                 if name:
                     env[name] = value
             for name in step.free:
                 del env[name]
-        self.last_stats = arith.stats
-        self.warn_once(arith)
+        self.finish(arith)
         env.update(computed)
         return {name: np.asarray(dequantize(env[name])) for name in (*ir.outputs, *captured)}
 
+    def plan(self, ir: QIR, keep: frozenset[str], arith: Arithmetic, reuse: IntegerPlan | None = None) -> IntegerPlan:
+        """The integer plan of ``ir`` keeping ``keep`` (cached on the IR; ``reuse``: a plan of the
+        same graph whose quantized weights serve where their parameters are the same)."""
+        return ir.cached(("integer-plan", keep, self.profile), lambda: _integer_plan(ir, keep, arith, reuse))
+
+    def step(self, step: PlanStep, args: list, plan: IntegerPlan, arith: Arithmetic) -> tuple:
+        """The outputs of one step of ``plan`` on ``args`` (an error names the node)."""
+        rec = step.rec
+        try:
+            if step.fn is None:
+                result = self._calibration(rec, args[0], plan, arith)
+            else:
+                result = self._op(rec, step.fn, step.kwargs, args, plan, arith)
+        except QirError:
+            raise
+        except Exception as exc:
+            raise execution_error(rec, [dequantize(a) for a in args], exc) from exc
+        return result if type(result) is tuple else (result,)
+
+    def finish(self, arith: Arithmetic) -> None:
+        """Record and report a run's statistics."""
+        self.last_stats = arith.stats
+        self.warn_once(arith)
+
     @staticmethod
-    def _calibration(rec: CalibRecord, x, plan: _IntegerPlan, arith: Arithmetic):
+    def _calibration(rec: CalibRecord, x, plan: IntegerPlan, arith: Arithmetic):
         if rec.name in plan.weights:
             return plan.weights[rec.name]
         params = plan.params.get(rec.name)
@@ -312,8 +378,10 @@ class IntegerRuntime:
             return arith.rescale(x, params) if isinstance(x, QTensor) else arith.quantize(x, params)
         return apply_calibration(rec, dequantize(x))  # fp16 round trip / float (implied clip kept)
 
-    def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: _IntegerPlan, arith: Arithmetic):
-        if any(isinstance(a, QTensor) for a in args):
+    def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: IntegerPlan, arith: Arithmetic):
+        if rec.name in self.float_ops:
+            args = [dequantize(a) for a in args]
+        elif any(isinstance(a, QTensor) for a in args):
             if rec.op_type in _CONSTANT_OPERAND_OPS:
                 args = _quantized_constants(rec, args, plan, arith)
             kernel = INTEGER_KERNELS.get(rec.op_type)
@@ -325,4 +393,8 @@ class IntegerRuntime:
             args = [dequantize(a) for a in args]
         if rec.name in plan.fused:  # a GEMM with its Add fused, in float: the GEMM, then the Add
             return fn(*args[:3], **kwargs) + args[3]
+        if self.profile.name == ORT.name and rec.op_type in ORT_FLOAT_KERNELS:  # onnxruntime's own float arithmetic
+            result = ORT_FLOAT_KERNELS[rec.op_type](*args, **kwargs)
+            if result is not None:
+                return result
         return fn(*args, **kwargs)

@@ -246,7 +246,8 @@ def table_lookup(call: OpCall):
 
 def softmax(call: OpCall):
     """Softmax with ``softmax_mode = exp_table`` (onnxruntime's QLinearSoftmax): per row,
-    ``e = f32(exp((q - max(q) + shift)·s_x))`` (``shift = max(0, ln(FLT_MAX / D) - 5) / s_x``),
+    ``e = f32(exp((q - max(q) + shift)·s_x))`` (``shift = max(0, logf(FLT_MAX / D) - 5) / s_x``, the
+    logarithm and the division in float32),
     ``sum`` accumulated in float32 in order, ``y = rint(f32(e·floor(1/s_y)) / sum) + zp``."""
     x = call.args[0]
     if call.arith.profile.softmax_mode != "exp_table" or call.target is None or not _per_tensor(x) \
@@ -260,7 +261,9 @@ def softmax(call: OpCall):
         rows = np.moveaxis(x.codes, axis, -1)
     d = rows.shape[-1]
     s_x = float(np.float32(x.params.scale))
-    shift = max(0.0, math.log(float(np.finfo(np.float32).max) / d) - 5.0) / s_x
+    # log(FLT_MAX / D): a float32 division and a float32 log (``log`` of a float in C++ is logf)
+    log_room = float(np.float32(math.log(np.float32(np.finfo(np.float32).max) / np.float32(d))))
+    shift = max(0.0, log_room - 5.0) / s_x
     e = np.exp(((rows - rows.max(-1, keepdims=True)).astype(np.float64) + shift) * s_x).astype(np.float32)
     total = np.add.accumulate(e, axis=-1, dtype=np.float32)[..., -1:]
     y_scale = np.float32(math.floor(1.0 / float(np.float32(call.target.scale))))

@@ -93,10 +93,11 @@ def requantize(acc: np.ndarray, ratio: np.ndarray | float, *, mode: str, qmin: i
     module docstring for each mode)."""
     zp = np.asarray(zero_point, np.int64)
     if mode == "float":
-        value = np.array(acc, dtype=np.float32, ndmin=1)  # f32(acc): a fresh array, changed in place below
-        value *= np.asarray(ratio, np.float32)
-        np.maximum(value, np.asarray(qmin - zp, np.float32), out=value)
-        np.minimum(value, np.asarray(qmax - zp, np.float32), out=value)
+        # f32(acc)·f32(ratio) in float32 (a float64 acc is cast first), into a fresh array changed in place
+        value = np.multiply(np.asarray(acc), np.asarray(ratio, np.float32), dtype=np.float32)
+        value = np.array(value, ndmin=1, copy=None)
+        lo, hi = np.asarray(qmin - zp, np.float32), np.asarray(qmax - zp, np.float32)
+        np.clip(value, lo, hi, out=value)
         np.rint(value, out=value)
         if zp.any():
             value += zp.astype(np.float32)
@@ -138,6 +139,7 @@ def requantize_pair(a: np.ndarray, ratio_a: float, b: np.ndarray, ratio_b: float
             value = _fma(b, rb, f32(const + f32(f32(a.reshape(())) * ra)))
         else:
             value = _fma(a, ra, _fma(b, rb, const))
+        value = np.array(value, ndmin=1, copy=None).reshape(np.shape(value))
         np.clip(value, f32(qmin), f32(qmax), out=value)
         return np.rint(value, out=value)  # float32 codes
     a, b = np.asarray(a, np.int64) - zp_a, np.asarray(b, np.int64) - zp_b
@@ -152,4 +154,9 @@ def requantize_pair(a: np.ndarray, ratio_a: float, b: np.ndarray, ratio_b: float
 
 def _fma(x: np.ndarray, r: np.float32, c) -> np.ndarray:
     """float32 ``x·r + c`` rounded once (``x`` integers below 2^16: the float64 product is exact)."""
-    return (np.asarray(x, np.float64) * np.float64(r) + np.asarray(c, np.float64)).astype(np.float32)
+    wide = np.multiply(x, np.float64(r), dtype=np.float64)  # one pass: the cast happens inside the ufunc
+    if np.shape(wide) == np.broadcast_shapes(np.shape(wide), np.shape(c)):
+        wide += c
+    else:  # c is the larger operand (a broadcast bias-like input)
+        wide = wide + c
+    return wide.astype(np.float32)

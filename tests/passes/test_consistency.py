@@ -46,7 +46,8 @@ def test_ops_without_integer_kernel_are_listed(digits_calibrated):
                                                                 "Flatten"))
     report = ConsistencyPass(_samples(2), profile)(digits_calibrated).report
     assert list(report["float_fallback"]) == ["Gemm"]  # (the Add is fused into pw4's accumulator)
-    assert "Gemm (1)" in __import__("qir.tools.reports.consistency", fromlist=["x"]).format_report(report)
+    assert "Gemm (1)" in __import__("qir.tools.reports.consistency", fromlist=["x"]).format_report(
+        ConsistencyPass(_samples(2), profile).compare(digits_calibrated))
 
 
 def test_cli_writes_the_report_and_keeps_existing_files(tmp_path, digits_calibrated, capsys):

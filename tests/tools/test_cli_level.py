@@ -125,7 +125,7 @@ def test_compare_consistency_writes_the_consistency_table_of_the_bad_case(calibr
     report = json.loads((out / "consistency_result.json").read_text())
     assert (out / "consistency_result.txt").read_text().startswith("fake quantization vs the integer level of nash-m")
     expected = check_consistency(calibrated, [load_bad_case(out / "badcase.npz")], march="nash-m")
-    assert report["rows"] == json.loads(json.dumps(expected["rows"])) and report["samples"] == 1
+    assert report["rows"] == json.loads(json.dumps(expected.to_json()["rows"])) and report["samples"] == 1
     assert json.loads((out / "compare.json").read_text())["consistency"]["march"] == "nash-m"
     # the consistency files follow the rule of every output: planned, refused before any work without --force
     (out / "consistency_result.txt").write_text("mine")

@@ -272,8 +272,9 @@ class QuantAnalysis:
         if not any(c.quantizes for c in ir.calibrations()):
             raise InputError("the analysis model has no quantized calibration node: fake quantization and the integer "
                              "level compute the same float model; compare a calibrated (or QDQ) model")
-        report = ConsistencyPass([case], march or self.march or "nash-e")(ir).report
-        consistency_report.write_report(report, self.outputs)
+        found = ConsistencyPass([case], march or self.march or "nash-e").compare(ir)
+        consistency_report.write_report(found, self.outputs)
+        report = found.to_json()
         self.report["consistency"] = {"march": report["march"], "summary": report["summary"],
                                       "output_cosine": report["output_cosine"][0] if report["output_cosine"] else None}
         return report

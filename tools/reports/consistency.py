@@ -6,15 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qir.passes.consistency import ConsistencyReport
+from qir.runtimes.integer.against_ort import OrtComparison
 from qir.tools.reports.output import Outputs, as_outputs
 
-__all__ = ["FILES", "format_report", "write_report"]
+__all__ = ["FILES", "ORT_FILES", "format_ort_report", "format_report", "write_ort_report", "write_report"]
 
 FILES = ("consistency_result.txt", "consistency_result.json")
+ORT_FILES = ("ort_consistency.txt", "ort_consistency.json")
 
 
-def format_report(report: dict) -> str:
+def format_report(consistency: ConsistencyReport) -> str:
     """``consistency_result.txt``: the summary, where deviations start, and the full table."""
+    report = consistency.to_json()
     rows = report["rows"]
     lines = [f"fake quantization vs the integer level of {report['march']} on {report['samples']} sample(s)", "",
              report["summary"], ""]
@@ -44,8 +48,39 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, save_dir: Outputs | str | Path) -> list[Path]:
+def write_report(report: ConsistencyReport, save_dir: Outputs | str | Path) -> list[Path]:
     """``consistency_result.txt`` and ``consistency_result.json``, through
     :class:`~qir.tools.reports.output.Outputs`."""
     out = as_outputs(save_dir)
-    return [out.write_text(FILES[0], format_report(report)), out.write_json(FILES[1], "qir.consistency", report)]
+    return [out.write_text(FILES[0], format_report(report)),
+            out.write_json(FILES[1], "qir.consistency", report.to_json())]
+
+
+def format_ort_report(report: OrtComparison) -> str:
+    """``ort_consistency.txt``: the first departing op, then every quantized value with the
+    kernel onnxruntime ran for it."""
+    first, own = report.first, report.first_own
+    lines = [f"the integer level of {report.march} vs onnxruntime's default CPU session on {report.samples} sample(s)",
+             "", f"output codes equal: {report.output_codes_agree:.4%}; output cosine {report.output_cosine:.7f}"]
+    lines += [f"note: {n}" for n in report.notes]
+    if own is None:
+        lines.append("no op departs from onnxruntime: every compared code is equal"
+                     if first is None else "no op departs by itself; differences are inherited")
+    else:
+        lines.append(f"first op that departs by itself: {own.op} ({own.op_type}; onnxruntime ran {own.ort_kernel}): "
+                     f"{own.own_differ} code(s) differ, up to {own.own_max_step} step(s)")
+        lines.append(f"{len(report.departing)} op(s) depart by themselves; first difference at "
+                     f"{first.op if first else '-'}")
+    lines += ["", "onnxruntime's kernels: " + ", ".join(f"{k} {n}" for k, n in sorted(report.kernels.items())), "",
+              f"  {'op':<60}{'onnxruntime ran':<26}{'own diff':>9}{'own max':>8}{'differ':>9}{'max':>5}"]
+    for v in report.values:
+        lines.append(f"  {v.op or v.node:<60}{v.ort_kernel:<26}{v.own_differ:>9}{v.own_max_step:>8}"
+                     f"{v.differ / max(v.count, 1):>9.3%}{v.max_step:>5}")
+    return "\n".join(lines) + "\n"
+
+
+def write_ort_report(report: OrtComparison, save_dir: Outputs | str | Path) -> list[Path]:
+    """``ort_consistency.txt`` and ``ort_consistency.json`` (schema ``qir.ort-consistency`` v1)."""
+    out = as_outputs(save_dir)
+    return [out.write_text(ORT_FILES[0], format_ort_report(report)),
+            out.write_json(ORT_FILES[1], "qir.ort-consistency", report.to_json())]

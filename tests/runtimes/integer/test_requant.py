@@ -111,3 +111,15 @@ def test_pair_is_the_rounded_weighted_sum(mode, rng):
     # zero points: the same sums with the codes shifted
     shifted = requantize_pair(a + 5, ra, b - 7, rb, mode=mode, qmin=-128, qmax=127, zp_a=5, zp_b=-7, zero_point=3)
     assert np.mean(shifted == np.clip(got + 3, -128, 127)) > 0.99
+
+
+def test_float_pair_broadcasts_a_smaller_first_operand():
+    """``a`` a vector, ``b`` a batch of rows (a bias Add whose bias is the first input): the sum
+    broadcasts as onnxruntime's QLinearAdd does, and equals adding the broadcast arrays."""
+    from qir.runtimes.integer.requant import requantize_pair
+
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(-128, 128, 8).astype(np.float32), rng.integers(-128, 128, (2, 5, 8)).astype(np.float32)
+    kwargs = dict(mode="float", qmin=-128, qmax=127, zero_point=3, zp_a=1, zp_b=-2)
+    got = requantize_pair(a, 0.37, b, 0.81, **kwargs)
+    np.testing.assert_array_equal(got, requantize_pair(np.broadcast_to(a, b.shape), 0.37, b, 0.81, **kwargs))

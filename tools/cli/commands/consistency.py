@@ -10,10 +10,18 @@ ORDER = 62
 
 
 def cmd_consistency(args: argparse.Namespace) -> int:
-    from qir.tools.consistency import check_consistency
-    from qir.tools.reports.consistency import format_report
+    from qir.tools.consistency import check_against_ort, check_consistency
+    from qir.tools.reports.consistency import format_ort_report, format_report
 
-    report = check_consistency(args.model, args.data, march=args.march, num=args.data_num, save_dir=args.save_dir,
+    if args.against == "ort":
+        comparison = check_against_ort(args.model, args.data, march=args.march, num=args.data_num,
+                                       save_dir=args.save_dir, overwrite=args.force)
+        sys.stdout.write(format_ort_report(comparison))
+        if args.save_dir:
+            print(f"wrote ort_consistency.txt and .json to {args.save_dir}")
+        return 0
+
+    report = check_consistency(args.model, args.data, march=args.march or "nash-e", num=args.data_num, save_dir=args.save_dir,
                                overwrite=args.force)
     sys.stdout.write(format_report(report))
     if args.save_dir:
@@ -31,5 +39,9 @@ def add_commands(sub) -> None:
     add_data_num(p, default=4, help="samples to compare (default 4)", old=("-n", "--num"))
     p.add_argument("-o", "--output", "-s", "--save-dir", dest="save_dir",
                    help="write consistency_result.txt and .json to this folder")
+    p.add_argument("--against", choices=("fakequant", "ort"), default="fakequant",
+                   help="what to compare the integer level with: the model's fake quantization (default), or "
+                        "onnxruntime's default CPU session on a QDQ model (its integer kernels; names the first op "
+                        "whose codes differ and the kernel onnxruntime ran for it; --march defaults to ort)")
     add_force(p)
-    p.set_defaults(func=cmd_consistency)
+    p.set_defaults(func=cmd_consistency, march=None)  # nash-e, or ort with --against ort
