@@ -24,7 +24,11 @@ Rule (``get_sensitivity_of_nodes`` in Horizon OpenExplorer's Accuracy Debug Tool
    ``output_node`` was given, the analysis is redone on the value entering the model's final
    Softmax/LogSoftmax/Sigmoid (the logits), and the report says so under ``saturated``. Without
    such an activation the report only warns, naming the outputs to replace with ``output_node``.
-6. ``level="integer"`` with a ``march`` asks it as the NPU computes it: every variant runs on the
+6. Confidence (:mod:`qir.passes.lib.confidence`): the first metric's per-sample values, already
+   computed, are bootstrapped: each row gets the 95% interval of its mean (``<metric>_low``,
+   ``<metric>_high``) and its rank interval (``rank``, ``rank_low``, ``rank_high``), and the
+   report the ``stable_top_k`` (``confidence``).
+7. ``level="integer"`` with a ``march`` asks it as the NPU computes it: every variant runs on the
    integer level of that march profile (:mod:`qir.runtimes.engine.whole`), compared with the float
    model; the report names the ``level`` (and ``march``).
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,15 +52,63 @@ from qir.execution import Level
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.confidence import Ranking, rank_confidence
 from qir.passes.lib.selection import calibrations_of
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.engine import Engine, Variant
 
-__all__ = ["NodeSensitivityPass", "NODE_TYPES"]
+__all__ = ["NodeSensitivityPass", "NodeSensitivityReport", "NODE_TYPES"]
 
 logger = logging.getLogger(__name__)
 
 NODE_TYPES = ("node", "weight", "activation")
+
+
+@dataclass
+class NodeSensitivityReport:
+    """What :class:`NodeSensitivityPass` found: ``rows`` (``{"node", "type", ["consumers",
+    "module", "threshold", "bit"], <metric>: mean}``, most to blame first) and their ``confidence``
+    (None when there is no row). :meth:`to_json` is the ``qir.node_sensitivity`` v1 document (the
+    pass's report, less the engine statistics): the rows with their intervals, ``confidence`` the
+    table's (``{"metric", "level", "resamples", "samples", "stable_top_k"}``)."""
+
+    node_type: str
+    start: str
+    metrics: list[str]
+    compare: list[str]
+    samples: int
+    rows: list[dict[str, Any]]
+    level: str
+    confidence: Ranking | None = None
+    march: str | None = None
+    saturated: dict[str, list[str]] | None = None
+    left_out: dict[str, str] = field(default_factory=dict)
+    ill_conditioned: dict[str, dict[str, str]] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The rows, each with its interval and rank interval (when there is a confidence)."""
+        if self.confidence is None:
+            return [dict(r) for r in self.rows]
+        m = self.metrics[0]
+        return [{**r, f"{m}_low": c.low, f"{m}_high": c.high, "rank": c.rank, "rank_low": c.rank_low,
+                 "rank_high": c.rank_high} for r, c in zip(self.rows, self.confidence.rows)]
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"node_type": self.node_type, "start": self.start, "metrics": list(self.metrics),
+                               "compare": list(self.compare), "samples": self.samples, "rows": self.table_rows(),
+                               "level": self.level}
+        if self.confidence is not None:
+            c = self.confidence
+            doc["confidence"] = {"metric": self.metrics[0], "level": c.level, "resamples": c.resamples,
+                                 "samples": c.samples, "stable_top_k": c.stable_top_k}
+        for key in ("march", "saturated"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
+        for key in ("left_out", "ill_conditioned"):
+            if getattr(self, key):
+                doc[key] = getattr(self, key)
+        return doc
 
 
 def _module_of(ir: QIR, op_name: str | None, cal: CalibRecord) -> str | None:
@@ -98,6 +151,11 @@ class NodeSensitivityPass(AnalysisPass):
                         "start": start, "runtime": runtime, "level": level, "march": march}
 
     def run(self, ir: QIR) -> PassResult:
+        report = self.analyse(ir)
+        return PassResult(ir, False, {**report.to_json(), "engine": report.engine})
+
+    def analyse(self, ir: QIR) -> NodeSensitivityReport:
+        """The report as a :class:`NodeSensitivityReport` (:meth:`run`'s report is its JSON form)."""
         candidates = self._candidates(ir)
         if not candidates:
             raise InputError(f"the model has no {self.node_type} candidates with calibration nodes")
@@ -114,37 +172,36 @@ class NodeSensitivityPass(AnalysisPass):
             else:
                 logger.warning("every node scores the same on the outputs %s (saturated?); choose an "
                                "output_node before the saturating op", list(ir.outputs))
-        rows = []
         ranked = result.ranked()
         if self.start == "quantized":
             ranked.reverse()
-        for name, values in ranked:
-            kind, cals = candidates[name]
-            row: dict[str, Any] = {"node": name, "type": kind}
-            if kind != "node":
-                row["consumers"] = _readers(ir, cals[0])
-            module = _module_of(ir, name if kind == "node" else None, cals[0])
-            if module:
-                row["module"] = module
-            if kind == "activation":
-                cal = cals[0]
-                th = float(np.max(cal.threshold)) if cal.threshold is not None else max_threshold(cal)
-                row["threshold"] = None if th is None else round(th, 5)
-                row["bit"] = {CalibMode.INT8: 8, CalibMode.INT16: 16}.get(cal.mode, cal.mode.value)
-            row.update(values)
-            rows.append(row)
-        report = {"node_type": "node" if self.interested else self.node_type, "start": self.start,
-                  "metrics": list(self.metrics), "compare": list(result.compare),
-                  "samples": samples, "rows": rows, "engine": result.stats, "level": self.level}
-        if self.level == Level.INTEGER:
-            report["march"] = self.march or "generic"
-        if saturated is not None:
-            report["saturated"] = saturated
-        if result.left_out:
-            report["left_out"] = {str(s): why for s, why in result.left_out.items()}
-        if result.ill_conditioned:
-            report["ill_conditioned"] = {str(s): ill for s, ill in result.ill_conditioned.items()}
-        return PassResult(ir, False, report)
+        rows = [self._row(ir, name, candidates[name], values) for name, values in ranked]
+        first = self.metrics[0]
+        per_sample = result.per_sample(first)
+        confidence = rank_confidence({name: per_sample[name] for name, _ in ranked},
+                                     descending=(qmetrics.BETTER[first] == "min") != (self.start == "quantized"))
+        return NodeSensitivityReport(
+            "node" if self.interested else self.node_type, self.start, list(self.metrics), list(result.compare),
+            samples, rows, self.level, confidence, march=(self.march or "generic") if self.level == Level.INTEGER else None,
+            saturated=saturated, left_out={str(s): why for s, why in result.left_out.items()},
+            ill_conditioned={str(s): ill for s, ill in result.ill_conditioned.items()}, engine=result.stats)
+
+    @staticmethod
+    def _row(ir: QIR, name: str, candidate: tuple[str, list[CalibRecord]], values: dict[str, float]) -> dict[str, Any]:
+        kind, cals = candidate
+        row: dict[str, Any] = {"node": name, "type": kind}
+        if kind != "node":
+            row["consumers"] = _readers(ir, cals[0])
+        module = _module_of(ir, name if kind == "node" else None, cals[0])
+        if module:
+            row["module"] = module
+        if kind == "activation":
+            cal = cals[0]
+            th = float(np.max(cal.threshold)) if cal.threshold is not None else max_threshold(cal)
+            row["threshold"] = None if th is None else round(th, 5)
+            row["bit"] = {CalibMode.INT8: 8, CalibMode.INT16: 16}.get(cal.mode, cal.mode.value)
+        row.update(values)
+        return row
 
     def _evaluate(self, ir: QIR, variants: list[Variant], compare):
         with Engine(ir, self.data, runtime=self.runtime, reference=self.start, compare=compare,

@@ -156,11 +156,11 @@ class _Steps:
         for nt in o["types"]:
             report = NodeSensitivityPass(self.data, o["metrics"], output_node=o["output_node"], node_type=nt,
                                          interested_nodes=o["interested_nodes"], progress=self.progress,
-                                         **self.kw)(self.ir).report
+                                         **self.kw).analyse(self.ir)
             node_sensitivity.write_report(report, self.out.sub("node_sensitivity"), stem=f"sensitivity_of_{nt}")
             if o["verbose"]:
                 self.log(node_sensitivity.format_table(report).rstrip())
-            found[nt] = report
+            found[nt] = {**report.to_json(), "engine": report.engine}
         return {"sensitivity": found}
 
     def _top(self, results: RunallResults) -> list[str]:

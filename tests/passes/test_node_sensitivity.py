@@ -89,18 +89,24 @@ def test_runtimes_agree_and_node_types(calibrated):
 
 def test_options_files_and_errors(calibrated, tmp_path):
     ir = calibrated
-    result = get_pass("node-sensitivity", data=DATA, node_type="activation", metrics=["sqnr", "mse"],
-                      interested_nodes=["conv2", "relu1_out_calib"], output_node="conv5", progress=False)(ir)
-    report = result.report
+    analysis = get_pass("node-sensitivity", data=DATA, node_type="activation", metrics=["sqnr", "mse"],
+                        interested_nodes=["conv2", "relu1_out_calib"], output_node="conv5", data_num=4, progress=False)
+    report = analysis(ir).report
     assert [r["node"] for r in report["rows"]] != [] and {r["node"] for r in report["rows"]} == {"conv2", "relu1_out_calib"}
     assert report["compare"] == [ir.op("conv5").outputs[0]]
     act = next(r for r in report["rows"] if r["type"] == "activation")
     assert act["consumers"] == "conv2" and act["bit"] == 8 and act["threshold"] > 0
-    files = write_report(report, tmp_path / "ns")
+    typed = analysis.analyse(ir)
+    files = write_report(typed, tmp_path / "ns")
     assert [f.name for f in files] == ["node_sensitivity.txt", "node_sensitivity.csv", "node_sensitivity.json"]
     doc = json.loads(files[2].read_text())
     assert doc["schema"] == "qir.node_sensitivity" and len(doc["rows"]) == 2
-    assert "node sensitivity" in format_table(report).splitlines()[0]
+    assert doc["rows"] == report["rows"] and doc["confidence"]["samples"] == 4
+    for row in doc["rows"]:  # the first metric's bootstrap interval holds its mean; ranks within the table
+        assert row["sqnr_low"] <= row["sqnr"] <= row["sqnr_high"] and 1 <= row["rank_low"] <= row["rank"] <= row["rank_high"] <= 2
+    assert "sqnr_low" in files[1].read_text().splitlines()[0]
+    table = format_table(typed)
+    assert "node sensitivity" in table.splitlines()[0] and "95% interval" in table and "stable top-" in table
     with pytest.raises(NotFoundError, match="did you mean"):
         get_sensitivity_of_nodes(ir, DATA, interested_nodes=["conv22"], progress=False)
     with pytest.raises(InputError, match="node_type"):
@@ -115,13 +121,14 @@ def test_a_nan_sample_is_left_out_not_scored_as_perfect(calibrated, tmp_path):
     samples = list(qir.data.model_samples(ir, DATA, 8))
     spoiled = samples[:3] + [{"input": samples[3]["input"].copy()}] + samples[4:]
     spoiled[3]["input"].flat[20] = np.nan
-    sens = get_pass("node-sensitivity", data=spoiled, data_num=8, node_type="activation", runtime="numpy",
-                    progress=False)(ir).report
+    spoiled_pass = get_pass("node-sensitivity", data=spoiled, data_num=8, node_type="activation", runtime="numpy",
+                            progress=False)
+    sens = spoiled_pass(ir).report
     clean = get_pass("node-sensitivity", data=samples[:3] + samples[4:], data_num=8, node_type="activation",
                      runtime="numpy", progress=False)(ir).report
     assert sens["samples"] == 7 and list(sens["left_out"]) == ["3"]
     assert sens["rows"] == clean["rows"]
-    write_report(sens, tmp_path)
+    write_report(spoiled_pass.analyse(ir), tmp_path)
     assert json.loads((tmp_path / "node_sensitivity.json").read_text())["left_out"]["3"].startswith("'logits'")
 
 

@@ -43,13 +43,12 @@ def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-sim
         save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*node_sensitivity.files()).check()
     report = NodeSensitivityPass(calibrated_data, metrics, output_node=output_node, node_type=node_type,
                                  data_num=data_num, interested_nodes=interested_nodes, start=start, runtime=runtime,
-                                 threads=threads, progress=progress, level=level, march=march)(ir).report
+                                 threads=threads, progress=progress, level=level, march=march).analyse(ir)
     if verbose:
         print(node_sensitivity.format_table(report), end="")
     if save_dir is not None:
         node_sensitivity.write_report(report, save_dir)
-    metric_names = report["metrics"]
-    return {r["node"]: {m: r[m] for m in metric_names} for r in report["rows"]}
+    return {r["node"]: {m: r[m] for m in report.metrics} for r in report.rows}
 
 
 def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quantize_node=None,

@@ -24,6 +24,7 @@ from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page
 from qir.tools.reports.html import img as _img
 from qir.tools.reports.html import table as _table
+from qir.tools.reports.node_sensitivity import interval_cells
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.overlays import better_of, graph_section, on_ops
 from qir.tools.results import RunallResults
@@ -116,10 +117,19 @@ def _sensitivity(results: RunallResults, names: _Names) -> list[Section]:
             for r in rows:
                 r["quantizers"] = names.quantizers(r["node"])
         keys = [k for k in ("node", "consumers", "quantizers", "threshold", "bit") if rows and k in rows[0]]
+        first, extra = report["metrics"][0], []
+        if rows and "rank_low" in rows[0]:  # (the bootstrap's interval and rank interval)
+            extra = ["95% interval", "rank"]
+            for r in rows:
+                r["95% interval"], r["rank"] = interval_cells(r[f"{first}_low"], r[f"{first}_high"], r["rank_low"],
+                                                              r["rank_high"])
+        stable = (report.get("confidence") or {}).get("stable_top_k")
         part = (f"<p>only this node quantized, compared with the "
                 f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
-                f"{len(report['rows'])}; consumers: the ops a quantizer feeds).</p>"
-                + _table(rows, keys + report["metrics"], node="node"))
+                f"{len(report['rows'])}; consumers: the ops a quantizer feeds)"
+                + (f"; stable top-{stable} over bootstrap resamples of {report['samples']} samples" if stable is not None
+                   else "") + ".</p>"
+                + _table(rows, keys + report["metrics"] + extra, node="node"))
         if report.get("saturated"):
             part += f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>"
         parts.append((f"sensitivity-{nt}", f"Node sensitivity: {nt}", part))
