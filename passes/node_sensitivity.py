@@ -28,7 +28,11 @@ Rule (``get_sensitivity_of_nodes`` in Horizon OpenExplorer's Accuracy Debug Tool
    computed, are bootstrapped: each row gets the 95% interval of its mean (``<metric>_low``,
    ``<metric>_high``) and its rank interval (``rank``, ``rank_low``, ``rank_high``), and the
    report the ``stable_top_k`` (``confidence``).
-7. ``level="integer"`` with a ``march`` asks it as the NPU computes it: every variant runs on the
+7. ``data_num="auto"`` (``--samples auto``): the samples in rounds, worst first, until the top
+   ``settle`` rows (default 1: which node is the cause) are a settled set or every sample is
+   used (:mod:`qir.passes.lib.adaptive`); the report's ``sampling`` says how many were used and
+   why it stopped.
+8. ``level="integer"`` with a ``march`` asks it as the NPU computes it: every variant runs on the
    integer level of that march profile (:mod:`qir.runtimes.engine.whole`), compared with the float
    model; the report names the ``level`` (and ``march``).
 
@@ -47,11 +51,13 @@ import numpy as np
 
 from qir import metrics as qmetrics
 from qir.calibration import max_threshold
+from qir.data import model_samples
 from qir.errors import InputError, NotFoundError, did_you_mean
 from qir.execution import Level
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.adaptive import Sampling, rank_in_rounds
 from qir.passes.lib.confidence import Ranking, rank_confidence
 from qir.passes.lib.selection import calibrations_of
 from qir.records import CalibRecord, OpRecord
@@ -85,6 +91,7 @@ class NodeSensitivityReport:
     left_out: dict[str, str] = field(default_factory=dict)
     ill_conditioned: dict[str, dict[str, str]] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)
+    sampling: Sampling | None = None  # how ``data_num="auto"`` sampled
 
     def table_rows(self) -> list[dict[str, Any]]:
         """The rows, each with its interval and rank interval (when there is a confidence)."""
@@ -108,6 +115,8 @@ class NodeSensitivityReport:
         for key in ("left_out", "ill_conditioned"):
             if getattr(self, key):
                 doc[key] = getattr(self, key)
+        if self.sampling is not None:
+            doc["sampling"] = self.sampling.to_json()
         return doc
 
 
@@ -132,21 +141,23 @@ class NodeSensitivityPass(AnalysisPass):
     name = "node-sensitivity"
 
     def __init__(self, data: Any = None, metrics: str | list[str] = "cosine-similarity", *,
-                 output_node: str | None = None, node_type: str = "node", data_num: int | None = 1,
+                 output_node: str | None = None, node_type: str = "node", data_num: int | str | None = 1,
                  interested_nodes: list[str] | None = None, start: str = "float", runtime: str | None = None,
                  threads: int | None = None, progress: bool = True, level: str = Level.FAKEQUANT,
-                 march: str | None = None) -> None:
+                 march: str | None = None, settle: int = 1) -> None:
         if data is None:
             raise InputError("node sensitivity needs calibration data (a folder, .npz, .npy or samples)")
         if node_type not in NODE_TYPES:
             raise InputError(f"unknown node_type {node_type!r}; choose one of {', '.join(NODE_TYPES)}")
         if start not in ("float", "quantized"):
             raise InputError(f"unknown start {start!r}; choose float or quantized")
+        if isinstance(data_num, str) and data_num != "auto":
+            raise InputError(f"data_num {data_num!r}: give a number of samples or 'auto'")
         self.data, self.metrics = data, qmetrics.check_metrics(metrics)
         self.output_node, self.node_type, self.data_num = output_node, node_type, data_num
         self.interested = list(interested_nodes or [])
         self.start, self.runtime, self.threads, self.progress = start, runtime, threads, progress
-        self.level, self.march = level, march
+        self.level, self.march, self.settle = level, march, settle
         self.options = {"metrics": list(self.metrics), "node_type": node_type, "data_num": data_num,
                         "start": start, "runtime": runtime, "level": level, "march": march}
 
@@ -160,7 +171,11 @@ class NodeSensitivityPass(AnalysisPass):
         if not candidates:
             raise InputError(f"the model has no {self.node_type} candidates with calibration nodes")
         variants = [Variant(name, {c.name: self._mode(c) for c in cals}) for name, (_, cals) in candidates.items()]
-        result, samples = self._evaluate(ir, variants, self._compare(ir))
+        sampling = None
+        if self.data_num == "auto":
+            result, samples, sampling = self._evaluate_auto(ir, variants, self._compare(ir))
+        else:
+            result, samples = self._evaluate(ir, variants, self._compare(ir))
         saturated = None
         if self.output_node is None and len(variants) > 1 and _all_equal(result, self.metrics[0]):
             logits = _pre_activations(ir)
@@ -168,7 +183,7 @@ class NodeSensitivityPass(AnalysisPass):
             if logits:
                 logger.warning("every node scores the same on the saturated outputs %s; ranking on the "
                                "values entering their final activation instead: %s", list(ir.outputs), logits)
-                result, samples = self._evaluate(ir, variants, logits)
+                result, samples = self._evaluate(ir, variants, logits, sampling)
             else:
                 logger.warning("every node scores the same on the outputs %s (saturated?); choose an "
                                "output_node before the saturating op", list(ir.outputs))
@@ -176,15 +191,20 @@ class NodeSensitivityPass(AnalysisPass):
         if self.start == "quantized":
             ranked.reverse()
         rows = [self._row(ir, name, candidates[name], values) for name, values in ranked]
-        first = self.metrics[0]
-        per_sample = result.per_sample(first)
-        confidence = rank_confidence({name: per_sample[name] for name, _ in ranked},
-                                     descending=(qmetrics.BETTER[first] == "min") != (self.start == "quantized"))
+        confidence = self._confidence(result, [name for name, _ in ranked])
         return NodeSensitivityReport(
             "node" if self.interested else self.node_type, self.start, list(self.metrics), list(result.compare),
             samples, rows, self.level, confidence, march=(self.march or "generic") if self.level == Level.INTEGER else None,
             saturated=saturated, left_out={str(s): why for s, why in result.left_out.items()},
-            ill_conditioned={str(s): ill for s, ill in result.ill_conditioned.items()}, engine=result.stats)
+            ill_conditioned={str(s): ill for s, ill in result.ill_conditioned.items()}, engine=result.stats,
+            sampling=sampling)
+
+    def _confidence(self, result, names: list[str]) -> Ranking:
+        """The bootstrap of the table whose rows are ``names`` (in its order), on the first metric."""
+        first = self.metrics[0]
+        per_sample = result.per_sample(first)
+        return rank_confidence({name: per_sample[name] for name in names},
+                               descending=(qmetrics.BETTER[first] == "min") != (self.start == "quantized"))
 
     @staticmethod
     def _row(ir: QIR, name: str, candidate: tuple[str, list[CalibRecord]], values: dict[str, float]) -> dict[str, Any]:
@@ -203,13 +223,43 @@ class NodeSensitivityPass(AnalysisPass):
         row.update(values)
         return row
 
-    def _evaluate(self, ir: QIR, variants: list[Variant], compare):
-        with Engine(ir, self.data, runtime=self.runtime, reference=self.start, compare=compare,
-                    metrics=self.metrics, data_num=self.data_num, threads=self.threads,
-                    progress=self.progress and f"node sensitivity ({self.node_type})", level=self.level,
-                    march=self.march) as engine:
+    def _evaluate(self, ir: QIR, variants: list[Variant], compare, sampling: Sampling | None = None, *,
+                  data: Any = None, reference: str | None = None, what: str = ""):
+        """The variants on the data (``data``; the samples ``sampling`` used; else the pass's)."""
+        if sampling is not None:
+            samples = list(model_samples(ir, self.data))
+            data = [samples[i] for i in sampling.order]
+        with Engine(ir, self.data if data is None else data, runtime=self.runtime, reference=reference or self.start,
+                    compare=compare, metrics=self.metrics, data_num=self.data_num if data is None else None,
+                    threads=self.threads, progress=self.progress and f"node sensitivity ({self.node_type}){what}",
+                    level=self.level, march=self.march) as engine:
             result = engine.evaluate(variants)
             return result, len(engine.samples) - len(result.left_out)
+
+    def _evaluate_auto(self, ir: QIR, variants: list[Variant], compare) -> tuple[Any, int, Sampling]:
+        """``data_num="auto"`` (module docstring, step 7): the model as it is scored on every
+        sample, then the variants in rounds on the worst samples first."""
+        samples = list(model_samples(ir, self.data))
+        whole, _ = self._evaluate(ir, [Variant("as it is", {})], compare, data=samples, reference="quantized",
+                                  what=": ordering samples")
+        scores = whole.per_sample(self.metrics[0])["as it is"]
+        scored = sorted({r["sample"] for r in whole.rows})
+        by_index = dict(zip(scored, scores))
+
+        def evaluate(indices: list[int]):
+            return self._evaluate(ir, variants, compare, data=[samples[i] for i in indices],
+                                  what=f": {len(indices)} more sample(s)")[0]
+
+        def confidence(result) -> Ranking:
+            ranked = result.ranked()
+            names = [name for name, _ in (reversed(ranked) if self.start == "quantized" else ranked)]
+            return self._confidence(result, names)
+
+        result, sampling = rank_in_rounds([by_index.get(i, float("nan")) for i in range(len(samples))], evaluate,
+                                          confidence, higher_is_better=qmetrics.BETTER[self.metrics[0]] == "max",
+                                          need=self.settle)
+        logger.info("%s", sampling.line("node sensitivity"))
+        return result, sampling.used - len(result.left_out), sampling
 
     # ------------------------------------------------------------------ pieces
     def _mode(self, cal: CalibRecord) -> str:

@@ -190,3 +190,27 @@ def test_threshold_column_of_an_imported_scale(calibrated):
     rows = get_pass("node-sensitivity", data=DATA, node_type="activation", runtime="numpy",
                     interested_nodes=["relu1_out_calib"], progress=False)(ir).report["rows"]
     assert rows[0]["threshold"] == pytest.approx(threshold, rel=1e-5)  # the range, not the scale
+
+
+def test_a_planted_sensitive_quantizer_is_settled_first_and_auto_sampling_stops_early(calibrated):
+    ir = calibrated.clone()
+    cal = next(c for c in ir.calibrations("activation") if c.input == "relu2_out")
+    cal.threshold = np.float32(float(cal.threshold) / 20)  # clips hard: far the worst quantizer
+    ir.touch()
+    analysis = get_pass("node-sensitivity", data=DATA, node_type="activation", data_num="auto", runtime="numpy",
+                        progress=False)
+    report = analysis.analyse(ir)
+    available = len(qir.data.model_samples(ir, DATA))
+    conf, sampling = report.confidence, report.sampling
+    assert report.rows[0]["node"] == cal.name and conf.named_alone(cal.name)
+    assert conf.rows[0].high < min(r.low for r in conf.rows[1:])  # its interval excludes every other row's
+    assert sampling.settled and sampling.used == report.samples < available  # stopped early
+    assert "worst first" in sampling.line("node sensitivity") and f"of {available}" in sampling.line("x")
+    # the worst samples first: by plain runs, the model as it is scores the used samples no better than the rest
+    samples = qir.data.model_samples(ir, DATA)
+    cos = [M.compute(["cosine-similarity"], qir.run(ir, s, level="float")["logits"], qir.run(ir, s)["logits"])[
+        "cosine-similarity"] for s in samples]
+    used = set(sampling.order)
+    assert max(cos[i] for i in used) <= min(cos[i] for i in range(available) if i not in used) + 1e-9
+    with pytest.raises(InputError, match="'auto'"):
+        get_pass("node-sensitivity", data=DATA, data_num="some")

@@ -55,3 +55,30 @@ def test_seeded_and_json():
     assert rank_confidence(v, descending=True) == rank_confidence(v, descending=True)
     doc = rank_confidence(v, descending=True).to_json()
     assert doc["samples"] == 3 and [row["name"] for row in doc["rows"]] == ["a", "b"]
+
+
+def test_rounds_double_and_two_equal_rows_use_every_sample():
+    from qir.passes.lib.adaptive import rank_in_rounds, rounds
+    from qir.runtimes.engine import EngineResult
+
+    assert rounds(32) == [4, 8, 16, 32] and rounds(3) == [3] and rounds(4) == [4]
+    rng = np.random.default_rng(3)
+    values = {"a": rng.normal(0.5, 0.1, 20), "b": None}
+    values["b"] = values["a"][::-1].copy()  # the same values, on other samples: equal means
+    calls = []
+
+    def evaluate(indices):
+        calls.append(list(indices))
+        rows = [{"variant": v, "sample": k, "values": {"out": {"mse": float(values[v][i])}}}
+                for v in values for k, i in enumerate(indices)]
+        return EngineResult(rows, ("mse",), ("out",))
+
+    def confidence(result):
+        per = result.per_sample("mse")
+        return rank_confidence({v: per[v] for v, _ in result.ranked()}, descending=True)
+
+    scores = list(np.linspace(0.9, 1.0, 20))
+    result, sampling = rank_in_rounds(scores, evaluate, confidence, higher_is_better=True, need=1)
+    assert not sampling.settled and sampling.used == 20 and "not settled" in sampling.reason
+    assert calls[0] == [0, 1, 2, 3] and sum(len(c) for c in calls) == 20  # worst first, each sample once
+    assert sorted({r["sample"] for r in result.rows}) == list(range(20))
