@@ -8,7 +8,7 @@ import sys
 
 from qir.tools.cli.options import add_force
 
-ORDER = 64
+ORDER = 75  # after compare: it reads what the analyses wrote
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
