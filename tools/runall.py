@@ -124,7 +124,8 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     results.header.budget = first
     results.seconds = round(time.perf_counter() - started, 2)
     out.write_json("advice.json", "qir.advice", {"header": results.header, "advice": results.advice,
-                                                 "dropped": results.dropped, "notes": results.notes})
+                                                 "dropped": results.dropped, "notes": results.notes,
+                                                 "confidence": measured.confidence})
     _log_advice(results, log)
     results.index = str(write_index(results, out, ModelGraph.from_ir(ir)))  # with the graph panel
     state.finish()

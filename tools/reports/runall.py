@@ -27,7 +27,7 @@ from qir.tools.reports.html import table as _table
 from qir.tools.reports.node_sensitivity import interval_cells
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.overlays import better_of, graph_section, on_ops
-from qir.tools.results import RunallResults
+from qir.tools.results import Fix, RunallResults
 
 __all__ = ["write_index", "distribution_order"]
 
@@ -84,10 +84,19 @@ def _headline(results: RunallResults) -> list[str]:
     advice = results.get("advice") or []
     if advice:
         best = advice[0]
-        lines.append(best_fix_line(len(advice), best["fix"], best["cause"], best["before"], best["after"]))
+        lines.append(best_fix_line(len(advice), best["fix"], best["cause"], best["before"], best["after"],
+                                   best.get("settled")))
     else:
         lines.append("no fix that was tried helps")
     return lines
+
+
+def _interval(fix: Fix) -> str:
+    """A kept fix's gain interval and rank interval (the advisor's bootstrap), when it has them."""
+    if fix.get("gain_low") is None:
+        return ""
+    _, rank = interval_cells(fix["gain_low"], fix["gain_high"], fix["rank_low"], fix["rank_high"])
+    return f"; 95% interval {fix['gain_low']:+.5f} to {fix['gain_high']:+.5f}, rank {rank}"
 
 
 def _advice(results: RunallResults) -> str:
@@ -95,7 +104,7 @@ def _advice(results: RunallResults) -> str:
     for fix in results.get("advice", []):
         items.append(f"<li><b>{html.escape(fix['cause'])}</b>: {html.escape(fix['why'])}. Fix: {html.escape(fix['fix'])}."
                      f"<br>measured: output cosine {fix['before']:.5f} &rarr; <b>{fix['after']:.5f}</b> "
-                     f"({fix['gain']:+.5f}){command(fix['command'])}</li>")
+                     f"({fix['gain']:+.5f}{_interval(fix)}){command(fix['command'])}</li>")
     part = "<p>Each fix was measured on the same samples before it is listed; best first.</p>"
     part += f"<ol>{''.join(items)}</ol>" if items else "<p>No fix that was tried helps (see below).</p>"
     dropped = results.get("dropped") or []
