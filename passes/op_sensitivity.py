@@ -16,6 +16,10 @@ the analysis engine from the float configuration of the calibrated model:
 4. Columns: ``op_name, sensitive_type, op_type, <metric>, quant_dtype, flops`` with flops as
    ``N(p%)`` of the whole model (:func:`qir.runtimes.engine.cost.op_flops`).
 
+``sample`` may also be several samples (the bad cases): each row is then the mean over them, and
+its first metric's 95% bootstrap interval and rank interval come with it, with the table's stable
+top-k per output (:mod:`qir.passes.lib.confidence`; on one sample: none, said so).
+
 The pass returns the report and writes nothing; :mod:`qir.tools.reports.op_sensitivity` writes
 ``sensitive_ops.txt`` (a table per output) and ``sensitive_ops.json`` (schema
 ``qir.sensitive_ops`` v1: the rows with their calibration node names, which
@@ -24,7 +28,10 @@ The pass returns the report and writes nothing; :mod:`qir.tools.reports.op_sensi
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from qir import metrics as qmetrics
 from qir.errors import InputError
@@ -32,13 +39,14 @@ from qir.execution import Runtime
 from qir.graph import QIR
 from qir.kinds import NodeKind
 from qir.passes.base import AnalysisPass, PassResult, register_pass
+from qir.passes.lib.confidence import Ranking, rank_confidence
 from qir.passes.lib.fusion import unit_of, unit_type
 from qir.passes.lib.model_pair import BAD_CASE_METRICS, replay_setup
 from qir.records import OpRecord
 from qir.runtimes.engine import Engine, Variant
 from qir.runtimes.engine.cost import op_flops
 
-__all__ = ["OpSensitivityPass", "op_sensitivity", "candidates"]
+__all__ = ["OpSensitivityPass", "OpSensitivityReport", "op_sensitivity", "candidates"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +76,45 @@ def candidates(ir: QIR) -> list[dict[str, Any]]:
     return out
 
 
-def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", reverse: bool = False,
-                   runtime: str = Runtime.ORT, threads: int | None = None, progress: bool = True,
-                   replay_discrete: bool = True) -> dict[str, Any]:
-    """The report: ``{"metric", "outputs": {output: [row, ...]}, "total_flops"}`` (module
-    docstring). ``replay_discrete``: sort/top-k/arg-max indices come from the float model's run
-    (:mod:`.discrete`), in the variants and in the float baseline alike."""
+@dataclass
+class OpSensitivityReport:
+    """:func:`op_sensitivity`'s report: per model output, its rows most sensitive first
+    (``{"op_name", "sensitive_type", "op_type", "module", "calibrations", "quant_dtype", "flops",
+    <metric>, "flops_text"}``) and their ``confidence``. :meth:`to_json` is the
+    ``qir.sensitive_ops`` v1 document, each row with ``<metric>_low``/``_high``, ``rank``,
+    ``rank_low`` and ``rank_high``, and ``confidence`` ``{output: {"samples", "stable_top_k", ...}}``."""
+
+    metric: str
+    reverse: bool
+    outputs: dict[str, list[dict[str, Any]]]
+    total_flops: int
+    samples: int = 1
+    confidence: dict[str, Ranking] = field(default_factory=dict)
+
+    def table_rows(self, output: str) -> list[dict[str, Any]]:
+        rows, conf = self.outputs[output], self.confidence.get(output)
+        if conf is None:
+            return [dict(r) for r in rows]
+        m = self.metric
+        return [{**r, f"{m}_low": c.low, f"{m}_high": c.high, "rank": c.rank, "rank_low": c.rank_low,
+                 "rank_high": c.rank_high} for r, c in zip(rows, conf.rows)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "reverse": self.reverse, "samples": self.samples,
+                "outputs": {out: self.table_rows(out) for out in self.outputs}, "total_flops": self.total_flops,
+                "confidence": {out: {k: v for k, v in c.to_json().items() if k != "rows"}
+                               for out, c in self.confidence.items()}}
+
+
+def op_sensitivity(ir: QIR, sample: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]], *, metric: str = "L1",
+                   reverse: bool = False, runtime: str = Runtime.ORT, threads: int | None = None, progress: bool = True,
+                   replay_discrete: bool = True) -> OpSensitivityReport:
+    """The report (module docstring) on ``sample``, or on each of several samples (the mean over
+    them, with intervals). ``replay_discrete``: sort/top-k/arg-max indices come from the float
+    model's run (:mod:`.discrete`), in the variants and in the float baseline alike."""
     if metric not in BAD_CASE_METRICS:
         raise InputError(f"unknown sensitivity metric {metric!r}; choose one of {', '.join(BAD_CASE_METRICS)}")
+    samples = [dict(sample)] if isinstance(sample, Mapping) else [dict(s) for s in sample]
     model, replay = replay_setup(ir, ir) if replay_discrete else (ir, [])
     cands = candidates(model)  # (replaying may prune quantizers that fed only an index)
     if not cands:
@@ -86,21 +125,27 @@ def op_sensitivity(ir: QIR, sample: Mapping[str, Any], *, metric: str = "L1", re
     if replay:
         from qir.passes.lib.discrete import with_replay
 
-        sample = with_replay(ir, "float", [sample], replay, runtime)[0]
-    with Engine(model, [dict(sample)], runtime=runtime, reference="float", metrics=[qname], threads=threads,
+        samples = with_replay(ir, "float", samples, replay, runtime)
+    with Engine(model, samples, runtime=runtime, reference="float", metrics=[qname], threads=threads,
                 progress=progress and "op sensitivity") as engine:
         result = engine.evaluate(variants)
-    per = {row["variant"]: row["values"] for row in result.rows}
+    per: dict[str, dict[str, list[float]]] = {}  # variant -> output -> value per sample
+    for row in sorted(result.rows, key=lambda r: r["sample"]):
+        for out, values in row["values"].items():
+            per.setdefault(row["variant"], {}).setdefault(out, []).append(values[qname])
     total = sum(op_flops(model, op) for op in model.ops()) or 1
-    outputs = {}
+    outputs, confidence = {}, {}
+    descending = (qmetrics.BETTER[qname] == "min") != reverse
     for out in model.outputs:
         rows = []
         for c, v in zip(cands, variants):
-            value = per[v.name][out][qname]
-            rows.append({**c, metric: value, "flops_text": f"{c['flops']}({100 * c['flops'] / total:.2f}%)"})
+            values = [x for x in per[v.name][out] if x == x]
+            rows.append({**c, metric: sum(values) / len(values) if values else float("nan"),
+                         "flops_text": f"{c['flops']}({100 * c['flops'] / total:.2f}%)", "_variant": v.name})
         rows.sort(key=lambda r: qmetrics.worst_first(qname, r[metric]), reverse=reverse)
-        outputs[out] = rows
-    return {"metric": metric, "reverse": reverse, "outputs": outputs, "total_flops": total}
+        confidence[out] = rank_confidence({r["_variant"]: per[r["_variant"]][out] for r in rows}, descending=descending)
+        outputs[out] = [{k: x for k, x in r.items() if k != "_variant"} for r in rows]
+    return OpSensitivityReport(metric, reverse, outputs, total, len(samples), confidence)
 
 
 @register_pass
@@ -118,4 +163,4 @@ class OpSensitivityPass(AnalysisPass):
                         "progress": progress, "replay_discrete": replay_discrete}
 
     def run(self, ir: QIR) -> PassResult:
-        return PassResult(ir, False, op_sensitivity(ir, self.sample, **self.options))
+        return PassResult(ir, False, op_sensitivity(ir, self.sample, **self.options).to_json())

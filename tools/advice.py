@@ -34,6 +34,13 @@ float model, the mean over samples. A candidate is kept when it recovers at leas
 (1%) of what the current score misses to 1; the others are returned as tried and dropped, with
 their numbers. Kept fixes are ordered by gain, cause first where gains tie.
 
+**Confidence.** The kept fixes' order rests on the per-sample gains the measurement already
+holds: each kept fix gets its gain's 95% bootstrap interval (``gain_low``, ``gain_high``) and
+rank interval (``rank_low``, ``rank_high``), the advice its ``confidence`` (``stable_top_k``,
+:mod:`qir.passes.lib.confidence`); the first fix is called the best (``settled``) only when it
+is the stable top-1, else its line names the fixes it is not yet told apart from (``peers``);
+on one sample how settled the order is is unknown (``settled`` left out).
+
 **Commands** (:func:`command`) are complete and pasteable: ``qir set-mode MODEL --nodes ...
 (--mode M | --threshold T) -o OUT`` for one kind of change, ``qir pipeline MODEL
 'set-mode{...},set-mode{...}' -o OUT`` for several, ``qir pipeline MODEL 'calibrate{method=M}'
@@ -83,6 +90,7 @@ class Measured:
     after: list[float]
     samples: int
     left_out: int
+    per_sample: dict[str, list[float]] = field(default_factory=dict)  # variant ("as it is", "fix i") -> values
 
 
 @dataclass
@@ -98,6 +106,9 @@ class Advice(Report):
     advice: list[Fix] = field(default_factory=list)
     dropped: list[Fix] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    confidence: dict[str, Any] | None = None  # the kept fixes' order: stable top-k, samples, resamples
+
+    optional = ("confidence",)
 
 
 def helps(before: float, after: float) -> bool:
@@ -190,7 +201,7 @@ def measure(ir: QIR, data: Any, changes: Sequence[Mapping[str, str]], *, data_nu
         result = engine.evaluate(variants)
     table = result.per_variant()
     return Measured(table["as it is"][METRIC], [table[v.name][METRIC] for v in variants[1:]], len(engine.samples),
-                    len(result.left_out))
+                    len(result.left_out), result.per_sample(METRIC))
 
 
 def _recalibrated(ir: QIR, data: Any, method: str, *, data_num: int | None, runtime: str, progress: bool) -> float:
@@ -338,8 +349,11 @@ def advise(ir: QIR, results: RunallResults, data: Any, *, model_path: str | None
     variants = [c for c in candidates if c.changes is not None]
     measured = measure(ir, data, [c.changes for c in variants], data_num=data_num, runtime=runtime,
                        progress=progress)
-    for c, after in zip(variants, measured.after):
+    gains: dict[int, list[float]] = {}  # id(fix) -> its gain per sample
+    for i, (c, after) in enumerate(zip(variants, measured.after)):
         c.after = after
+        if measured.per_sample:
+            gains[id(c)] = [a - b for a, b in zip(measured.per_sample[f"fix {i}"], measured.per_sample["as it is"])]
     for c in (c for c in candidates if c.changes is None):
         if isinstance(data, (str, Path)):
             c.after = _recalibrated(ir, data, c.recalibrate, data_num=data_num, runtime=runtime, progress=progress)
@@ -349,8 +363,9 @@ def advise(ir: QIR, results: RunallResults, data: Any, *, model_path: str | None
     for c in tried:
         c.before, c.gain = measured.before, c.after - measured.before
     tried += _transforms(ir, data, data_num, runtime, notes)
-    kept, dropped = _keep(ir, tried, model, data)
-    return Advice("output cosine", measured.before, measured.samples, measured.left_out, kept, dropped, notes)
+    kept, dropped, confidence = _keep(ir, tried, model, data, gains)
+    return Advice("output cosine", measured.before, measured.samples, measured.left_out, kept, dropped, notes,
+                  confidence)
 
 
 def _transforms(ir: QIR, data: Any, data_num: int | None, runtime: str, notes: list[str]) -> list[Fix]:
@@ -380,8 +395,42 @@ def _command(ir: QIR, c: Fix, model: str, output: str, data: Any) -> str:
     return command(ir, model, output, c.changes, recalibrate=c.recalibrate, data=data)
 
 
-def _keep(ir: QIR, tried: list[Fix], model: str, data: Any) -> tuple[list[Fix], list[Fix]]:
-    """Split ``tried`` into kept fixes (ordered, with commands and text) and dropped ones."""
+def _rank(kept: list[Fix], gains: Mapping[int, list[float]]) -> dict[str, Any] | None:
+    """The kept fixes' order, bootstrapped over their per-sample gains (see the module
+    docstring); a recalibration (measured as a whole: no per-sample gains) is left out of it."""
+    from qir.passes.lib.confidence import rank_confidence
+
+    ranked = [c for c in kept if id(c) in gains]
+    if not ranked:
+        return None
+    conf = rank_confidence({str(i): gains[id(c)] for i, c in enumerate(ranked)}, descending=True)
+    for c, row in zip(ranked, conf.rows):
+        c.gain_low, c.gain_high, c.rank_low, c.rank_high = row.low, row.high, row.rank_low, row.rank_high
+    first = ranked[0]
+    if conf.stable_top_k is not None:  # (one sample: unknown)
+        first.settled = conf.named_alone("0")
+        if not first.settled:
+            first.peers = [i + 1 for i, row in enumerate(conf.rows[1:], 1) if row.rank_low <= conf.rows[0].rank_high]
+    return {k: v for k, v in conf.to_json().items() if k != "rows"}
+
+
+def _text(c: Fix) -> str:
+    """A kept fix's line (its command last, so that it pastes)."""
+    interval = f", 95% interval {c.gain_low:+.5f} to {c.gain_high:+.5f}" if c.gain_low is not None else ""
+    note = ""
+    if c.settled:
+        note = " (the best fix in >= 95% of bootstrap resamples)"
+    elif c.settled is False:
+        note = (f" (not settled as the best: fix(es) {', '.join(map(str, c.peers))} may do as well on other samples)"
+                if c.peers else " (not settled as the best)")
+    return (f"{c.cause}: {c.why}; {c.fix}: output cosine {c.before:.5f} -> {c.after:.5f} ({c.gain:+.5f}{interval})"
+            f"{note}: {c.command}")
+
+
+def _keep(ir: QIR, tried: list[Fix], model: str, data: Any,
+          gains: Mapping[int, list[float]]) -> tuple[list[Fix], list[Fix], dict[str, Any] | None]:
+    """Split ``tried`` into kept fixes (ordered, with their confidence, commands and text) and
+    dropped ones; and the kept order's confidence (:func:`_rank`)."""
     dropped = [replace(c, reason="does not help") for c in tried if not helps(c.before, c.after)]
     kept = []
     for c in sorted((c for c in tried if helps(c.before, c.after)), key=lambda c: (-c.gain, CAUSES.index(c.cause))):
@@ -391,12 +440,12 @@ def _keep(ir: QIR, tried: list[Fix], model: str, data: Any) -> tuple[list[Fix], 
             dropped.append(replace(c, reason=str(exc)))
         else:
             kept.append(c)
+    confidence = _rank(kept, gains)
     for c, out in zip(kept, _output_names(model, len(kept), "runall")):
         c.command = _command(ir, c, model, out, data)
         c.output = out
-        c.text = (f"{c.cause}: {c.why}; {c.fix}: output cosine {c.before:.5f} -> {c.after:.5f} ({c.gain:+.5f}): "
-                  f"{c.command}")
-    return kept, dropped
+        c.text = _text(c)
+    return kept, dropped, confidence
 
 
 # -------------------------------------------------------------------------------- qir compare's advisor

@@ -37,9 +37,15 @@ class Fix(Report):
     output: str | None = None
     text: str | None = None
     reason: str | None = None
+    gain_low: float | None = None  # runall's advice: the gain's 95% bootstrap interval,
+    gain_high: float | None = None
+    rank_low: int | None = None  # its rank interval among the kept fixes,
+    rank_high: int | None = None
+    settled: bool | None = None  # the first fix: whether it is the stable top-1,
+    peers: list[int] | None = None  # and if not, the fixes it is not told apart from
 
     optional = ("cause", "recalibrate", "why", "before", "after", "gain", "helps", "scored", "rank", "output",
-                "command", "text", "reason")
+                "command", "text", "reason", "gain_low", "gain_high", "rank_low", "rank_high", "settled", "peers")
 
 
 @dataclass

@@ -124,7 +124,8 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     results.header.budget = first
     results.seconds = round(time.perf_counter() - started, 2)
     out.write_json("advice.json", "qir.advice", {"header": results.header, "advice": results.advice,
-                                                 "dropped": results.dropped, "notes": results.notes})
+                                                 "dropped": results.dropped, "notes": results.notes,
+                                                 "confidence": measured.confidence})
     _log_advice(results, log)
     results.index = str(write_index(results, out, ModelGraph.from_ir(ir)))  # with the graph panel
     state.finish()
@@ -156,11 +157,11 @@ class _Steps:
         for nt in o["types"]:
             report = NodeSensitivityPass(self.data, o["metrics"], output_node=o["output_node"], node_type=nt,
                                          interested_nodes=o["interested_nodes"], progress=self.progress,
-                                         **self.kw)(self.ir).report
+                                         **self.kw).analyse(self.ir)
             node_sensitivity.write_report(report, self.out.sub("node_sensitivity"), stem=f"sensitivity_of_{nt}")
             if o["verbose"]:
                 self.log(node_sensitivity.format_table(report).rstrip())
-            found[nt] = report
+            found[nt] = {**report.to_json(), "engine": report.engine}
         return {"sensitivity": found}
 
     def _top(self, results: RunallResults) -> list[str]:

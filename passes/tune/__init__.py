@@ -86,6 +86,7 @@ from qir.passes.layer_compare import CLIP_SQNR_DB
 from qir.passes.lib.latency_table import LatencyTable
 from qir.passes.tune.clip import clipping_fixes
 from qir.passes.tune.evaluator import Evaluator
+from qir.passes.tune.ranking import rank_units
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.tune.space import Config, Space, constrained_splits
@@ -481,7 +482,9 @@ class TunePass(Pass):
         lowered = [space.move(reference, {i: 0}) for i in units]
         found.sensitivity_samples = picked = self._bad_cases(ev, reference, self.sensitivity_samples)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
-        return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
+        loss = {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
+        found.ranking = rank_units(scores[0], scores[1:], units, space.names(units), [loss[i] for i in units])
+        return loss
 
     def _screen(self, ev: Evaluator, space: Space):
         """Pruning's screen (:func:`.search.prune`): single losses estimated on the

@@ -155,6 +155,7 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
                          "sensitivity_samples": found.sensitivity_samples},
         "attribution_samples": found.attribution_samples,
         "changes": _changes(ev, found), "clipping": found.fixes,
+        "sensitivity": found.ranking.to_json() if found.ranking is not None else None,
         "calibration_modes": dict(sorted(calib_modes.items())), "gemm_ops": _gemm_precisions(ev, final),
         "raised": len(space.raised(final, found.plain_start)),
         "history": history, "pareto": pareto(history, target.higher_is_better),

@@ -68,6 +68,18 @@ class EngineResult:
         rows = self._by_variant().get(variant, [])
         return {value: {m: _mean_over(rows, m, value) for m in self.metrics} for value in self.compare}
 
+    def per_sample(self, metric: str | None = None) -> dict[str, list[float]]:
+        """Each variant's ``metric`` (default: the first) per sample, in sample order: the values
+        :meth:`per_variant` averages (NaN where a sample has no number for it), so a bootstrap over
+        samples (:mod:`qir.passes.lib.confidence`) reuses them rather than running anything again."""
+        metric = metric or self.metrics[0]
+        out = {}
+        for name, rows in self._by_variant().items():
+            rows = sorted(rows, key=lambda r: r["sample"])
+            trusted = [_row_mean(row, metric, None, True) for row in rows]
+            out[name] = trusted if any(x == x for x in trusted) else [_row_mean(row, metric, None, False) for row in rows]
+        return out
+
     @property
     def ill_conditioned(self) -> dict[int, dict[str, str]]:
         """``{sample: {compared value: why}}`` for the samples whose baseline is ill-conditioned."""

@@ -89,18 +89,24 @@ def test_runtimes_agree_and_node_types(calibrated):
 
 def test_options_files_and_errors(calibrated, tmp_path):
     ir = calibrated
-    result = get_pass("node-sensitivity", data=DATA, node_type="activation", metrics=["sqnr", "mse"],
-                      interested_nodes=["conv2", "relu1_out_calib"], output_node="conv5", progress=False)(ir)
-    report = result.report
+    analysis = get_pass("node-sensitivity", data=DATA, node_type="activation", metrics=["sqnr", "mse"],
+                        interested_nodes=["conv2", "relu1_out_calib"], output_node="conv5", data_num=4, progress=False)
+    report = analysis(ir).report
     assert [r["node"] for r in report["rows"]] != [] and {r["node"] for r in report["rows"]} == {"conv2", "relu1_out_calib"}
     assert report["compare"] == [ir.op("conv5").outputs[0]]
     act = next(r for r in report["rows"] if r["type"] == "activation")
     assert act["consumers"] == "conv2" and act["bit"] == 8 and act["threshold"] > 0
-    files = write_report(report, tmp_path / "ns")
+    typed = analysis.analyse(ir)
+    files = write_report(typed, tmp_path / "ns")
     assert [f.name for f in files] == ["node_sensitivity.txt", "node_sensitivity.csv", "node_sensitivity.json"]
     doc = json.loads(files[2].read_text())
     assert doc["schema"] == "qir.node_sensitivity" and len(doc["rows"]) == 2
-    assert "node sensitivity" in format_table(report).splitlines()[0]
+    assert doc["rows"] == report["rows"] and doc["confidence"]["samples"] == 4
+    for row in doc["rows"]:  # the first metric's bootstrap interval holds its mean; ranks within the table
+        assert row["sqnr_low"] <= row["sqnr"] <= row["sqnr_high"] and 1 <= row["rank_low"] <= row["rank"] <= row["rank_high"] <= 2
+    assert "sqnr_low" in files[1].read_text().splitlines()[0]
+    table = format_table(typed)
+    assert "node sensitivity" in table.splitlines()[0] and "95% interval" in table and "stable top-" in table
     with pytest.raises(NotFoundError, match="did you mean"):
         get_sensitivity_of_nodes(ir, DATA, interested_nodes=["conv22"], progress=False)
     with pytest.raises(InputError, match="node_type"):
@@ -115,13 +121,14 @@ def test_a_nan_sample_is_left_out_not_scored_as_perfect(calibrated, tmp_path):
     samples = list(qir.data.model_samples(ir, DATA, 8))
     spoiled = samples[:3] + [{"input": samples[3]["input"].copy()}] + samples[4:]
     spoiled[3]["input"].flat[20] = np.nan
-    sens = get_pass("node-sensitivity", data=spoiled, data_num=8, node_type="activation", runtime="numpy",
-                    progress=False)(ir).report
+    spoiled_pass = get_pass("node-sensitivity", data=spoiled, data_num=8, node_type="activation", runtime="numpy",
+                            progress=False)
+    sens = spoiled_pass(ir).report
     clean = get_pass("node-sensitivity", data=samples[:3] + samples[4:], data_num=8, node_type="activation",
                      runtime="numpy", progress=False)(ir).report
     assert sens["samples"] == 7 and list(sens["left_out"]) == ["3"]
     assert sens["rows"] == clean["rows"]
-    write_report(sens, tmp_path)
+    write_report(spoiled_pass.analyse(ir), tmp_path)
     assert json.loads((tmp_path / "node_sensitivity.json").read_text())["left_out"]["3"].startswith("'logits'")
 
 
@@ -183,3 +190,27 @@ def test_threshold_column_of_an_imported_scale(calibrated):
     rows = get_pass("node-sensitivity", data=DATA, node_type="activation", runtime="numpy",
                     interested_nodes=["relu1_out_calib"], progress=False)(ir).report["rows"]
     assert rows[0]["threshold"] == pytest.approx(threshold, rel=1e-5)  # the range, not the scale
+
+
+def test_a_planted_sensitive_quantizer_is_settled_first_and_auto_sampling_stops_early(calibrated):
+    ir = calibrated.clone()
+    cal = next(c for c in ir.calibrations("activation") if c.input == "relu2_out")
+    cal.threshold = np.float32(float(cal.threshold) / 20)  # clips hard: far the worst quantizer
+    ir.touch()
+    analysis = get_pass("node-sensitivity", data=DATA, node_type="activation", data_num="auto", runtime="numpy",
+                        progress=False)
+    report = analysis.analyse(ir)
+    available = len(qir.data.model_samples(ir, DATA))
+    conf, sampling = report.confidence, report.sampling
+    assert report.rows[0]["node"] == cal.name and conf.named_alone(cal.name)
+    assert conf.rows[0].high < min(r.low for r in conf.rows[1:])  # its interval excludes every other row's
+    assert sampling.settled and sampling.used == report.samples < available  # stopped early
+    assert "worst first" in sampling.line("node sensitivity") and f"of {available}" in sampling.line("x")
+    # the worst samples first: by plain runs, the model as it is scores the used samples no better than the rest
+    samples = qir.data.model_samples(ir, DATA)
+    cos = [M.compute(["cosine-similarity"], qir.run(ir, s, level="float")["logits"], qir.run(ir, s)["logits"])[
+        "cosine-similarity"] for s in samples]
+    used = set(sampling.order)
+    assert max(cos[i] for i in used) <= min(cos[i] for i in range(available) if i not in used) + 1e-9
+    with pytest.raises(InputError, match="'auto'"):
+        get_pass("node-sensitivity", data=DATA, data_num="some")

@@ -750,3 +750,22 @@ def test_on_yolov8n_a_target_on_the_class_scores_sees_what_the_output_cosine_hid
                      if qmetrics.ill_conditioned(f, bound) is None])
     assert whole["meets"] and not on_scores["meets"]
     assert on_scores["mean"] == pytest.approx(plain, abs=2e-3) and on_scores["mean"] < whole["mean"] - 0.02
+
+
+def test_the_sensitivity_order_carries_its_bootstrap_confidence():
+    """The ranking's rows are the stage's losses in its order; without a floor the loss is the mean
+    per-sample change the bootstrap resamples, so its interval holds it."""
+    ir = _calibrated("percentile")
+    start = _plain(_configured(ir, {c.name: "int8" for c in ir.calibrations()}), "mse")
+    upper = _plain(_configured(ir, {c.name: "int16" for c in ir.calibrations("activation")}), "mse")
+    result = _tune(ir, f"mse<={(start + upper) / 2!r}", verify=False)
+    sens = result.report["sensitivity"]
+    assert sens is not None and sens["samples"] == result.report["samples"] > 1
+    rows = sens["rows"]
+    assert [r["loss"] for r in rows] == sorted((r["loss"] for r in rows), reverse=True) and len(rows) > 1
+    for r in rows:
+        assert r["mean_change"] == pytest.approx(r["loss"], rel=1e-9, abs=1e-15)
+        assert r["change_low"] - 1e-15 <= r["loss"] <= r["change_high"] + 1e-15
+        assert 1 <= r["rank_low"] <= r["rank"] <= r["rank_high"] <= len(rows)
+    k = sens["stable_top_k"]
+    assert 0 <= k < len(rows) and (not sens["first_settled"] or k >= 1)

@@ -16,7 +16,7 @@ DATA = str(REPO / "qir" / "examples" / "digits" / "calibration_data")
 # the order `qir --help` has always listed the commands in
 HELP_ORDER = ["dump", "run", "data", "calibrate", "pipeline", "set-mode", "emit", "evaluate", "sensitivity", "acc-error",
               "distribution", "channelwise", "sensitivity-analysis", "runall", "tune", "import-torch", "check", "consistency",
-              "profile", "bad-case", "compare", "numeric-suite", "view", "profiles", "demo"]
+              "profile", "bad-case", "compare", "numeric-suite", "diff", "view", "profiles", "demo"]
 
 
 def _commands(parser) -> list[str]:
@@ -28,7 +28,7 @@ def test_every_command_module_is_found_and_help_keeps_its_order():
     modules = app.command_modules()
     assert {m.__name__.rsplit(".", 1)[-1] for m in modules} == {
         "model", "data", "calibrate", "engine", "debugger", "torch_import", "check", "consistency", "compare", "profiles",
-        "demo", "tune", "view"}
+        "demo", "tune", "view", "diff"}
     assert all(callable(m.add_commands) for m in modules)
     assert _commands(build_parser()) == HELP_ORDER
 

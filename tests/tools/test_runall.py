@@ -212,3 +212,19 @@ def test_resume_refuses_a_run_asked_something_else(digits_calibrated_file, tmp_p
     assert "data_num differ" in capsys.readouterr().err
     assert main([*argv, "-dn", "2", "--resume"]) == 0  # the same run: every step read back
     assert capsys.readouterr().out.count("read back from runall_state.json") == 5
+
+
+def test_the_advice_order_carries_its_bootstrap_confidence(kl_report):
+    model, report, lines = kl_report
+    saved = json.loads((model.parent / "debug_result" / "advice.json").read_text())
+    one = [fix for fix in report.advice if fix.gain_low is not None]  # (a recalibration has no per-sample gains)
+    assert saved["confidence"]["samples"] == report.header.samples == 1 and one and one[0].settled is None
+    measured = advise(qir.load(model), report, str(DATA), model_path=str(model), data_num=6, progress=False)
+    ranked = [fix for fix in measured.advice if fix.gain_low is not None]
+    assert ranked and measured.confidence["samples"] == 6
+    for fix in ranked:
+        assert fix.gain_low - 1e-12 <= fix.gain <= fix.gain_high + 1e-12
+        assert 1 <= fix.rank_low <= fix.rank_high <= len(ranked) and "95% interval" in fix.text
+    first = ranked[0]
+    assert isinstance(first.settled, bool) and first.text.endswith(first.command)  # (it still pastes)
+    assert ("the best fix in" in first.text) == first.settled != ("not settled" in first.text)

@@ -34,22 +34,27 @@ __all__ = ["get_sensitivity_of_nodes", "plot_acc_error", "plot_distribution", "g
 def get_sensitivity_of_nodes(model_or_file, calibrated_data, metrics="cosine-similarity", output_node=None,
                              node_type="node", data_num=1, verbose=False, interested_nodes=None, *,
                              start="float", runtime=None, save_dir=None, threads=None, progress=True,
-                             overwrite=False, level=Level.FAKEQUANT, march=None) -> dict[str, dict[str, float]]:
+                             overwrite=False, level=Level.FAKEQUANT, march=None,
+                             settle: int = 1) -> dict[str, dict[str, float]]:
     """hmct's ``get_sensitivity_of_nodes``: ``{node: {metric: value}}`` worst first; prints the
     table when ``verbose``; writes ``node_sensitivity.{txt,csv,json}`` to ``save_dir``. ``runtime``:
-    ``ort`` by default, ``numpy`` at ``level="integer"`` (with ``march``: as that NPU computes it)."""
+    ``ort`` by default, ``numpy`` at ``level="integer"`` (with ``march``: as that NPU computes it).
+    ``data_num="auto"``: samples in rounds, worst first, until the top ``settle`` rows are settled;
+    the line saying how many were used and why it stopped is printed first."""
     ir = as_ir(model_or_file, calibrated=True)
     if save_dir is not None:
         save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*node_sensitivity.files()).check()
     report = NodeSensitivityPass(calibrated_data, metrics, output_node=output_node, node_type=node_type,
                                  data_num=data_num, interested_nodes=interested_nodes, start=start, runtime=runtime,
-                                 threads=threads, progress=progress, level=level, march=march)(ir).report
+                                 threads=threads, progress=progress, level=level, march=march,
+                                 settle=settle).analyse(ir)
+    if report.sampling is not None:
+        print(report.sampling.line("node sensitivity"))
     if verbose:
         print(node_sensitivity.format_table(report), end="")
     if save_dir is not None:
         node_sensitivity.write_report(report, save_dir)
-    metric_names = report["metrics"]
-    return {r["node"]: {m: r[m] for m in metric_names} for r in report["rows"]}
+    return {r["node"]: {m: r[m] for m in report.metrics} for r in report.rows}
 
 
 def plot_acc_error(calibrated_data, model_or_file, quantize_node=None, non_quantize_node=None,

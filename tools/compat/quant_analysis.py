@@ -291,8 +291,9 @@ class QuantAnalysis:
                                                    reverse=reverse, runtime=self.runtime, threads=threads,
                                                    replay_discrete=self.replay_discrete)
         sensitivity_report.write_report(report, self.outputs)
-        self.report["sensitivity"] = {out: rows[:10] for out, rows in report["outputs"].items()}
-        return report
+        doc = report.to_json()
+        self.report["sensitivity"] = {out: rows[:10] for out, rows in doc["outputs"].items()}
+        return doc
 
 
 def _output_cosine(run: LayerRun) -> float | None:

@@ -82,6 +82,10 @@ def headline_lines(collapse: Collapse | None, scores: list[OutputScore], samples
     return lines
 
 
-def best_fix_line(helping: int, fix: str, where: str, before: float, after: float) -> str:
-    """The headline's line for the best of ``helping`` measured fixes: what, where, its score before and after."""
-    return f"best measured fix ({helping} help): {fix} for {where}: {before:.5f} -> {after:.5f} ({after - before:+.5f})"
+def best_fix_line(helping: int, fix: str, where: str, before: float, after: float, settled: bool | None = None) -> str:
+    """The headline's line for the best of ``helping`` measured fixes: what, where, its score before
+    and after; ``settled``: whether it is the best in 95% of bootstrap resamples (None: not known)."""
+    note = "" if settled is None or helping < 2 else "; settled as the best" if settled else \
+        "; not settled as the best (another fix may do as well)"
+    return (f"best measured fix ({helping} help): {fix} for {where}: {before:.5f} -> {after:.5f} "
+            f"({after - before:+.5f}){note}")

@@ -24,9 +24,10 @@ from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page
 from qir.tools.reports.html import img as _img
 from qir.tools.reports.html import table as _table
+from qir.tools.reports.node_sensitivity import interval_cells
 from qir.tools.reports.output import Outputs, as_outputs
 from qir.tools.reports.overlays import better_of, graph_section, on_ops
-from qir.tools.results import RunallResults
+from qir.tools.results import Fix, RunallResults
 
 __all__ = ["write_index", "distribution_order"]
 
@@ -83,10 +84,19 @@ def _headline(results: RunallResults) -> list[str]:
     advice = results.get("advice") or []
     if advice:
         best = advice[0]
-        lines.append(best_fix_line(len(advice), best["fix"], best["cause"], best["before"], best["after"]))
+        lines.append(best_fix_line(len(advice), best["fix"], best["cause"], best["before"], best["after"],
+                                   best.get("settled")))
     else:
         lines.append("no fix that was tried helps")
     return lines
+
+
+def _interval(fix: Fix) -> str:
+    """A kept fix's gain interval and rank interval (the advisor's bootstrap), when it has them."""
+    if fix.get("gain_low") is None:
+        return ""
+    _, rank = interval_cells(fix["gain_low"], fix["gain_high"], fix["rank_low"], fix["rank_high"])
+    return f"; 95% interval {fix['gain_low']:+.5f} to {fix['gain_high']:+.5f}, rank {rank}"
 
 
 def _advice(results: RunallResults) -> str:
@@ -94,7 +104,7 @@ def _advice(results: RunallResults) -> str:
     for fix in results.get("advice", []):
         items.append(f"<li><b>{html.escape(fix['cause'])}</b>: {html.escape(fix['why'])}. Fix: {html.escape(fix['fix'])}."
                      f"<br>measured: output cosine {fix['before']:.5f} &rarr; <b>{fix['after']:.5f}</b> "
-                     f"({fix['gain']:+.5f}){command(fix['command'])}</li>")
+                     f"({fix['gain']:+.5f}{_interval(fix)}){command(fix['command'])}</li>")
     part = "<p>Each fix was measured on the same samples before it is listed; best first.</p>"
     part += f"<ol>{''.join(items)}</ol>" if items else "<p>No fix that was tried helps (see below).</p>"
     dropped = results.get("dropped") or []
@@ -116,10 +126,19 @@ def _sensitivity(results: RunallResults, names: _Names) -> list[Section]:
             for r in rows:
                 r["quantizers"] = names.quantizers(r["node"])
         keys = [k for k in ("node", "consumers", "quantizers", "threshold", "bit") if rows and k in rows[0]]
+        first, extra = report["metrics"][0], []
+        if rows and "rank_low" in rows[0]:  # (the bootstrap's interval and rank interval)
+            extra = ["95% interval", "rank"]
+            for r in rows:
+                r["95% interval"], r["rank"] = interval_cells(r[f"{first}_low"], r[f"{first}_high"], r["rank_low"],
+                                                              r["rank_high"])
+        stable = (report.get("confidence") or {}).get("stable_top_k")
         part = (f"<p>only this node quantized, compared with the "
                 f"float model on {', '.join(report['compare'])}; most sensitive first (top 10 of "
-                f"{len(report['rows'])}; consumers: the ops a quantizer feeds).</p>"
-                + _table(rows, keys + report["metrics"], node="node"))
+                f"{len(report['rows'])}; consumers: the ops a quantizer feeds)"
+                + (f"; stable top-{stable} over bootstrap resamples of {report['samples']} samples" if stable is not None
+                   else "") + ".</p>"
+                + _table(rows, keys + report["metrics"] + extra, node="node"))
         if report.get("saturated"):
             part += f"<p><b>Saturated outputs</b>: ranked on {html.escape(str(report['saturated']['ranked_on']))}.</p>"
         parts.append((f"sensitivity-{nt}", f"Node sensitivity: {nt}", part))

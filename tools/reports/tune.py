@@ -3,7 +3,8 @@ the changes with reasons and gains, the verification, the reproducing commands),
 ``tune_report.json`` (schema ``qir.tune`` v1: the pass's report plus the commands),
 ``tune_report.html`` (one self-contained page: the same, with the plot embedded),
 ``tune_curve.png`` (cost against the metric of every configuration tried, the Pareto front
-highlighted) and ``tune_history.csv`` (one row per configuration tried). The pass computes;
+highlighted), ``tune_history.csv`` (one row per configuration tried) and ``tune_sensitivity.csv``
+(the sensitivity order with its bootstrap intervals). The pass computes;
 only this module writes."""
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ __all__ = ["FILES", "format_report", "write_report", "outcome"]
 #: A reached target with a margin below this many standard errors of the mean gets a caution.
 CAUTION_ERRORS = 2.0
 
-FILES = ("tune_report.txt", "tune_report.json", "tune_report.html", "tune_curve.png", "tune_history.csv")
+FILES = ("tune_report.txt", "tune_report.json", "tune_report.html", "tune_curve.png", "tune_history.csv",
+         "tune_sensitivity.csv")
+SENSITIVITY_KEYS = ("rank", "unit", "loss", "mean_change", "change_low", "change_high", "rank_low", "rank_high")
+SHOWN = 10  # sensitivity rows in the text report
 
 
 def outcome(report: dict[str, Any]) -> str:
@@ -152,6 +156,7 @@ def format_report(report: dict[str, Any]) -> str:
             f"evaluation samples {picked}"
         lines.append(f"ratio search: {ratio['raised']} of {ratio['units']} units raised in order of loss per cost (ranked on "
                      f"{on}), {ratio.get('cheap', 0)} cheap unit(s) raised with no search; then greedy refinement and pruning")
+    lines += _sensitivity_lines(r.get("sensitivity"))
     lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
     lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
     on = r.get("attribution_samples")
@@ -234,6 +239,25 @@ def _transforms_html(report: dict[str, Any], table) -> list[str]:
             f"<p>kept: {html.escape(', '.join(stage['chosen']) or 'none')}</p>", table(rows, list(rows[0]))]
 
 
+def _sensitivity_lines(sens: dict[str, Any] | None) -> list[str]:
+    """The sensitivity order's confidence: the stable top-k and the first rows with their intervals."""
+    if not sens or not sens["rows"]:
+        return []
+    k, first = sens["stable_top_k"], sens["rows"][0]["unit"]
+    if k is None:
+        said = "ranked on one sample: how settled the order is is unknown"
+    else:
+        said = (f"stable top-{k} of {len(sens['rows'])} (the same set in >= {sens['level']:.0%} of {sens['resamples']} "
+                f"bootstrap resamples of {sens['samples']} samples); " + (
+                    f"{first} is the most sensitive unit" if sens["first_settled"] else
+                    "no unit is settled as the most sensitive"))
+    lines = [f"sensitivity order: {said}", f"  {'rank':<8}{'unit':<48}{'loss':>11}  mean change's 95% interval"]
+    for row in sens["rows"][:SHOWN]:
+        rank = str(row["rank_low"]) if row["rank_low"] == row["rank_high"] else f"{row['rank_low']}-{row['rank_high']}"
+        lines.append(f"  {rank:<8}{row['unit']:<48}{row['loss']:>11.4g}  [{row['change_low']:.4g}, {row['change_high']:.4g}]")
+    return lines
+
+
 def _html(report: dict[str, Any], png: bytes, graph_html: str = "") -> str:
     def table(rows: list[dict], keys: list[str]) -> str:
         def cell(v):
@@ -251,6 +275,8 @@ def _html(report: dict[str, Any], png: bytes, graph_html: str = "") -> str:
              *_transforms_html(report, table),
              "<h2>Changes</h2>", table(report["changes"], ["node", "change", "reason", "gain", "per_image"]),
              *([f"<h2 id='graph'>The graph: the precision chosen</h2>{graph_html}"] if graph_html else []),
+             *(["<h2>Sensitivity order</h2>", table((report.get("sensitivity") or {}).get("rows", [])[:50],
+                                                    list(SENSITIVITY_KEYS))] if report.get("sensitivity") else []),
              "<h2>Reproduce</h2><pre>" + html.escape("\n".join(report.get("commands") or [])) + "</pre>",
              "<h2>Report</h2><pre>" + html.escape(text) + "</pre>"]
     style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -261,7 +287,9 @@ def _html(report: dict[str, Any], png: bytes, graph_html: str = "") -> str:
 
 
 def write_report(report: dict[str, Any], out: Outputs, graph: Any = None, precisions: dict[str, str] | None = None) -> None:
-    """The five files of :data:`FILES`, through ``out``; with the tuned model's ``graph``
+    """The six files of :data:`FILES`, through ``out`` (``tune_sensitivity.csv``: the sensitivity
+    order with each unit's loss interval and rank interval; only its header when the search
+    stopped before ranking); with the tuned model's ``graph``
     (:class:`~qir.tools.reports.graph_panel.ModelGraph`) and each quantizer's chosen mode
     (``precisions``), the page draws the graph coloured by the precision chosen."""
     from qir.tools.reports.graph_panel import panel
@@ -280,3 +308,5 @@ def write_report(report: dict[str, Any], out: Outputs, graph: Any = None, precis
     rows = [[*keys, "levels"]] + [[h.get(k) for k in keys] + [" ".join(f"{a}:{b}" for a, b in h["levels"].items())]
                                   for h in report["history"]]
     out.write_csv("tune_history.csv", rows)
+    ranked = (report.get("sensitivity") or {}).get("rows", [])
+    out.write_csv("tune_sensitivity.csv", [list(SENSITIVITY_KEYS)] + [[r[k] for k in SENSITIVITY_KEYS] for r in ranked])

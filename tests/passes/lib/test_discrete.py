@@ -64,8 +64,8 @@ def test_bad_case_and_sensitivity_replay_by_default(topk_model):
     assert max(raw["values"]["rows"]["L1"]) > 0.1  # some index flipped
     assert max(replay["values"]["rows"]["L1"]) == 0.0  # the same rows are gathered
     flipped = data[raw["bad_case"]["rows"]["L1"]]
-    raw_sens = op_sensitivity(ir, flipped, replay_discrete=False, progress=False)["outputs"]["rows"]
-    sens = op_sensitivity(ir, flipped, progress=False)["outputs"]["rows"]
+    raw_sens = op_sensitivity(ir, flipped, replay_discrete=False, progress=False).outputs["rows"]
+    sens = op_sensitivity(ir, flipped, progress=False).outputs["rows"]
     assert max(r["L1"] for r in raw_sens) > 0.1 and max(r["L1"] for r in sens) == 0.0
 
 
@@ -96,4 +96,4 @@ def test_only_read_indices_are_replayed_and_pruned_quantizers_are_not_candidates
     report = find_bad_cases(ir, None, data)
     assert max(report["values"]["rows"]["L1"]) == 0.0 and max(report["values"]["best"]["ATOL"]) == 0.0
     sens = op_sensitivity(ir, data[0], progress=False)  # quantizers feeding only the ArgMax are gone
-    assert set(sens["outputs"]) == {"v2", "rows", "best"}
+    assert set(sens.outputs) == {"v2", "rows", "best"}

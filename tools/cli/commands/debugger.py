@@ -20,6 +20,7 @@ from qir.tools.cli.options import (
     parse_bool,
     parse_list,
     positive_float,
+    positive_int,
     resolve_level,
     seed_flag,
 )
@@ -41,9 +42,10 @@ def _sensitivity(args: argparse.Namespace) -> int:
     runtime, level, march = execution.runtime, execution.level, execution.march
     table = get_sensitivity_of_nodes(
         args.model, args.data, metrics=parse_list(args.metrics), output_node=args.output_node,
-        node_type=args.node_type, data_num=args.data_num, verbose=args.table,
+        node_type=args.node_type, data_num="auto" if args.samples == "auto" else args.data_num, verbose=args.table,
         interested_nodes=parse_list(args.interested_nodes), start=getattr(args, "from"),
-        runtime=runtime, save_dir=args.save_dir, progress=True, overwrite=args.force, level=level, march=march)
+        runtime=runtime, save_dir=args.save_dir, progress=True, overwrite=args.force, level=level, march=march,
+        settle=args.settle)
     if not args.table:
         first = parse_list(args.metrics)[0]
         for node, values in list(table.items())[:10]:
@@ -154,6 +156,10 @@ def _add_sensitivity(sub, hmct: bool) -> None:
     p.add_argument("-i", "--interested-nodes", help="only these nodes, e.g. \"['Conv_2','Conv_90']\"")
     p.add_argument("--from", choices=["float", "quantized"], default="float",
                    help="float: only this node quantized (hmct); quantized: only this node back to float")
+    p.add_argument("--samples", choices=["auto"], help="auto: samples in rounds, worst first, until the top --settle "
+                   "rows are the same set in 95%% of bootstrap resamples, or every sample is used (-d is then ignored)")
+    p.add_argument("--settle", type=positive_int, default=1, metavar="K",
+                   help="with --samples auto: the top K rows to settle (default 1: which node is the cause)")
     add_level(p, ("fakequant", "integer"))
     add_cluster(p, hmct)
     p.set_defaults(func=cmd_sensitivity)

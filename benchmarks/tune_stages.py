@@ -1,0 +1,130 @@
+"""``qir tune`` on PP-OCRv4 det stage by stage: where its time goes, and what it ends with on the
+unseen images (issue 35).
+
+    python benchmarks/tune_stages.py [--data DIR] [--target "cosine>=0.99,worst>=0.98"] [--out FILE.json]
+
+The data and model are ``benchmarks/tune_peers.py``'s (8 calibration, 8 evaluation and 16 unseen
+text images, the model's input fixed at 1x3x640x640), built under ``--data`` when missing. The
+float model is calibrated once for nash-e with ``mse`` (``DATA/calibrated_mse.onnx``, kept); the
+timed part is ``TunePass`` on that calibrated model, one thread, as ``qir tune --threads 1`` runs
+it, with the calibration data for the clipping stage and the unseen images as check data. Each
+stage's wall and CPU time (the process's: on a shared machine the steadier of the two, one
+thread) are measured by wrapping the pass's stage methods (nested calls counted once, in the
+outer stage, except the clipping statistics: also inside ``bounds``); the JSON holds the times,
+the result's cost against all-int16, its score on the evaluation and on the unseen images, and
+the sensitivity order's stable top-k.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+STAGES = {  # stage -> (module, attribute) wrapped
+    "clipping statistics": ("qir.passes.tune", "clipping_fixes"),
+    "bounds": ("qir.passes.tune.TunePass", "_bounds"),
+    "sensitivity": ("qir.passes.tune.TunePass", "_sensitivity"),
+    "ratio search": ("qir.passes.tune", "ratio_search"),
+    "greedy": ("qir.passes.tune", "greedy"),
+    "pruning": ("qir.passes.tune", "prune"),
+    "verification": ("qir.passes.tune.TunePass", "_verified"),
+    "backtracking": ("qir.passes.tune.TunePass", "_backtrack"),
+    "trim thresholds": ("qir.passes.tune.TunePass", "_trim_thresholds"),
+    "attribution": ("qir.passes.tune.TunePass", "_attribute"),
+}
+
+
+ALWAYS = {"clipping statistics"}  # timed inside the bounds stage too (which includes it)
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _timed(times: dict[str, list[float]], name: str, fn, active: list[str]):
+    def run(*args, **kwargs):
+        wall, cpu = _clocks()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent = times.setdefault(name, [0.0, 0.0])
+            spent[0] += time.perf_counter() - wall
+            spent[1] += time.process_time() - cpu
+
+    def wrapper(*args, **kwargs):
+        if name in ALWAYS:
+            return run(*args, **kwargs)
+        if active:  # (inside another stage: counted there)
+            return fn(*args, **kwargs)
+        active.append(name)
+        try:
+            return run(*args, **kwargs)
+        finally:
+            active.pop()
+    return wrapper
+
+
+def instrument() -> dict[str, list[float]]:
+    import importlib
+
+    times: dict[str, list[float]] = {}
+    active: list[str] = []
+    for name, (where, attr) in STAGES.items():
+        module, _, cls = where.partition(".TunePass")
+        owner = importlib.import_module(module)
+        owner = getattr(owner, "TunePass") if where.endswith("TunePass") else owner
+        setattr(owner, attr, _timed(times, name, getattr(owner, attr), active))
+    return times
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=None, help="folder of the data and models (default: a temp dir)")
+    p.add_argument("--target", default="cosine>=0.99,worst>=0.98")
+    p.add_argument("--march", default="nash-e")
+    p.add_argument("--out", default=None, help="also write the numbers to this JSON file")
+    args = p.parse_args()
+    import tune_peers
+
+    folder = Path(args.data or tempfile.mkdtemp(prefix="tune_stages_"))
+    data, models = tune_peers.build_data(folder), tune_peers.build_models(folder)
+    import qir
+    from qir.passes import get_pass
+    from qir.tools.tune import _calibrate
+
+    calibrated = folder / "calibrated_mse.onnx"
+    if not calibrated.exists():
+        ir = qir.load(models["static"])
+        _calibrate(ir, str(data["calib"]), args.march, "mse", 99.99)
+        qir.save(ir, calibrated)
+    ir = qir.load(calibrated)
+    times = instrument()
+    start, cpu = _clocks()
+    result = get_pass("tune", target=args.target, eval_data=str(data["eval"]), calib_data=str(data["calib"]),
+                      march=args.march, threads=1, check_data=str(data["held"]), progress=False)(ir)
+    total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
+    r = result.report
+    unseen = r.get("unseen") or {}
+    out = {"target": args.target, "seconds": round(total, 1), "cpu_seconds": round(total_cpu, 1),
+           "stages (wall s, cpu s)": {k: [round(v[0], 2), round(v[1], 2)] for k, v in times.items()},
+           "reached": r["reached"], "cost_vs_int16": r["final"]["cost_vs_int16"], "eval_mean": r["final"]["mean"],
+           "eval_worst": r["final"]["worst"], "unseen_mean": unseen.get("mean"), "unseen_worst": unseen.get("worst"),
+           "raised": r["raised"], "configurations": r["configurations"], "engine_calls": r["engine_calls"],
+           "stable_top_k": (r.get("sensitivity") or {}).get("stable_top_k"),
+           "sensitivity_units": len((r.get("sensitivity") or {}).get("rows", []))}
+    print(json.dumps(out, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
