@@ -152,7 +152,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
          resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
          sensitivity_samples: int | None = None, integer: bool = True, check_data: Any = None,
          latency_table: str | Path | None = None, transforms: Sequence[str] | None = DEFAULT_TRANSFORMS,
-         progress: bool = True) -> dict[str, Any]:
+         price: str = "latency", progress: bool = True) -> dict[str, Any]:
     """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the
     cheapest configuration of ``march`` that meets ``target`` on ``eval_data`` (see the module
     docstring and :mod:`qir.passes.tune`). Returns the pass's report (without the ONNX model),
@@ -178,14 +178,14 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     calibrated = ir.clone()
     store = None
     if out is not None:
-        analysis = fingerprint(ir, [], len(eval_samples), [target.text, march, allow_float, "tune-2", *(transforms or ())],
+        analysis = fingerprint(ir, [], len(eval_samples), [target.text, march, allow_float, "tune-2", price, *(transforms or ())],
                                data_digest(eval_samples))
         store = Journal(out.path(JOURNAL), analysis, resume=resume)
         out.adopt(JOURNAL)
     tuner = get_pass("tune", target=target, eval_data=eval_samples, calib_data=calib_data, march=march,
                       allow_float=allow_float, threads=threads, sensitivity_samples=sensitivity_samples, integer=integer,
                       check_data=check_samples, store=store, progress=progress, latency_table=table,
-                     transforms=transforms)
+                     transforms=transforms, price=price)
     result = tuner(ir)
     ir, report = result.ir, result.report
     emitted = (report.get("verification") or {}).pop("model", None)

@@ -89,7 +89,7 @@ from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.ranking import rank_units
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
-from qir.passes.tune.space import Config, Space, constrained_splits
+from qir.passes.tune.space import PRICES, Config, Space, constrained_splits
 from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, Target, parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
@@ -180,7 +180,9 @@ class TunePass(Pass):
     ``transforms`` (the repair transforms tried first, :mod:`.transforms`; None: none), ``split``
     (a precision per consumer: a calibration node one reader keeps at int8 while another could go
     to int16 is split for the search, :func:`.space.constrained_splits`; copies that end where
-    their node does are merged back, so the result keeps only the requantizes it needs).
+    their node does are merged back, so the result keeps only the requantizes it needs), ``price``
+    (what the search minimises: ``"latency"``, the estimated time, or ``"flops"``, the
+    FLOP-weighted cost; the report gives both either way).
     """
 
     name = "tune"
@@ -191,7 +193,8 @@ class TunePass(Pass):
                  sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True,
                  latency_table: LatencyTable | None = None,
-                 transforms: Sequence[str] | None = DEFAULT_TRANSFORMS, split: bool = True) -> None:
+                 transforms: Sequence[str] | None = DEFAULT_TRANSFORMS, split: bool = True,
+                 price: str = "latency") -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
         if points < 1 or batch < 1 or max_rounds < 1:
@@ -201,7 +204,9 @@ class TunePass(Pass):
         self.verify, self.integer, self.store, self.progress = verify, integer, store, progress
         self.sensitivity_samples, self.check_data, self.latency_table = sensitivity_samples, check_data, latency_table
         self.transforms = tuple(transforms or ())
-        self.split = split
+        self.split, self.price = split, price
+        if price not in PRICES:
+            raise InputError(f"unknown price {price!r}; choose one of {', '.join(PRICES)}")
         self.options = {"target": self.target.text, "march": self.profile.name, "allow_float": allow_float}
         self._floats: list[dict] | None = None  # the float model's outputs on the evaluation data, once verified
         self._original: QIR | None = None  # the model as given, when the transforms replaced it (the float reference)
@@ -303,7 +308,7 @@ class TunePass(Pass):
         return stage, reference, splits
 
     def _space(self, ir: QIR) -> Space:
-        return Space(ir, self.profile, allow_float=self.allow_float, latency_table=self.latency_table)
+        return Space(ir, self.profile, allow_float=self.allow_float, latency_table=self.latency_table, price=self.price)
 
     # ------------------------------------------------------------------ the stages
     def _search(self, ev: Evaluator, space: Space, base: QIR, stages) -> TuneState:

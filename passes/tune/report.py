@@ -38,7 +38,8 @@ def standard_error(values: Sequence[float]) -> float:
 def _score(ev: Evaluator, config: Config) -> dict[str, Any]:
     score = ev.memo[config]
     return {**ev.target.judged(score), "standard_error": standard_error(score.samples),
-            "cost": ev.space.cost(config), "flop_cost": ev.space.flop_cost(config), "levels": ev.space.describe(config)}
+            "cost": ev.space.cost(config), "flop_cost": ev.space.flop_cost(config), "time_us": ev.space.time_us(config),
+            "levels": ev.space.describe(config)}
 
 
 def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
@@ -147,8 +148,9 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
                   "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None,
                   "flop_cost_vs_start": flops["final"] / flops["start"] if flops["start"] else None,
                   "flop_cost_vs_int16": flops["final"] / flops["int16"] if flops["int16"] else None},
-        "time_ms": {"all_int8": costs["start"] / 1000.0, "all_int16": costs["int16"] / 1000.0,
-                    "final": costs["final"] / 1000.0, "measured_groups": _measured_groups(space, final)},
+        "price": space.price,
+        "time_ms": {"all_int8": space.time_us(found.plain_start) / 1000.0, "all_int16": space.time_us(found.int16) / 1000.0,
+                    "final": space.time_us(final) / 1000.0, "measured_groups": _measured_groups(space, final)},
         "ratio_search": {"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
                          "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
                          "cheap": len(found.cheap),

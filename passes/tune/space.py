@@ -43,6 +43,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from qir.calibration import QRANGE
+from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.lib.latency import LatencyModel, ModelCost
@@ -53,7 +54,11 @@ from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 from qir.runtimes.march.profile import TUNE_LEVELS
 
-__all__ = ["Unit", "Config", "Space", "TUNE_LEVELS", "level_allowed", "constrained_splits"]
+__all__ = ["Unit", "Config", "Space", "TUNE_LEVELS", "PRICES", "level_allowed", "constrained_splits"]
+
+#: What the search may minimise: the latency model's estimated time (the default), or the
+#: FLOP-weighted cost (the tuning guide's proxy, what qir tune used before the latency model).
+PRICES = ("latency", "flops")
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,10 @@ class Space:
     """The units of a calibrated IR under a march profile (see the module docstring)."""
 
     def __init__(self, ir: QIR, profile: MarchProfile, *, allow_float: bool = False,
-                 latency_table: LatencyTable | None = None) -> None:
-        self.ir, self.profile, self.allow_float = ir, profile, allow_float
+                 latency_table: LatencyTable | None = None, price: str = "latency") -> None:
+        if price not in PRICES:
+            raise InputError(f"unknown price {price!r}; choose one of {', '.join(PRICES)}")
+        self.ir, self.profile, self.allow_float, self.price = ir, profile, allow_float, price
         self.units = [u for c in ir.calibrations("activation") if (u := self._unit(c)) is not None]
         self.index = {u.name: i for i, u in enumerate(self.units)}
         self._ops = [(op, op_flops(ir, op), op_class(op.op_type) is OpClass.GEMM, self._quantizers(op))
@@ -141,8 +148,8 @@ class Space:
         self.start_modes = self.modes(self.plain_start())  # the IR's own (a node's change back to it)
         self.latency = LatencyModel(ir, profile, table=latency_table)
         self._plan = PrecisionPlan(ir)
-        #: The per-op overheads of every group: time no precision changes.
-        self.overhead_us = sum(g.overhead_us for g in self.latency.estimate().groups)
+        #: What no precision changes in :meth:`cost`: the per-op overheads of every group (none in FLOPs).
+        self.overhead_us = sum(g.overhead_us for g in self.latency.estimate().groups) if price == "latency" else 0.0
         self._times: dict[tuple[int, ...], float] = {}  # levels -> µs (a threshold does not change the time)
 
     # ------------------------------------------------------------------ units
@@ -250,6 +257,10 @@ class Space:
         return names if any(names) else ()
 
     def cost(self, config: Config) -> float:
+        """What the search minimises: :meth:`time_us`, or :meth:`flop_cost` with ``price="flops"``."""
+        return self.time_us(config) if self.price == "latency" else self.flop_cost(config)
+
+    def time_us(self, config: Config) -> float:
         """The estimated time of ``config`` on the march, in µs (see the module docstring)."""
         time = self._times.get(config.levels)
         if time is None:
@@ -266,6 +277,7 @@ class Space:
         """The estimated time of the IR as it is (its own calibration modes), in µs: how a model
         quantized elsewhere, imported, compares with the configurations of the search."""
         return self.latency.time_us(self._plan.precisions()) + self.latency.requantize_us(self._plan.requantizes())
+
 
     def flop_cost(self, config: Config) -> float:
         """The FLOP-weighted cost of ``config`` (the guide's proxy; see the module docstring)."""

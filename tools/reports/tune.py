@@ -85,21 +85,21 @@ def _bounds_lines(r: dict[str, Any]) -> list[str]:
             ("all-int16 activations", r["all_int16"]), ("upper bound", r["upper_bound"]),
             *([("ceiling", r["ceiling"])] if r["ceiling"] else []),
             *([("reference (searched from)", r["reference"])] if "reference" in r else []), ("result", r["final"])]
-    base = r["calibrated"]["cost"] or 1.0
+    base = r["calibrated"].get("time_us", r["calibrated"]["cost"]) or 1.0
     flop_base = r["calibrated"].get("flop_cost") or 1.0
     lines = [f"  {'configuration':<27}{'mean':>12}{'std error':>11}{'worst':>12}{'ms':>9}{'time':>7}{'FLOPs':>7}  levels"]
     for name, s in rows:
         levels = ", ".join(f"{k} {v}" for k, v in s["levels"].items())
         flops = f"{s['flop_cost'] / flop_base:>7.3f}" if "flop_cost" in s else f"{'-':>7}"
         lines.append(f"  {name:<27}{s['mean']:>12.6g}{s['standard_error']:>11.2g}{s['worst']:>12.6g}"
-                     f"{s['cost'] / 1000.0:>9.3f}{s['cost'] / base:>7.3f}{flops}  {levels}")
+                     f"{s.get('time_us', s['cost']) / 1000.0:>9.3f}{s.get('time_us', s['cost']) / base:>7.3f}{flops}  {levels}")
     return lines
 
 
 def _time_line(r: dict[str, Any]) -> str:
     """The result's estimated time against all-int8 and all-int16, and its FLOP-weighted cost."""
     final, ms = r["final"], r.get("time_ms")
-    text = f"estimated time x{final['cost_vs_start']:.3f} of the start, x{final['cost_vs_int16']:.3f} of all-int16"
+    text = f"cost x{final['cost_vs_start']:.3f} of the start, x{final['cost_vs_int16']:.3f} of all-int16"
     if ms:
         text = (f"estimated time {ms['final']:.3f} ms (all-int8 {ms['all_int8']:.3f} ms, all-int16 "
                 f"{ms['all_int16']:.3f} ms" + (f"; {ms['measured_groups']} group(s) from the latency table"
@@ -207,7 +207,8 @@ def _figure(report: dict[str, Any]):
     ax.scatter([final["cost"] / base], [final["mean"]], s=120, facecolors="none", edgecolors="red", lw=2,
                label="result")
     ax.axhline(report["threshold"], color="red", ls="--", lw=1, label=report["target"])
-    ax.set_xlabel("estimated time on the march (calibrated start = 1)")
+    ax.set_xlabel(("estimated time on the march" if report.get("price", "latency") == "latency" else "FLOP-weighted cost")
+                  + " (calibrated start = 1)")
     ax.set_ylim(lo - (hi - lo) * 0.03, hi + (hi - lo) * 0.03)
     ax.ticklabel_format(axis="y", useOffset=False)
     ax.set_ylabel(f"{report['metric']}, mean over the evaluation samples")

@@ -39,6 +39,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   sensitivity_samples=args.sensitivity_samples,
                   integer=args.integer, check_data=args.check, latency_table=args.latency_table,
                   transforms=None if args.transforms.strip().lower() == "none" else parse_transforms(args.transforms),
+                  price=args.price,
                   progress=not args.quiet)
     ms = report["time_ms"]
     print(outcome(report))
@@ -89,6 +90,9 @@ def add_commands(sub) -> None:
                    help="repair transforms tried before any precision is raised, each alone, then the helpful ones "
                         "together; the best is kept when it beats the model as given on the evaluation data "
                         "(comma-separated, options in braces; 'none' to skip; default: %(default)s)")
+    p.add_argument("--price", choices=["latency", "flops"], default="latency",
+                   help="what the search minimises: the latency model's estimated time (default), or the FLOP-weighted "
+                        "cost (the tuning guide's proxy); the report gives both")
     p.add_argument("--latency-table", metavar="FILE",
                    help="measured per-op times (CSV: op name or type, input precision, weight precision, time) that "
                         "replace the latency model's estimate where they match (see qir profile --cost)")
