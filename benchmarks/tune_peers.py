@@ -269,7 +269,7 @@ class Costs:
         space = Space(ir, self.profile)
         start, int16 = space.plain_start(), space.level_named(space.plain_start(), "int16")
         self.int8, self.int16 = space.flop_cost(start), space.flop_cost(int16)
-        self.int8_us, self.int16_us = space.cost(start), space.cost(int16)
+        self.int8_us, self.int16_us = space.time_us(start), space.time_us(int16)
 
     def of(self, path) -> dict[str, float]:
         """Cost of the emitted model at ``path``: the FLOP-weighted cost (absolute, and relative to

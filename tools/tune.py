@@ -38,6 +38,7 @@ from qir.graph import QIR
 from qir.passes import get_pass
 from qir.passes.lib.latency_table import read_latency_table
 from qir.passes.tune import checked_samples
+from qir.passes.tune.space import DEFAULT_PRICE
 from qir.passes.tune.target import parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS
 from qir.runtimes.engine.results import data_digest, fingerprint
@@ -152,7 +153,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
          resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
          sensitivity_samples: int | None = None, integer: bool = True, check_data: Any = None,
          latency_table: str | Path | None = None, transforms: Sequence[str] | None = DEFAULT_TRANSFORMS,
-         price: str = "latency", progress: bool = True) -> dict[str, Any]:
+         price: str = DEFAULT_PRICE, progress: bool = True) -> dict[str, Any]:
     """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the
     cheapest configuration of ``march`` that meets ``target`` on ``eval_data`` (see the module
     docstring and :mod:`qir.passes.tune`). Returns the pass's report (without the ONNX model),

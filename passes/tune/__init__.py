@@ -89,7 +89,7 @@ from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.ranking import rank_units
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
-from qir.passes.tune.space import PRICES, Config, Space, constrained_splits
+from qir.passes.tune.space import DEFAULT_PRICE, PRICES, Config, Space, constrained_splits
 from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, Target, parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
@@ -182,7 +182,7 @@ class TunePass(Pass):
     to int16 is split for the search, :func:`.space.constrained_splits`; copies that end where
     their node does are merged back, so the result keeps only the requantizes it needs), ``price``
     (what the search minimises: ``"latency"``, the estimated time, or ``"flops"``, the
-    FLOP-weighted cost; the report gives both either way).
+    FLOP-weighted cost, the default: :data:`.space.DEFAULT_PRICE` says why; the report gives both).
     """
 
     name = "tune"
@@ -194,7 +194,7 @@ class TunePass(Pass):
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True,
                  latency_table: LatencyTable | None = None,
                  transforms: Sequence[str] | None = DEFAULT_TRANSFORMS, split: bool = True,
-                 price: str = "latency") -> None:
+                 price: str = DEFAULT_PRICE) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
         if points < 1 or batch < 1 or max_rounds < 1:

@@ -151,7 +151,7 @@ def test_cost_is_the_latency_models_time_of_the_configuration():
 
     ir = _calibrated()
     profile = get_profile("nash-e")
-    space = Space(ir, profile)
+    space = Space(ir, profile, price="latency")
     i = space.index["relu1_out_calib"]
     raised = space.start().with_levels({i: space.units[i].levels.index("int16")})
     tuned = space.apply(ir.clone(), raised)
@@ -159,12 +159,12 @@ def test_cost_is_the_latency_models_time_of_the_configuration():
     assert space.cost(raised) == pytest.approx(LatencyModel(tuned, profile).estimate().total_us)
     assert space.cost(raised) == pytest.approx(LatencyModel(ir, profile).estimate(
         precisions_of(ir, space.modes(raised))).total_us)
-    assert Space(tuned, profile).cost_of_ir() == pytest.approx(space.cost(raised))
+    assert Space(tuned, profile, price="latency").cost_of_ir() == pytest.approx(space.cost(raised))
     # raising an activation costs time: at least the extra bytes of the int16 value it quantizes
     assert space.cost(raised) > space.cost(space.start())
     assert space.cost(space.upper()) > space.cost(space.level_named(space.start(), "int16")) > space.cost(space.start())
     # price="flops": the search minimises the FLOP-weighted cost instead; the time is still there
-    by_flops = Space(ir, profile, price="flops")
+    by_flops = Space(ir, profile)  # (the default price)
     assert by_flops.cost(raised) == by_flops.flop_cost(raised) and by_flops.time_us(raised) == space.cost(raised)
     with pytest.raises(InputError, match="unknown price 'bytes'"):
         Space(ir, profile, price="bytes")

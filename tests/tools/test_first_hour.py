@@ -139,7 +139,7 @@ def test_runall_distributions_lead_with_the_clipping_and_agree_with_the_advice(t
     report = runall(str(model), str(DIGITS_DATA), save_dir=tmp_path / "ra", progress=False, log=lambda line: None)
     page = (tmp_path / "ra" / "index.html").read_text()
     dist = page[page.index('<section id="distributions">'):page.index('<section id="channelwise">')]
-    titles = re.findall(r"<h3>([^<(]+)", dist)
+    titles = re.findall(r"<h3[^>]*>([^<(]+)", dist)
     kinds = [report["distribution"][t.strip()]["type"] for t in titles]
     clipped = [report["distribution"][t.strip()].get("clipped_fraction") or 0 for t in titles]
     assert kinds[0] == "activation" and clipped[0] == max(clipped) > 0.01 and "weight" not in kinds[:kinds.count("activation")]

@@ -171,7 +171,7 @@ def test_raising_the_elementwise_quantizers_of_ppocr_det_is_not_cheap():
     from ...conftest import calibrated_real
 
     ir, _ = calibrated_real("ppocrv4_det", [1, 3, 640, 640], count=1)
-    before, flop_before = LatencyModel(ir, NASH_E).estimate(), Space(ir, NASH_E).cost_of_ir()
+    before, flop_before = LatencyModel(ir, NASH_E).estimate(), Space(ir, NASH_E).flop_cost_of_ir()
     assert before.total_us == pytest.approx(LatencyModel(ir, NASH_E).estimate("int8").total_us)
     raised = 0
     for cal in ir.calibrations("activation"):
@@ -179,7 +179,7 @@ def test_raising_the_elementwise_quantizers_of_ppocr_det_is_not_cheap():
         if readers and all(op.op_type in ("Add", "Mul", "Div", "Clip") for op in readers):
             ir.set_calibration(cal.name, mode="int16")
             raised += 1
-    after, flop_after = LatencyModel(ir, NASH_E).estimate(), Space(ir, NASH_E).cost_of_ir()
+    after, flop_after = LatencyModel(ir, NASH_E).estimate(), Space(ir, NASH_E).flop_cost_of_ir()
     assert raised > 200
     assert flop_after / flop_before < 1.05
     assert after.total_us / before.total_us > 1.5
