@@ -15,7 +15,17 @@ from qir.execution import DEFAULT_MARCH, Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole, NodeKind
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, float_captures, note_change, scale_along
+from qir.passes.lib.repair import (
+    RepairReport,
+    Site,
+    Skipped,
+    all_int8_error,
+    finished,
+    float_captures,
+    note_change,
+    run_step,
+    scale_along,
+)
 from qir.passes.lib.rescale import Edit, apply_edits
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
@@ -174,12 +184,7 @@ class BiasCorrectPass(Pass):
         envs = [{**plan.weights, **check_feeds(ir, s)} for s in model_samples(ir, self.data, self.limit)]
         done: dict[str, np.ndarray] = {}
         for step in plan.steps:
-            for env in envs:
-                args = [env[v] if v else None for v in step.inputs]
-                result = apply_calibration(step.rec, args[0]) if step.fn is None else step.fn(*args, **step.kwargs)
-                for name, value in zip(step.outputs, result if type(result) is tuple else (result,)):
-                    if name:
-                        env[name] = np.asarray(value)
+            run_step(step, envs)
             for name in step.outputs:
                 layer = at.get(name)
                 if layer is None:

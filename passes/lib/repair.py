@@ -26,7 +26,7 @@ from qir.records import OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import fake_quant
 
-__all__ = ["Site", "Skipped", "QuantError", "RepairReport", "all_int8_error", "quantize_int8",
+__all__ = ["Site", "Skipped", "QuantError", "RepairReport", "all_int8_error", "quantize_int8", "run_step",
            "float_captures", "note_change", "REPAIRS_KEY", "scale_along", "float_model", "recalibrated"]
 
 logger = logging.getLogger(__name__)
@@ -157,6 +157,21 @@ def finished(ir: QIR, report: RepairReport, measure: Callable[[], QuantError] | 
         report.after = measure()
     logger.info("%s: %d %s, %d skipped", report.transform, len(report.changed), done, len(report.skipped))
     return PassResult(ir, bool(report.changed), report.to_json())
+
+
+def run_step(step, envs: list[dict[str, Any]]) -> None:
+    """One step of a numpy execution plan (:func:`qir.runtimes.numpy_ref.interpreter.execution_plan`)
+    on every sample's environment, fake-quantized, its outputs stored there: how the repairs that
+    correct layer by layer (empirical bias correction, round-weights) run every sample at once,
+    op by op. The step's dead values are left for the caller to drop."""
+    from qir.runtimes.numerics import apply_calibration
+
+    for env in envs:
+        args = [env[v] if v else None for v in step.inputs]
+        result = apply_calibration(step.rec, args[0]) if step.fn is None else step.fn(*args, **step.kwargs)
+        for name, value in zip(step.outputs, result if type(result) is tuple else (result,)):
+            if name:
+                env[name] = np.asarray(value)
 
 
 def float_model(ir: QIR) -> QIR:

@@ -18,7 +18,7 @@ from qir.execution import DEFAULT_MARCH, Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, note_change
+from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, note_change, run_step
 from qir.passes.round_weights.layers import OP_TYPES, Layer, find_layers, rows
 from qir.passes.round_weights.solve import (
     QMAX,
@@ -208,12 +208,8 @@ class RoundWeightsPass(Pass):
                     wq = apply_calibration(layer.cal, np.asarray(ir.weight_array(layer.cal.input), np.float32))
                     for env in envs:
                         env[layer.op.inputs[1]] = wq
+            run_step(step, envs)
             for env in envs:
-                args = [env[v] if v else None for v in step.inputs]
-                result = apply_calibration(step.rec, args[0]) if step.fn is None else step.fn(*args, **step.kwargs)
-                for name, value in zip(step.outputs, result if type(result) is tuple else (result,)):
-                    if name:
-                        env[name] = np.asarray(value)
                 for name in step.free:
                     del env[name]
 
