@@ -159,19 +159,15 @@ def finished(ir: QIR, report: RepairReport, measure: Callable[[], QuantError] | 
     return PassResult(ir, bool(report.changed), report.to_json())
 
 
-def run_step(step, envs: list[dict[str, Any]]) -> None:
+def run_step(step, envs: list[dict[str, np.ndarray]]) -> None:
     """One step of a numpy execution plan (:func:`qir.runtimes.numpy_ref.interpreter.execution_plan`)
-    on every sample's environment, fake-quantized, its outputs stored there: how the repairs that
-    correct layer by layer (empirical bias correction, round-weights) run every sample at once,
-    op by op. The step's dead values are left for the caller to drop."""
-    from qir.runtimes.numerics import apply_calibration
+    on every sample's environment, fake-quantized (:func:`~qir.runtimes.numpy_ref.interpreter.execute_step`):
+    how the repairs that correct layer by layer (empirical bias correction, round-weights) run every
+    sample at once, op by op. The step's dead values are left for the caller to drop."""
+    from qir.runtimes.numpy_ref.interpreter import execute_step
 
     for env in envs:
-        args = [env[v] if v else None for v in step.inputs]
-        result = apply_calibration(step.rec, args[0]) if step.fn is None else step.fn(*args, **step.kwargs)
-        for name, value in zip(step.outputs, result if type(result) is tuple else (result,)):
-            if name:
-                env[name] = np.asarray(value)
+        execute_step(step, env)
 
 
 def float_model(ir: QIR) -> QIR:

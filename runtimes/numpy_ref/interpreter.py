@@ -32,8 +32,8 @@ from qir.runtimes.numerics import ROUNDING, apply_calibration, apply_implied_cli
 from qir.runtimes.numpy_ref.registry import lookup
 from qir.runtimes.support import check_supported
 
-__all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "assign_frees", "run_op", "ExecutionPlan", "PlanStep",
-           "execution_error"]
+__all__ = ["NumpyRuntime", "missing_kernels", "execution_plan", "assign_frees", "run_op", "execute_step", "ExecutionPlan",
+           "PlanStep", "execution_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -218,30 +218,36 @@ class NumpyRuntime:
         env.update(feeds)
         quantize = self.level == Level.FAKEQUANT
         for step in plan.steps:
-            rec = step.rec
-            args = [env[v] if v else None for v in step.inputs]
-            try:
-                if step.fn is None:
-                    result = (apply_calibration(rec, args[0], self.rounding) if quantize
-                              else apply_implied_clip(rec, args[0]))
-                else:
-                    result = step.fn(*args, **step.kwargs)
-            except QirError:
-                raise
-            except Exception as exc:
-                raise execution_error(rec, args, exc) from exc
-            if type(result) is tuple:
-                if len(result) < len(step.outputs):
-                    raise ExecutionError(f"node {rec.name!r} ({rec.op_type}) produced {len(result)} "
-                                         f"outputs, the model expects {len(step.outputs)}")
-                for name, value in zip(step.outputs, result):
-                    if name:
-                        env[name] = value
-            else:
-                env[step.outputs[0]] = result
+            execute_step(step, env, quantize=quantize, rounding=self.rounding)
             for name in step.free:
                 del env[name]
         return {name: np.asarray(env[name]) for name in (*ir.outputs, *captured)}
+
+
+def execute_step(step: PlanStep, env: dict[str, np.ndarray], *, quantize: bool = True, rounding: str = "half_to_even") -> None:
+    """One step of an :func:`execution_plan` on ``env`` (value name -> array), its outputs stored
+    there: a calibration node fake-quantizes (``quantize``; else only its implied clip), an op
+    runs its kernel. The step's dead values are left for the caller to drop."""
+    rec = step.rec
+    args = [env[v] if v else None for v in step.inputs]
+    try:
+        if step.fn is None:
+            result = apply_calibration(rec, args[0], rounding) if quantize else apply_implied_clip(rec, args[0])
+        else:
+            result = step.fn(*args, **step.kwargs)
+    except QirError:
+        raise
+    except Exception as exc:
+        raise execution_error(rec, args, exc) from exc
+    if type(result) is tuple:
+        if len(result) < len(step.outputs):
+            raise ExecutionError(f"node {rec.name!r} ({rec.op_type}) produced {len(result)} "
+                                 f"outputs, the model expects {len(step.outputs)}")
+        for name, value in zip(step.outputs, result):
+            if name:
+                env[name] = value
+    else:
+        env[step.outputs[0]] = result
 
 
 def execution_error(rec: OpRecord | CalibRecord, args: list, exc: Exception) -> ExecutionError:
