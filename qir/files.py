@@ -15,14 +15,16 @@ existing file is never replaced unless the caller allows it (``--force``, ``over
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable, Iterator
 
 from qir.errors import OutputError
 
-__all__ = ["atomic_write", "write_text", "write_bytes", "check_outputs", "temporary_path", "REPLACE_HINT"]
+__all__ = ["atomic_write", "write_text", "write_bytes", "check_outputs", "temporary_path", "REPLACE_HINT", "JsonlStore"]
 
 REPLACE_HINT = "pass --force (overwrite=True in Python) to replace"
 _LISTED = 10  # existing files named in one error; the rest are counted
@@ -118,3 +120,44 @@ def check_outputs(paths: Iterable[str | Path], *, overwrite: bool = False,
     messages += problems.values()
     if messages:
         raise OutputError("; ".join(messages))
+
+
+class JsonlStore(MutableMapping):
+    """A mapping that only grows, kept in a JSON-lines file so that an interrupted run can go on:
+    a header line (the subclass writes or checks it), then one ``{"key": k, FIELD: v}`` line per
+    entry, appended as it is set. A line cut short by an interruption is skipped on reading."""
+
+    FIELD = "value"
+    NOUN = "the store"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path, self.data = Path(path), {}
+
+    def _read(self, lines: Iterable[str]) -> None:
+        """The entries of ``lines`` (the file's lines after its header) into :attr:`data`."""
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by an interruption
+            self.data[entry["key"]] = entry[self.FIELD]
+
+    def _line(self, key: str, value: Any) -> str:
+        return json.dumps({"key": key, self.FIELD: value}) + "\n"
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        with open(self.path, "a") as f:
+            f.write(self._line(key, value))
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError(f"{self.NOUN} only grows")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)

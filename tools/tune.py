@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from qir.api import as_ir, load
 from qir.errors import InputError
+from qir.files import JsonlStore
 from qir.graph import QIR
 from qir.passes import get_pass
 from qir.passes.lib.latency_table import read_latency_table
@@ -54,47 +54,27 @@ JOURNAL = "tune_journal.jsonl"
 TRANSFORMED = "transformed_model.onnx"
 
 
-class Journal(MutableMapping):
+class Journal(JsonlStore):
     """Scores by configuration key, appended to a ``.jsonl`` file as they are measured (the first
     line a header naming the analysis); with ``resume`` the saved scores of the same analysis are
     read back, and a file of another analysis is an error."""
 
+    FIELD = "score"
+    NOUN = "the journal"
+
     def __init__(self, path: Path, analysis: str, *, resume: bool) -> None:
-        self.path, self.data = Path(path), {}
+        super().__init__(path)
         header = {"qir_tune_journal": 1, "analysis": analysis}
         if resume and self.path.exists():
             lines = self.path.read_text().splitlines()
             if not lines or json.loads(lines[0]).get("analysis") != analysis:
                 raise InputError(f"{self.path} holds another tuning run (other model, evaluation data, target or "
                                  "march); use another folder, or --force to start over")
-            for line in lines[1:]:
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by the interruption
-                self.data[entry["key"]] = entry["score"]
+            self._read(lines[1:])
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(x) + "\n" for x in
-                               [header, *({"key": k, "score": v} for k, v in self.data.items())]))
+        tmp.write_text(json.dumps(header) + "\n" + "".join(self._line(k, v) for k, v in self.data.items()))
         tmp.replace(self.path)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.data[key] = value
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"key": key, "score": value}) + "\n")
-
-    def __delitem__(self, key: str) -> None:
-        raise TypeError("the journal only grows")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
 
 
 def _load(model: Any, input_shapes: Any) -> QIR:

@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from qir.errors import InputError
+from qir.files import JsonlStore
 from qir.tools.cli.options import (
     CALIBRATED_MODEL_HELP,
     CALIBRATION_DATA_HELP,
@@ -90,7 +90,7 @@ def parse_fixes(text: str | None) -> dict[str, dict[str, Any]]:
     return {n: steps[n] for n in FIXES if n in steps}
 
 
-class LayerStore(MutableMapping):
+class LayerStore(JsonlStore):
     """``round-weights``' per-layer choices in a ``.jsonl`` file (a header line, then one line a
     layer, appended as each is chosen): read back when the file exists, so an interrupted or
     time-bounded run goes on where it stopped. A file that is not such a store is refused."""
@@ -98,7 +98,7 @@ class LayerStore(MutableMapping):
     HEADER = {"qir_round_weights_store": 1}
 
     def __init__(self, path: Path) -> None:
-        self.path, self.data = Path(path), {}
+        super().__init__(path)
         if self.path.exists():
             lines = self.path.read_text().splitlines()
             try:
@@ -108,31 +108,9 @@ class LayerStore(MutableMapping):
             if not ours:
                 raise InputError(f"{self.path} exists and is not a round-weights store; move it away or choose "
                                  "another -o")
-            for line in lines[1:]:
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by an interruption
-                self.data[entry["key"]] = entry["value"]
+            self._read(lines[1:])
         else:
             self.path.write_text(json.dumps(self.HEADER) + "\n")
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.data[key] = value
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"key": key, "value": value}) + "\n")
-
-    def __delitem__(self, key: str) -> None:
-        raise TypeError("the store only grows")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
 
 
 def calibration_passes(data: Any, *, march: str, method: str, percentile: float,
