@@ -42,12 +42,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from qir.data import model_samples
 from qir.errors import InputError, QirError
 from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole
 from qir.passes.base import get_pass
+from qir.passes.lib.repair import float_captures
 from qir.passes.lib.repair import float_model as repair_float_model
 from qir.passes.manager import parse_pipeline
 from qir.passes.tune.target import PERFECT, Score, Target
@@ -192,9 +192,7 @@ def _unchanged(original: QIR, model: QIR, calib_data: Any, values: Sequence[str]
     """``values`` the float ``model`` computes as ``original`` does on the first calibration sample."""
     if not values:
         return set()
-    sample = check_feeds(original, next(iter(model_samples(original, calib_data, 1))))
-    rt = get_runtime(Runtime.ORT, level=Level.FLOAT)
-    a, b = rt.run(original, sample, capture=values), rt.run(model, sample, capture=values)
+    a, b = (next(float_captures(m, calib_data, list(values), limit=1)) for m in (original, model))
     same = set()
     for v in values:
         x, y = np.asarray(a[v], np.float64), np.asarray(b[v], np.float64)
