@@ -21,12 +21,6 @@ commands and measurement ``qir compare``'s advisor shares (:func:`measure`, :fun
    applied to a copy (smooth and equalize on the float model, calibrated again as the model was)
    and scored by :mod:`~qir.tools.transform_advice` itself; its command is a ``qir pipeline`` or a
    ``qir calibrate --fixes`` line.
-5. the repair transforms where their cause is seen (:mod:`qir.tools.transform_advice`): outlier
-   channels of a per-tensor activation feeding GEMMs -> ``smooth``; channel-range imbalance
-   between Relu-joined convs -> ``equalize``; a biased output shift -> ``bias-correct``. Each is
-   applied to a copy (smooth and equalize on the float model, calibrated again as the model was)
-   and scored by :mod:`~qir.tools.transform_advice` itself; its command is a ``qir pipeline`` or a
-   ``qir calibrate --fixes`` line.
 
 **Measured.** Every candidate runs on the analysis engine (:func:`measure`) on the same data and
 number of samples as the analyses, next to the model as it is: the output cosine against the
