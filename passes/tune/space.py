@@ -54,7 +54,7 @@ from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 from qir.runtimes.march.profile import TUNE_LEVELS
 
-__all__ = ["Unit", "Config", "Space", "TUNE_LEVELS", "PRICES", "DEFAULT_PRICE", "level_allowed", "constrained_splits"]
+__all__ = ["Unit", "Config", "Space", "TUNE_LEVELS", "PRICES", "DEFAULT_PRICE", "constrained_splits"]
 
 #: What the search may minimise: the latency model's estimated time, or the FLOP-weighted cost
 #: (the tuning guide's proxy).
@@ -99,22 +99,6 @@ class Config:
             else:
                 merged[name] = float(value)
         return replace(self, thresholds=tuple(sorted(merged.items())))
-
-
-def level_allowed(profile: MarchProfile, level: str, readers: list[tuple[OpRecord, int]], has_weights: bool) -> bool:
-    """Whether every op of ``readers`` (op, input slot) may read a unit at ``level`` on ``profile``
-    (see the module docstring's ladders)."""
-    act, weight = TUNE_LEVELS[level]
-    for op, slot in readers:
-        if act == "fp16":
-            if profile.fp16_support(op.op_type) != "native" and op.op_type not in profile.fp16_documented_ops:
-                return False
-        elif act not in profile.allowed_act_dtypes(op.op_type, slot):
-            return False
-        if op_class(op.op_type) is OpClass.GEMM and slot == 0 and has_weights and weight is not None:
-            if not profile.allows_gemm(act, weight):
-                return False
-    return not (weight == "int16" and not has_weights)  # dual int16 needs a weight to raise
 
 
 def constrained_splits(ir: QIR, profile: MarchProfile) -> dict[str, list[list[str]]]:
@@ -173,7 +157,18 @@ class Space:
         return Unit(cal.name, weights, levels, gemm) if levels else None
 
     def _allowed(self, level: str, readers: list[tuple[OpRecord, int]], has_weights: bool) -> bool:
-        return level_allowed(self.profile, level, readers, has_weights)
+        act, weight = TUNE_LEVELS[level]
+        p = self.profile
+        for op, slot in readers:
+            if act == "fp16":
+                if p.fp16_support(op.op_type) != "native" and op.op_type not in p.fp16_documented_ops:
+                    return False
+            elif act not in p.allowed_act_dtypes(op.op_type, slot):
+                return False
+            if op_class(op.op_type) is OpClass.GEMM and slot == 0 and has_weights and weight is not None:
+                if not p.allows_gemm(act, weight):
+                    return False
+        return not (weight == "int16" and not has_weights)  # dual int16 needs a weight to raise
 
     def searchable(self) -> list[int]:
         """Units with more than one level."""
