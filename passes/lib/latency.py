@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from qir.graph import QIR
-from qir.passes.lib.latency_groups import Group, Precision, build_groups, precisions_of
+from qir.passes.lib.latency_groups import Group, Precision, PrecisionPlan, build_groups
 from qir.passes.lib.latency_table import LatencyEntry, LatencyTable
 from qir.runtimes.march import MarchProfile
 from qir.runtimes.march.rates import element_bytes, widest
@@ -114,7 +114,9 @@ class LatencyModel:
     def __init__(self, ir: QIR, profile: MarchProfile, *, table: LatencyTable | None = None) -> None:
         self.ir, self.profile, self.table = ir, profile, table
         self.groups = build_groups(ir, profile)
-        self.own = precisions_of(ir)
+        #: Where each op's precision comes from (walked once: :meth:`PrecisionPlan.precisions` of any configuration).
+        self.plan = PrecisionPlan(ir)
+        self.own = self.plan.precisions()
         self._times: dict[tuple[int, Precision], float] = {}  # (group index, precision) -> µs
 
     def group_precision(self, group: Group, precisions: Mapping[str, Precision]) -> Precision:

@@ -47,7 +47,6 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.lib.latency import LatencyModel, ModelCost
-from qir.passes.lib.latency_groups import PrecisionPlan
 from qir.passes.lib.latency_table import LatencyTable
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.engine.cost import op_flops
@@ -137,7 +136,7 @@ class Space:
         self.policy: dict[tuple[str, str], float] = {}  # (unit, mode) -> the fixed threshold it takes there
         self.start_modes = self.modes(self.plain_start())  # the IR's own (a node's change back to it)
         self.latency = LatencyModel(ir, profile, table=latency_table)
-        self._plan = PrecisionPlan(ir)
+        self._plan = self.latency.plan
         #: What no precision changes in :meth:`cost`: the per-op overheads of every group (none in FLOPs).
         self.overhead_us = sum(g.overhead_us for g in self.latency.estimate().groups) if price == "latency" else 0.0
         self._times: dict[tuple[int, ...], float] = {}  # levels -> µs (a threshold does not change the time)
