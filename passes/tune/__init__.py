@@ -54,8 +54,10 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    configurations pruning went through just before the result (:data:`BACKTRACK_STEPS`) are
    verified first, and the cheapest that passes is the result (the result's integer level and
    theirs run the samples fake quantization scores worst first and stop at the first that misses
-   a floor, which settles it; the result's runs in full once nothing replaces it); failing that, the
-   ratio search goes on from the result, on the units it left lower, for the target tightened
+   a floor, which settles it; the result's runs in full once nothing replaces it); failing that, a
+   search at the integer level itself (:mod:`.integer_repair`: the units the result left below
+   their reference level, ranked and raised by what they gain there), verified the same way;
+   failing that, the ratio search goes on from the result, on the units it left lower, for the target tightened
    by the gap between the two (:data:`INTEGER_GAP_FACTOR`; the mean's threshold by the mean's
    gap, a floor by the worst sample's), at most :data:`INTEGER_RETRIES` times; the report names
    that ``search_target``.
@@ -86,12 +88,13 @@ from qir.passes.layer_compare import CLIP_SQNR_DB
 from qir.passes.lib.latency_table import LatencyTable
 from qir.passes.tune.clip import clipping_fixes
 from qir.passes.tune.evaluator import Evaluator
+from qir.passes.tune.integer_repair import integer_gaps, integer_repair
 from qir.passes.tune.ranking import rank_units
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.tune.space import DEFAULT_PRICE, PRICES, Config, Space, constrained_splits
 from qir.passes.tune.state import TuneState
-from qir.passes.tune.target import Score, Target, parse_target
+from qir.passes.tune.target import Score, parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
 from qir.passes.tune.verify import check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
@@ -244,14 +247,14 @@ class TunePass(Pass):
                 stages.update(1)
                 stages.close()
                 back = None  # (gaps: it missed at the integer level only; their size needs every sample)
-                if found.reached and not attempt and _integer_gaps(self.target, checked) is not None:
-                    back = self._backtrack(ev, space, ir, samples, found)
+                if found.reached and not attempt and integer_gaps(self.target, checked) is not None:
+                    back = self._backtrack(ev, space, ir, samples, found) or self._integer_repair(ev, space, ir, samples, found)
                 if back is not None:
                     found, checked = back
                     break
                 if checked and checked.get(Level.INTEGER) and not checked[Level.INTEGER]["complete"]:  # (stopped early)
                     found.score, checked = self._verified(ev, space, ir, samples, found.final)
-                gaps = _integer_gaps(self.target, checked)
+                gaps = integer_gaps(self.target, checked)
                 if not found.reached or gaps is None or attempt == INTEGER_RETRIES:
                     break
                 tighter = ev.target.tightened(*(INTEGER_GAP_FACTOR * g for g in gaps))
@@ -278,6 +281,8 @@ class TunePass(Pass):
             report["search_target"] = found.search_target.text
         if found.backtracked:
             report["backtracked"] = found.backtracked
+        if found.integer_repair is not None:
+            report["integer_repair"] = found.integer_repair.to_json(self.target)
         if checked is not None:
             report["verification"] = checked
             if self.check_data is not None:
@@ -404,6 +409,16 @@ class TunePass(Pass):
                             self.profile.name, what)
                 return replace(found, final=config, score=score, backtracked=backtracked), checked
         return None
+
+    def _integer_repair(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
+                        found: TuneState) -> tuple[TuneState, dict[str, Any]] | None:
+        """Step 7's second answer (:mod:`.integer_repair`): the cheapest raise that meets the target
+        searched at the integer level, verified; None when none is found or it fails verification."""
+        found.integer_repair = repair = integer_repair(ev, space, found, march=self.profile.name, progress=self.progress)
+        if repair.config is None or repair.config == found.final:
+            return None
+        score, checked = self._verified(ev, space, ir, samples, repair.config)
+        return (replace(found, final=repair.config, score=score), checked) if checked["agrees"] else None
 
     def _raise_further(self, ev: Evaluator, space: Space, found: TuneState) -> TuneState:
         """Step 7's retry: the ratio search again, from the result that missed at the integer level,
@@ -558,19 +573,3 @@ class TunePass(Pass):
         found.gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
         found.per_image = {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])}
 
-
-def _integer_gaps(target: Target, checked: dict[str, Any] | None) -> tuple[float, float] | None:
-    """How much worse the integer level scores than fake quantization, on the mean and on the
-    worst sample (each at least 0: a target is tightened only where the integer level loses),
-    when verification failed only there (None otherwise: it passed, or failed for another
-    reason). One gap of the margins would move both by whichever loses more: a floor missed by
-    one image would raise the mean's threshold as far."""
-    integer = (checked or {}).get(Level.INTEGER)
-    if not integer or integer["meets"] or not checked["onnxruntime_agrees"]:
-        return None
-    sign = 1.0 if target.higher_is_better else -1.0
-    gaps = [sign * (checked[key] - integer[key]) for key in ("mean", "worst")]
-    gaps = [g if g > 0 and math.isfinite(g) else 0.0 for g in gaps]
-    if target.floor is None:
-        gaps[1] = 0.0
-    return (gaps[0], gaps[1]) if any(gaps) else None

@@ -39,4 +39,5 @@ class TuneState:
     attribution_samples: list[int] | None = None  # the samples the attribution measured on
     gains: dict[Key, float] = field(default_factory=dict)  # each change's gain (the attribution)
     per_image: dict[Key, Any] = field(default_factory=dict)  # each change's per-image loss (the attribution)
+    integer_repair: Any = None  # what step 7's search at the integer level found (an .integer_repair.IntegerRepair)
     ranking: Any = None  # the sensitivity order's confidence (a .ranking.SensitivityRanking; the sensitivity stage)

@@ -565,7 +565,7 @@ def test_the_integer_level_can_stop_at_the_first_sample_that_misses_the_floor():
 
 @pytest.mark.parametrize("op, sign", [(">=", 1.0), ("<=", -1.0)])
 def test_an_integer_miss_tightens_only_the_criterion_the_integer_level_loses_on(op, sign):
-    from qir.passes.tune import _integer_gaps
+    from qir.passes.tune.integer_repair import integer_gaps as _integer_gaps
 
     target = Target("cosine-similarity" if op == ">=" else "mse", op, 0.5, 0.5 - sign * 0.1)
     fq = {"mean": 0.6, "worst": 0.41}

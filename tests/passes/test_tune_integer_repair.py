@@ -1,0 +1,74 @@
+"""Step 7's search at the integer level (:mod:`qir.passes.tune.integer_repair`), checked against
+whole-model runs of the integer level (no engine, no cones)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qir
+from qir import metrics as qmetrics
+from qir.passes.tune.evaluator import Evaluator
+from qir.passes.tune.integer_repair import integer_repair
+from qir.passes.tune.space import Space
+from qir.passes.tune.state import TuneState
+from qir.passes.tune.target import Score, Target
+from qir.runtimes.march import get_profile
+
+from ..conftest import DIGITS, DIGITS_DATA, calibrate_for_nash_e
+
+EVAL = [{"input": x} for x in np.load(DIGITS / "eval_images.npy")[:12]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    ir = calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA, "max")
+    return ir, Space(ir, get_profile("nash-e"))
+
+
+def _integer_score(ir: qir.QIR, space: Space, config) -> Score:
+    """Cosine of each EVAL sample's output, the configured model at nash-e's integer level run whole
+    against its float run (the numpy runtime), and their mean."""
+    tuned = space.apply(ir.clone(), config)
+    values = [qmetrics.compute(["cosine-similarity"], qir.run(tuned, s, level="float")["logits"],
+                               qir.run(tuned, s, level="integer", march="nash-e")["logits"])["cosine-similarity"]
+              for s in EVAL]
+    return Score(float(np.mean(values)), tuple(values))
+
+
+def _found(space: Space, final) -> TuneState:
+    upper = space.upper()
+    return TuneState(start=final, plain_start=final, int16=upper, upper=upper, ceiling=upper, fixes=[], reached=True,
+                     final=final, reference=upper)
+
+
+def test_the_repair_finds_raises_that_meet_the_target_at_the_integer_level(model):
+    ir, space = model
+    start, upper = space.start(), space.upper()
+    low, high = _integer_score(ir, space, start), _integer_score(ir, space, upper)
+    assert high.mean > low.mean
+    target = Target("cosine-similarity", ">=", (low.mean + high.mean) / 2)
+    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
+    try:
+        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
+    finally:
+        ev.close()
+    assert repair.before.mean == pytest.approx(low.mean, abs=1e-6)  # the engine's integer level is the whole run's
+    assert repair.config is not None and repair.raised
+    assert repair.raised == space.names(space.raised(repair.config, start))
+    whole = _integer_score(ir, space, repair.config)
+    assert target.met(whole) and whole.mean == pytest.approx(repair.after.mean, abs=1e-6)
+    assert space.cost(repair.config) < space.cost(upper)  # fewer raises than all of them
+    assert repair.to_json(target)["found"] and repair.candidates == len(space.raised(upper, start))
+
+
+def test_the_repair_says_so_when_no_raise_meets_the_target(model):
+    ir, space = model
+    start, upper = space.start(), space.upper()
+    high = _integer_score(ir, space, upper)
+    target = Target("cosine-similarity", ">=", min(1.0, high.mean + 1e-4))  # beyond the upper bound at that level
+    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
+    try:
+        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
+    finally:
+        ev.close()
+    assert repair.config is None and repair.after is None and not repair.to_json(target)["found"]
