@@ -18,7 +18,8 @@ runs the march's integer level (numpy, re-executing each variant's cone from cac
    reference level raised alone to it: its gain on the target's margin at the integer level.
 3. The units that gain, in order of gain per cost added (:func:`.search.by_loss_per_cost`), raised
    by the ratio search upward from ``R`` (one, two, four, ... then the bracket), every
-   configuration scored at the integer level on every sample, as measured.
+   configuration scored at the integer level on every sample, as measured, around ``R`` (one
+   engine: each configuration re-executes the cones of its raises from ``R``'s cached codes).
 
 The configuration it returns meets the target at the integer level in the engine; the pass then
 verifies it as every result is (emitted, re-imported, onnxruntime and the integer level).
@@ -84,8 +85,8 @@ def integer_repair(ev: Evaluator, space: Space, found: TuneState, *, march: str,
         order = by_loss_per_cost(space, final, {i: reference.levels[i] for i in helping}, helping)
         logger.info("tune: integer repair: %d of %d unit(s) below their reference level gain at the integer level",
                     len(order), len(units))
-        met, _, _ = ratio_search(whole, final, order, {i: reference.levels[i] for i in order}, upward=True) \
-            if order else (None, None, None)
+        met, _, _ = ratio_search(whole, final, order, {i: reference.levels[i] for i in order}, upward=True,
+                                 around=final) if order else (None, None, None)
         after = whole.memo.get(met) if met is not None else None
         raised = space.names(i for i in order if met is not None and met.levels[i] != final.levels[i])
         return IntegerRepair(met, raised, before, after, len(units))
