@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -108,15 +109,15 @@ class Arithmetic:
         s_out, _ = params.broadcast(q.codes.ndim)
         return self.requant(q.centered(np.int64), np.float64(s_in) / np.float64(s_out), params)
 
-    def lut(self, domain: QTensor, fn, kwargs: dict, params: QParams) -> np.ndarray:
-        """The table of a unary op over the codes ``domain``: ``quantize(f(dequantize(q)))``
+    def lut(self, domain: QTensor, fn: Callable[[np.ndarray], np.ndarray], params: QParams) -> np.ndarray:
+        """The table of a unary op ``fn`` (its attributes bound) over the codes ``domain``: ``quantize(f(dequantize(q)))``
         (``lut_mode`` ``float``, and every int8 table); int16 inputs with ``lut_mode`` ``segment``
         use the segmented LUT of :mod:`.segment_lut`."""
         if self.profile.lut_mode == "segment" and domain.params.dtype == "int16":
             from qir.runtimes.integer.segment_lut import segment_table
 
-            return segment_table(domain, fn, kwargs, params, self.profile.lut_int16)
-        y = np.asarray(fn(domain.dequantize(), **kwargs), np.float32)
+            return segment_table(domain, fn, params, self.profile.lut_int16)
+        y = np.asarray(fn(domain.dequantize()), np.float32)
         return self.quantize(y, params).codes
 
     # -- accumulators ------------------------------------------------------------------------

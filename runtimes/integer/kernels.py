@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -240,7 +241,7 @@ def table_lookup(call: OpCall):
         return None
     qmin, qmax = x.params.qrange
     codes = np.arange(qmin, qmax + 1, dtype=np.int32)
-    table = call.arith.lut(QTensor(codes, x.params), call.float_fn, call.kwargs, call.target)
+    table = call.arith.lut(QTensor(codes, x.params), partial(call.float_fn, **call.kwargs), call.target)
     return QTensor(table[x.codes.astype(np.intp) - qmin], call.target)
 
 

@@ -218,9 +218,9 @@ def _index_line(start: int, end: int, entries: int, frac_bits: int) -> tuple[flo
     return slope, -start * slope
 
 
-def segment_params(fn: Callable, kwargs: dict, in_params: QParams, out_params: QParams,
+def segment_params(fn: Callable[[np.ndarray], np.ndarray], in_params: QParams, out_params: QParams,
                    lut16: LutInt16) -> SegmentLut:
-    """The segmented LUT of ``fn(x_float32, **kwargs)`` from int16 ``in_params`` to
+    """The segmented LUT of ``fn(x_float32)`` (a unary op, its attributes bound) from int16 ``in_params`` to
     ``out_params`` with the profile's ``lut16`` settings (module docstring, generation)."""
     _check(lut16, in_params, out_params)
     qmin, qmax = in_params.qrange
@@ -228,7 +228,7 @@ def segment_params(fn: Callable, kwargs: dict, in_params: QParams, out_params: Q
 
     def f(x: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return np.asarray(fn(np.asarray(x, np.float32), **kwargs), np.float32)
+            return np.asarray(fn(np.asarray(x, np.float32)), np.float32)
 
     ref = _quantize(f(QTensor(np.arange(qmin, qmax + 1, dtype=np.int32), in_params).dequantize()), out_params)
     centro = _centrosymmetric(ref, in_params, out_params)
@@ -282,7 +282,7 @@ def evaluate(lut: SegmentLut, codes: np.ndarray) -> np.ndarray:
     return y.astype(np.int32)
 
 
-def segment_table(domain: QTensor, fn: Callable, kwargs: dict, params: QParams, lut16: LutInt16) -> np.ndarray:
+def segment_table(domain: QTensor, fn: Callable[[np.ndarray], np.ndarray], params: QParams, lut16: LutInt16) -> np.ndarray:
     """The output codes (int32, in ``params``) of ``fn`` through the segmented LUT for every code
     of ``domain`` (int16 codes and their parameters): what :meth:`Arithmetic.lut` asks for."""
-    return evaluate(segment_params(fn, kwargs, domain.params, params, lut16), domain.codes)
+    return evaluate(segment_params(fn, domain.params, params, lut16), domain.codes)

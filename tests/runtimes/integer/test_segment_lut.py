@@ -35,7 +35,7 @@ def _params(mode: str, scale: float) -> QParams:
 
 
 def _lut(name: str, s_in: float, s_out: float, out: str = "int16", strategy: str = "evenly"):
-    return segment_params(FUNCTIONS[name], {}, _params("int16", s_in), _params(out, s_out),
+    return segment_params(FUNCTIONS[name], _params("int16", s_in), _params(out, s_out),
                           replace(LUT16, divide_strategy=strategy))
 
 
@@ -251,22 +251,22 @@ def test_arithmetic_uses_the_segment_lut_for_int16_inputs_only():
     arith = Arithmetic(get_profile("nash-e").with_overrides(lut_mode="segment"))
     out = _params("int16", 1 / 32767)
     domain = QTensor(CODES.astype(np.int32), _params("int16", 8 / 32767))
-    table = arith.lut(domain, sigmoid, {}, out)
-    assert np.array_equal(table, segment_table(domain, sigmoid, {}, out, LUT16))
-    assert not np.array_equal(table, Arithmetic(get_profile("nash-e")).lut(domain, sigmoid, {}, out))
+    table = arith.lut(domain, sigmoid, out)
+    assert np.array_equal(table, segment_table(domain, sigmoid, out, LUT16))
+    assert not np.array_equal(table, Arithmetic(get_profile("nash-e")).lut(domain, sigmoid, out))
     small = QTensor(np.arange(-128, 128, dtype=np.int32), _params("int8", 8 / 127))
-    assert np.array_equal(arith.lut(small, sigmoid, {}, out), _reference(sigmoid, small.dequantize(), 1 / 32767,
+    assert np.array_equal(arith.lut(small, sigmoid, out), _reference(sigmoid, small.dequantize(), 1 / 32767,
                                                                          "int16"))
 
 
 def test_profile_settings_the_lut_cannot_follow_are_one_clear_error():
     domain, out = _params("int16", 1e-3), _params("int16", 1e-4)
     with pytest.raises(InputError, match="boundaries.*table_segments"):
-        segment_params(sigmoid, {}, domain, out, replace(LUT16, boundaries=9))
+        segment_params(sigmoid, domain, out, replace(LUT16, boundaries=9))
     with pytest.raises(InputError, match="interp"):
-        segment_params(sigmoid, {}, domain, out, replace(LUT16, interp="cubic"))
+        segment_params(sigmoid, domain, out, replace(LUT16, interp="cubic"))
     with pytest.raises(InputError, match="int16 input"):
-        segment_params(sigmoid, {}, _params("int8", 1e-2), out, LUT16)
+        segment_params(sigmoid, _params("int8", 1e-2), out, LUT16)
 
 
 SIGMOID_MODEL = """<ir_version: 8, opset_import: ["" : 17]>
@@ -288,7 +288,7 @@ def test_integer_level_with_segment_luts_stays_close_to_float_luts():
         if c.role.value == "activation":
             ir.set_calibration(c.name, mode="int16")
     s_in, s_out = (float(params_of(ir.calibration(n)).scale) for n in ("h_calib", "s_calib"))
-    bound = _error_bound(segment_params(sigmoid, {}, _params("int16", s_in), _params("int16", s_out), LUT16),
+    bound = _error_bound(segment_params(sigmoid, _params("int16", s_in), _params("int16", s_out), LUT16),
                          sigmoid, s_in, s_out)
     profile = get_profile("nash-e")
     seg_profile = profile.with_overrides(lut_mode="segment")
