@@ -54,13 +54,13 @@ def data(rm, name: str, count: int) -> tuple[list[dict], list[dict]]:
 
 def run_config(base, before: str, after: str, calib, evaluation, float_outputs) -> dict:
     from qir.metrics import cosine_similarity
-    from qir.passes import PassManager
+    from qir.passes import PassManager, PipelineContext
 
     ir = base.clone()
     start = time.perf_counter()
     pipeline = ",".join(p for p in ("fold-bn,fuse{march=nash-e}", before, "insert-calibration{march=nash-e}",
                                     "calibrate{method='max',progress=False}", after) if p)
-    result = PassManager(pipeline, context={"data": calib, "measure": False}).run(ir)
+    result = PassManager(pipeline, context=PipelineContext(data=calib, measure=False)).run(ir)
     seconds = time.perf_counter() - start
     sites = {k: len(v.get("changed", [])) for k, v in result.report["passes"].items() if "changed" in v}
     for k, v in result.report["passes"].items():  # a time-bounded round-weights: how far it got

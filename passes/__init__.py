@@ -1,8 +1,8 @@
 """Transformation and analysis passes over the QIR, one pass per module (docs/architecture.md, "Passes").
 
-    from qir.passes import PassManager
+    from qir.passes import PassManager, PipelineContext
     result = PassManager("fold-bn,fuse,insert-calibration,calibrate{method=kl}",
-                         context={"data": samples}, dump_dir="dumps").run(ir)
+                         context=PipelineContext(data=samples), dump_dir="dumps").run(ir)
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import importlib
 import pkgutil
 
 from qir.passes.base import PASSES, AnalysisPass, Pass, PassError, PassResult, get_pass, register_pass
-from qir.passes.manager import PassManager, build_pipeline, parse_pipeline
+from qir.passes.manager import PassManager, PipelineContext, build_pipeline, parse_pipeline
 
-__all__ = ["Pass", "AnalysisPass", "PassResult", "PassError", "PassManager", "PASSES", "get_pass",
+__all__ = ["Pass", "AnalysisPass", "PassResult", "PassError", "PassManager", "PipelineContext", "PASSES", "get_pass",
            "register_pass", "parse_pipeline", "build_pipeline"]
 
 _NOT_PASSES = frozenset({"base", "manager", "lib"})  # the contract, the manager, shared helpers

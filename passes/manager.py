@@ -6,16 +6,17 @@ A pipeline string lists passes separated by commas, each optionally with options
 
 Option values are Python literals (numbers, booleans, quoted strings, lists) parsed with
 ``ast.literal_eval`` — never ``eval`` — and fall back to plain strings (``march=nash-e``).
-Options the caller provides to every pass that accepts them (``context``, e.g. the calibration
-data) fill in what the string leaves out.
+Options the caller provides to every pass that accepts them (a :class:`PipelineContext`: the
+calibration data, the march) fill in what the string leaves out.
 """
 from __future__ import annotations
 
 import ast
 import logging
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 from qir.errors import QirError
 from qir.files import write_text
@@ -23,7 +24,7 @@ from qir.graph import QIR
 from qir.passes.base import Pass, PassError, PassResult, get_pass, pass_options
 from qir.verify import verify
 
-__all__ = ["PassManager", "parse_pipeline", "build_pipeline"]
+__all__ = ["PassManager", "PipelineContext", "parse_pipeline", "build_pipeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,17 +81,30 @@ def parse_pipeline(text: str) -> list[tuple[str, dict[str, Any]]]:
     return steps
 
 
-def build_pipeline(text: str, context: Mapping[str, Any] | None = None) -> list[Pass]:
+@dataclass(frozen=True)
+class PipelineContext:
+    """What a caller gives every pass of a pipeline that takes that option, where the pipeline
+    string leaves it out: ``data`` (calibration data: a folder, file or samples), ``march``, and
+    ``measure`` (whether the repair passes measure their effect). None: not given."""
+
+    data: Any = None
+    march: str | None = None
+    measure: bool | None = None
+
+
+def build_pipeline(text: str, context: PipelineContext | None = None) -> list[Pass]:
     """Pass instances for a pipeline string; ``context`` options go to passes that take them."""
     from qir.passes import _load_passes
     from qir.passes.base import PASSES
 
     _load_passes()
+    given = {f.name: getattr(context, f.name) for f in fields(PipelineContext)} if context is not None else {}
+    given = {key: value for key, value in given.items() if value is not None}
     passes = []
     for name, options in parse_pipeline(text):
         if name in PASSES:
             accepted = pass_options(PASSES[name])
-            for key, value in (context or {}).items():
+            for key, value in given.items():
                 if key in accepted and key not in options:
                     options[key] = value
         passes.append(get_pass(name, **options))
@@ -109,7 +123,7 @@ class PassManager:
     """
 
     def __init__(self, passes: Iterable[Pass] | str, *, verify_each: bool = True,
-                 dump_dir: str | Path | None = None, context: Mapping[str, Any] | None = None,
+                 dump_dir: str | Path | None = None, context: PipelineContext | None = None,
                  write: Callable[[Path, str], Any] | None = None) -> None:
         self.passes = build_pipeline(passes, context) if isinstance(passes, str) else list(passes)
         self.verify_each = verify_each

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import qir
-from qir.passes import PassManager, get_pass
+from qir.passes import PassManager, PipelineContext, get_pass
 from qir.passes.lib.repair import REPAIRS_KEY
 
 from ..conftest import calibrate_for_nash_e, model_from_text
@@ -86,7 +86,8 @@ def test_bias_correct_refuses_an_uncalibrated_model_and_runs_last_in_a_pipeline(
     data = samples()
     with pytest.raises(qir.QirError, match="calibrated model"):
         get_pass("bias-correct", data=data)(depthwise())
-    result = PassManager("fold-bn,fuse,insert-calibration,calibrate,bias-correct", context={"data": data}).run(depthwise())
+    result = PassManager("fold-bn,fuse,insert-calibration,calibrate,bias-correct",
+                         context=PipelineContext(data=data)).run(depthwise())
     assert result.report["passes"]["bias-correct"]["modified"]
 
 

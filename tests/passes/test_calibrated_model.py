@@ -7,7 +7,7 @@ import pytest
 
 import qir
 from qir.kinds import CalibMode
-from qir.passes import PassManager
+from qir.passes import PassManager, PipelineContext
 from qir.runtimes.base import get_runtime
 
 from ..conftest import REPO
@@ -102,7 +102,7 @@ def test_the_saved_model_records_its_march_and_calibration_method(tmp_path):
     data = ROOT / "calibration_data"
     ir = qir.load(ROOT / "model.onnx")
     PassManager("fold-bn,fuse{march=nash-m},insert-calibration{march=nash-m},calibrate{method=percentile,progress=False}",
-                context={"data": data}).run(ir)
+                context=PipelineContext(data=data)).run(ir)
     loaded = qir.load(qir.save(ir, tmp_path / "calibrated_model.onnx"))
     assert loaded.meta["march"] == "nash-m"
     assert loaded.meta["calibration"] == {"method": "percentile", "percentile": 99.99,

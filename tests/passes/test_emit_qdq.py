@@ -16,7 +16,7 @@ from qir.errors import InputError, NotFoundError, QirError
 from qir.io.qdq_export import export_qdq, quantize_weight, required_opset
 from qir.io.qdq_metadata import EMIT_METADATA_KEY
 from qir.kinds import CalibMode, CalibRole
-from qir.passes import PassManager, get_pass
+from qir.passes import PassManager, PipelineContext, get_pass
 from qir.passes.emit import EmitPass
 from qir.runtimes.base import get_runtime
 from qir.runtimes.numerics import apply_calibration
@@ -95,7 +95,7 @@ def assert_matches(ir: qir.QIR, model: onnx.ModelProto, feeds: list[dict], runti
 def calibrated_digits() -> qir.QIR:
     ir = qir.load(DIGITS / "model.onnx")
     PassManager("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e},calibrate{method=max,progress=False}",
-                context={"data": DIGITS / "calibration_data"}).run(ir)
+                context=PipelineContext(data=DIGITS / "calibration_data")).run(ir)
     return ir
 
 
@@ -245,7 +245,7 @@ def test_old_opset_models_are_converted_not_patched(int16):
     ir = qir.load(_opset11_model())
     rng = np.random.default_rng(1)
     samples = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
-    PassManager("insert-calibration,calibrate{method=max,progress=False}", context={"data": samples}).run(ir)
+    PassManager("insert-calibration,calibrate{method=max,progress=False}", context=PipelineContext(data=samples)).run(ir)
     if int16:
         ir.calibrations(CalibRole.ACTIVATION)[-1].mode = CalibMode.INT16
         ir.touch()
@@ -427,7 +427,7 @@ def real_calibrated(name: str) -> tuple[qir.QIR, list[tuple[str, dict]]]:
     ir = qir.load(rm.model(name), input_shapes={input_name: shape})
     calib = [{input_name: getattr(rm, prep)(img)} for img in rm.images(rm.CALIB)]
     PassManager("fold-bn,fuse,insert-calibration,calibrate{method=max,progress=False}",
-                context={"data": calib}).run(ir)
+                context=PipelineContext(data=calib)).run(ir)
     return ir, [(img, {input_name: getattr(rm, prep)(x)}) for img, x in zip(images, rm.images(images))]
 
 
@@ -482,7 +482,7 @@ def test_real_qdq_models_emit_back_to_themselves(name, tmp_path):
 def test_float_weights_and_a_float_graph_output_come_back_too(tmp_path):
     ir = qir.load(DIGITS / "model.onnx")
     PassManager("fold-bn,insert-calibration{outputs=True},calibrate{method=max,progress=False}",
-                context={"data": DIGITS / "calibration_data"}).run(ir)
+                context=PipelineContext(data=DIGITS / "calibration_data")).run(ir)
     out = ir.calibration("logits_calib")
     assert ir.outputs == (out.output,)
     out.mode = CalibMode.FLOAT

@@ -6,7 +6,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 import qir
-from qir.passes import PassManager
+from qir.passes import PassManager, PipelineContext
 from qir.records import CalibRecord
 
 
@@ -30,6 +30,6 @@ def test_a_graph_output_read_by_ops_takes_their_quantized_value():
     assert len(on_z) == 1 and ir.outputs[0] == on_z[0].output
     assert isinstance(ir.producer(ir.outputs[1]), CalibRecord)  # y quantized too
     x = {"x": np.array([[-1.0, 0.5, 2.0, 3.0]], np.float32)}
-    PassManager("calibrate{method=max,progress=False}", context={"data": [x]}).run(ir)
+    PassManager("calibrate{method=max,progress=False}", context=PipelineContext(data=[x])).run(ir)
     got = qir.run(ir, x)
     assert set(got) == set(ir.outputs) and float(got[ir.outputs[0]].max()) == 3.0

@@ -15,7 +15,7 @@ import qir.passes.round_weights as round_weights
 from qir.calibration import calib_scale
 from qir.io.qdq_export import export_qdq
 from qir.kinds import CalibMode
-from qir.passes import PassManager, get_pass
+from qir.passes import PassManager, PipelineContext, get_pass
 from qir.passes.lib.repair import REPAIRS_KEY
 from qir.runtimes.numerics import apply_calibration
 
@@ -185,5 +185,5 @@ def test_it_refuses_an_uncalibrated_model_and_runs_after_calibrate_in_a_pipeline
     with pytest.raises(qir.QirError, match="calibrated model"):
         get_pass("round-weights", data=data)(planted())
     result = PassManager("fold-bn,fuse,insert-calibration,calibrate,round-weights{method='threshold'}",
-                         context={"data": data}).run(planted())
+                         context=PipelineContext(data=data)).run(planted())
     assert result.report["passes"]["round-weights"]["modified"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import qir
-from qir.passes import PassManager, get_pass
+from qir.passes import PassManager, PipelineContext, get_pass
 from qir.passes.lib.repair import REPAIRS_KEY
 
 from ..conftest import model_from_text
@@ -127,7 +127,7 @@ def test_a_matmul_on_the_graph_input_has_nothing_to_absorb_the_factors():
 def test_smooth_refuses_a_calibrated_model_and_runs_in_a_pipeline():
     ir = planted(LN_MATMUL)
     data = samples()
-    result = PassManager("fold-bn,fuse,smooth,insert-calibration,calibrate", context={"data": data}).run(ir)
+    result = PassManager("fold-bn,fuse,smooth,insert-calibration,calibrate", context=PipelineContext(data=data)).run(ir)
     assert result.report["passes"]["smooth"]["modified"]
     with pytest.raises(qir.QirError, match="before insert-calibration"):
         get_pass("smooth", data=data)(ir)

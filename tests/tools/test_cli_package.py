@@ -59,11 +59,11 @@ def test_a_command_module_without_add_commands_is_reported(tmp_path, monkeypatch
 
 
 def test_calibrate_builds_the_passes_the_pipeline_string_did():
-    from qir.passes import build_pipeline
+    from qir.passes import PipelineContext, build_pipeline
 
     passes = calibration_passes(DATA, march="nash-e", method="percentile", percentile=99.9)
     string = build_pipeline("fold-bn,fuse{march=nash-e},insert-calibration{march=nash-e},"
-                            "calibrate{method=percentile,percentile=99.9}", {"data": DATA})
+                            "calibrate{method=percentile,percentile=99.9}", PipelineContext(data=DATA))
     assert [p.name for p in passes] == ["fold-bn", "fuse", "insert-calibration", "calibrate"]
     assert [(type(p), repr(p)) for p in passes] == [(type(p), repr(p)) for p in string]
     assert passes[-1].data == DATA and passes[-1].percentile == 99.9

@@ -21,14 +21,14 @@ from qir.tools.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from qir.passes import Pass
+    from qir.passes import Pass, PipelineContext
     from qir.tools.reports.output import Outputs
 
 ORDER = 20
 
 
 def run_pipeline(args: argparse.Namespace, pipeline: str | Sequence[Pass], *, data: str | None = None,
-                 context: Mapping[str, Any] | None = None, out: Outputs | None = None) -> int:
+                 context: PipelineContext | None = None, out: Outputs | None = None) -> int:
     """Load MODEL, run ``pipeline`` (a user's pipeline string, or pass instances) and save it to
     ``args.output``; ``data`` also fixes dynamic input shapes, ``context`` fills a string's options.
     The model, the IR dumps (``--dump-dir``) and the files of ``emit{path=...}`` steps are planned
@@ -148,8 +148,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    context = {"data": args.data, "march": args.march} if args.data else {"march": args.march}
-    return run_pipeline(args, args.pipeline, data=args.data, context=context)
+    from qir.passes import PipelineContext
+
+    return run_pipeline(args, args.pipeline, data=args.data, context=PipelineContext(data=args.data, march=args.march))
 
 
 def cmd_set_mode(args: argparse.Namespace) -> int:
