@@ -37,8 +37,8 @@ from qir.runtimes.engine.executor import Executor, follow, raise_remote
 from qir.runtimes.engine.results import data_digest
 from qir.runtimes.engine.shards import even_split
 
-__all__ = ["SampleSearch", "Score", "sample_score", "scores_on_cluster", "bad_case_shard", "search_on_cluster",
-           "RankShares"]
+__all__ = ["SampleSearch", "SearchCommon", "SearchShard", "Score", "sample_score", "scores_on_cluster", "bad_case_shard",
+           "search_on_cluster", "RankShares"]
 
 # (why the sample is left out or None, {output: {metric: value}}, {output: why Cosine/SQNR are noise},
 #  {output: how the analysis output collapsed})
@@ -127,11 +127,29 @@ def _from_spec(spec: SearchSpec) -> tuple[SampleSearch, Any]:
     return search, model_samples(search.base_ir, spec.data.data, spec.count)
 
 
-def bad_case_shard(common: dict[str, Any], shard: dict[str, Any]) -> Iterator[tuple]:
+@dataclass(frozen=True)
+class SearchCommon:
+    """What every shard of a search shares: the driver's own ``search`` and ``samples`` (a
+    torchrun rank, a copy of the driver's program) or the ``spec`` a worker builds them from."""
+
+    search: SampleSearch | None = None
+    samples: Sequence[dict] | None = None
+    spec: SearchSpec | None = None
+
+
+@dataclass(frozen=True)
+class SearchShard:
+    """One worker's share of a search: the indices of its ``samples`` and their data digests."""
+
+    samples: list[int]
+    digests: list[str]
+
+
+def bad_case_shard(common: SearchCommon, shard: SearchShard) -> Iterator[tuple]:
     """A worker's shard (a shard function of :mod:`qir.runtimes.engine.cluster`): ``("scores",
-    [(sample, score)])`` per sample of ``shard["samples"]``, each checked against the driver's digest."""
-    search, samples = (common["search"], common["samples"]) if "search" in common else _from_spec(common["spec"])
-    for i, digest in zip(shard["samples"], shard["digests"]):
+    [(sample, score)])`` per sample of ``shard.samples``, each checked against the driver's digest."""
+    search, samples = (common.search, common.samples) if common.spec is None else _from_spec(common.spec)
+    for i, digest in zip(shard.samples, shard.digests):
         sample = samples[i]
         if data_digest([sample]) != digest:
             raise InputError(f"sample {i} of the data differs from the driver's (check that every machine reads the "
@@ -148,9 +166,9 @@ def scores_on_cluster(cluster: Cluster, search: SampleSearch, data: Any, samples
     executor.open()
     digests = [data_digest([sample]) for sample in samples] if digests is None else digests
     shards = [s for s in even_split(len(samples), min(executor.workers(), len(samples)), strided=True) if s]
-    tasks = [{"samples": s, "digests": [digests[i] for i in s]} for s in shards]
-    common = ({"search": search, "samples": samples} if executor.shared_state
-              else {"spec": search.spec(data, samples)})
+    tasks = [SearchShard(s, [digests[i] for i in s]) for s in shards]
+    common = (SearchCommon(search=search, samples=samples) if executor.shared_state
+              else SearchCommon(spec=search.spec(data, samples)))
     scores: dict[int, Score] = {}
     for _, message in follow(executor, bad_case_shard, common, tasks):
         for i, score in message[1]:

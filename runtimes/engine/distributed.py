@@ -53,8 +53,8 @@ from qir.runtimes.engine.shards import lpt, step_costs, step_work, variant_costs
 from qir.runtimes.engine.variants import Variant
 from qir.runtimes.progress import Progress
 
-__all__ = ["EngineSpec", "engine_spec", "engine_shard", "evaluate_distributed", "model_payload", "load_model",
-           "data_payload", "assign_shards", "stream"]
+__all__ = ["EngineSpec", "EngineCommon", "EngineShard", "engine_spec", "engine_shard", "evaluate_distributed",
+           "model_payload", "load_model", "data_payload", "assign_shards", "stream"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,23 +179,45 @@ def stream(run: Callable[[Callable[..., None]], None]) -> Iterator[tuple]:
     thread.join()
 
 
-def engine_shard(common: dict[str, Any], shard: dict[str, Any]) -> Iterator[tuple]:
+@dataclass(frozen=True)
+class EngineCommon:
+    """What every shard of an evaluation shares: the worker's own ``engine`` (a torchrun rank's,
+    a copy of the driver's program), the driver's ``analysis`` fingerprint and the ``variants``;
+    or the ``spec`` a worker builds its engine from."""
+
+    engine: Any = None
+    analysis: str | None = None
+    variants: list[Variant] | None = None
+    spec: EngineSpec | None = None
+
+
+@dataclass(frozen=True)
+class EngineShard:
+    """One worker's share of an evaluation: the driver's ``analysis`` fingerprint, the names of
+    its ``variants``, and the ``(variant, sample)`` rows already ``done``."""
+
+    analysis: str
+    variants: list[str]
+    done: list[tuple[str, int]]
+
+
+def engine_shard(common: EngineCommon, shard: EngineShard) -> Iterator[tuple]:
     """A worker's shard (a shard function of :mod:`.cluster`): its variants on every sample whose
-    row is missing, with the worker's own engine (``common["engine"]``, a torchrun rank's) or one
-    built from ``common["spec"]``. Messages: ``rows`` as produced, then ``left_out`` and ``stats``."""
+    row is missing, with the worker's own engine (``common.engine``, a torchrun rank's) or one
+    built from ``common.spec``. Messages: ``rows`` as produced, then ``left_out`` and ``stats``."""
     start = time.perf_counter()
-    engine = common.get("engine")
+    engine = common.engine
     if engine is None:
-        engine = _build_engine(common["spec"])
-        mine = engine.fingerprint(common["spec"].variants, engine.data_digest())
+        engine = _build_engine(common.spec)
+        mine = engine.fingerprint(common.spec.variants, engine.data_digest())
     else:
-        mine = common["analysis"]
-    if mine != shard["analysis"]:
+        mine = common.analysis
+    if mine != shard.analysis:
         raise InputError("this worker's analysis differs from the driver's: its model, data or options are not the "
                          "same (check that every machine reads the same files)")
-    by_name = {v.name: v for v in (common["spec"].variants if "spec" in common else common["variants"])}
-    variants = [by_name[name] for name in shard["variants"]]
-    done = {(name, int(s)) for name, s in shard["done"]}
+    by_name = {v.name: v for v in (common.spec.variants if common.spec is not None else common.variants)}
+    variants = [by_name[name] for name in shard.variants]
+    done = {(name, int(s)) for name, s in shard.done}
     yield from stream(lambda emit: engine.evaluate_missing(variants, done, emit))
     yield ("left_out", dict(engine._left_out))
     yield ("stats", engine._final_stats(start))
@@ -230,10 +252,10 @@ def evaluate_distributed(engine, variants: list[Variant], out_dir: str | Path | 
     done = {(r["variant"], r["sample"]) for r in rows}
     missing = {i: sum((v.name, s) not in done for s in range(count)) for i, v in enumerate(variants)}
     shards = assign_shards(engine, variants, {i: n for i, n in missing.items() if n}, executor.workers())
-    tasks = [{"analysis": analysis, "variants": [variants[i].name for i in shard],
-              "done": sorted((n, s) for n, s in done if n in {variants[i].name for i in shard})} for shard in shards]
-    common = ({"engine": engine, "analysis": analysis, "variants": variants} if executor.shared_state
-              else {"spec": engine_spec(engine, variants)})
+    tasks = [EngineShard(analysis, [variants[i].name for i in shard],
+                         sorted((n, s) for n, s in done if n in {variants[i].name for i in shard})) for shard in shards]
+    common = (EngineCommon(engine=engine, analysis=analysis, variants=variants) if executor.shared_state
+              else EngineCommon(spec=engine_spec(engine, variants)))
     bar = engine._bar(len(variants), len(done)) if executor.driver else Progress()
     gathered = _gather(executor, common, tasks, rows, results, done, bar)
     shared = executor.share(gathered)
@@ -242,7 +264,7 @@ def evaluate_distributed(engine, variants: list[Variant], out_dir: str | Path | 
     return engine.result(shared["rows"], variants, stats, shared["left_out"])
 
 
-def _gather(executor, common: dict, tasks: list[dict], rows: list[dict], results: ResultsFile, done: set,
+def _gather(executor, common: EngineCommon, tasks: list[EngineShard], rows: list[dict], results: ResultsFile, done: set,
             bar: Progress) -> dict[str, Any]:
     """Run the shards (:func:`.executor.follow`) and take in their messages: each new row into
     ``rows`` and the results file (a row already there is dropped), the samples left out, the

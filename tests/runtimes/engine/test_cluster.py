@@ -105,7 +105,7 @@ def test_a_worker_refuses_a_model_file_other_than_the_drivers(calibrated_file, t
 
 def test_an_engine_built_from_other_data_refuses_the_shard(calibrated_file, tmp_path):
     # a worker whose data path holds other samples than the driver's: the analysis fingerprint differs
-    from qir.runtimes.engine.distributed import DataPayload, engine_shard, engine_spec
+    from qir.runtimes.engine.distributed import DataPayload, EngineCommon, EngineShard, engine_shard, engine_spec
 
     ir = qir.load(calibrated_file)
     engine = Engine(ir, DIGITS_DATA, data_num=2, progress=False)
@@ -114,9 +114,9 @@ def test_an_engine_built_from_other_data_refuses_the_shard(calibrated_file, tmp_
     other = tmp_path / "other.npy"
     np.save(other, np.zeros((2, 1, 1, 8, 8), np.float32))
     spec.data = DataPayload(path=str(other))
-    shard = {"analysis": engine.fingerprint(variants, engine.data_digest()), "variants": [variants[0].name], "done": []}
+    shard = EngineShard(engine.fingerprint(variants, engine.data_digest()), [variants[0].name], [])
     with pytest.raises(InputError, match="analysis differs from the driver's"):
-        list(engine_shard({"spec": spec}, shard))
+        list(engine_shard(EngineCommon(spec=spec), shard))
 
 
 def test_workers_warnings_are_logged_once(digits_calibrated, digits_samples, caplog):
