@@ -4,7 +4,7 @@ model, and its files.
 ::
 
     report = tune("model.onnx", "calib/", "eval/", "cosine>=0.99", march="nash-e", save_dir="tuned")
-    report["reached"], report["verification"]["agrees"], report["final"]["mean"]
+    report.reached, report.verification.agrees, report.final.mean    # a TuneReport
 
 A float model is calibrated first (the march's pipeline, ``method``) and that calibrated model is
 written too (``calibrated_model.onnx``): the reproducing commands start from it. Files in
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,6 +39,7 @@ from qir.graph import QIR
 from qir.passes import get_pass
 from qir.passes.lib.latency_table import read_latency_table
 from qir.passes.tune import checked_samples
+from qir.passes.tune.report import TuneReport
 from qir.passes.tune.space import DEFAULT_PRICE
 from qir.passes.tune.target import parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS
@@ -133,7 +135,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
          resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
          sensitivity_samples: int | None = None, integer: bool = True, check_data: Any = None,
          latency_table: str | Path | None = None, transforms: Sequence[str] | None = DEFAULT_TRANSFORMS,
-         price: str = DEFAULT_PRICE, progress: bool = True) -> dict[str, Any]:
+         price: str = DEFAULT_PRICE, progress: bool = True) -> TuneReport:
     """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the
     cheapest configuration of ``march`` that meets ``target`` on ``eval_data`` (see the module
     docstring and :mod:`qir.passes.tune`). Returns the pass's report (without the ONNX model),
@@ -169,7 +171,9 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
                      transforms=transforms, price=price)
     result = tuner(ir)
     ir, report = result.ir, result.report
-    emitted = (report.get("verification") or {}).pop("model", None)
+    emitted = None
+    if report.verification is not None:  # (the emitted model is not part of the report)
+        emitted, report.verification = report.verification.model, replace(report.verification, model=None)
     if out is None:
         return report
     if own_calibrated:
@@ -180,8 +184,8 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     if tuner.transformed is not None:  # the search worked on a transformed (or split) model: the commands start there
         source = out.write(TRANSFORMED, lambda tmp: _save(tuner.transformed, tmp))
         calibrated = tuner.transformed
-        kept_split = bool((report.get("split") or {}).get("kept"))  # (no command splits a value: start from the file)
-        chosen = (report.get("transforms") or {}).get("chosen")
+        kept_split = bool((report.split or {}).get("kept"))  # (no command splits a value: start from the file)
+        chosen = (report.transforms or {}).get("chosen")
         if chosen and not kept_split and isinstance(model, (str, Path)) and needs_calibration \
                 and isinstance(calib_data, (str, Path)):
             source = out.path("reproduce").resolve() / TRANSFORMED  # (rebuilt there by the first command)
@@ -194,11 +198,11 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
 
         emitted = export_qdq(ir)
     files.append(write_model(emitted, "tuned_model_qdq.onnx", outputs=out))
-    report["commands"] = reproduce_commands(calibrated, ir, source, out, first=rebuilt)
+    report.commands = reproduce_commands(calibrated, ir, source, out, first=rebuilt)
     from qir.tools.reports.graph_panel import ModelGraph
 
     tune_report.write_report(report, out, ModelGraph.from_ir(ir), {c.name: c.mode.value for c in ir.calibrations()})
-    report["files"] = [str(p) for p in files] + [str(out.path(f)) for f in tune_report.FILES]
+    report.files = [str(p) for p in files] + [str(out.path(f)) for f in tune_report.FILES]
     return report
 
 

@@ -96,7 +96,7 @@ from qir.passes.tune.space import DEFAULT_PRICE, PRICES, Config, Space, constrai
 from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
-from qir.passes.tune.verify import check_unseen, float_outputs, verify
+from qir.passes.tune.verify import Verification, check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
 from qir.runtimes.progress import task
@@ -274,22 +274,22 @@ class TunePass(Pass):
         merged = merge_calibrations(ir)  # (copies that ended where their node did need no requantize)
         report = summarize(ev, found, self.profile, self.allow_float)
         if stage is not None:
-            report["transforms"] = stage.to_json()
+            report.transforms = stage.to_json()
         if splits:
-            report["split"] = {"values": sorted(splits), "kept": sorted(siblings(ir)), "merged_back": sorted(merged)}
+            report.split = {"values": sorted(splits), "kept": sorted(siblings(ir)), "merged_back": sorted(merged)}
         if found.search_target != self.target:
-            report["search_target"] = found.search_target.text
+            report.search_target = found.search_target.text
         if found.backtracked:
-            report["backtracked"] = found.backtracked
+            report.backtracked = found.backtracked
         if found.integer_repair is not None:
-            report["integer_repair"] = found.integer_repair.to_json(self.target)
+            report.integer_repair = found.integer_repair.to_json(self.target)
         if checked is not None:
-            report["verification"] = checked
+            report.verification = checked
             if self.check_data is not None:
                 unseen = checked_samples(ir, self.check_data, what="the check data")
-                report["unseen"] = check_unseen(reference or ir, checked["model"], unseen, self.target,
-                                                threads=self.threads)
-        report["seconds"] = round(time.perf_counter() - start, 2)
+                report.unseen = check_unseen(reference or ir, checked.model, unseen, self.target,
+                                             threads=self.threads)
+        report.seconds = round(time.perf_counter() - start, 2)
         return PassResult(ir, True, report)
 
     def _prepare(self, ir: QIR, samples: list[dict]):
@@ -363,7 +363,7 @@ class TunePass(Pass):
         return found
 
     def _verified(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict], config: Config,
-                  quick: bool = False) -> tuple[Score, dict[str, Any] | None]:
+                  quick: bool = False) -> tuple[Score, Verification | None]:
         """``config``'s score in the search and its verification (step 7; None without ``verify``);
         ``quick``: the integer level stops at the first sample that misses the floor (what
         backtracking needs to know; the numbers over every sample then need another call)."""
@@ -379,7 +379,7 @@ class TunePass(Pass):
         return score, checked
 
     def _backtrack(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
-                   found: TuneState) -> tuple[TuneState, dict[str, Any]] | None:
+                   found: TuneState) -> tuple[TuneState, Verification] | None:
         """Step 7's first answer to a miss at the integer level only: configurations between the
         result and those pruning went through before it, each meeting the target in fake
         quantization, verified as the result was, cheapest first; the first that passes both
@@ -411,7 +411,7 @@ class TunePass(Pass):
         return None
 
     def _integer_repair(self, ev: Evaluator, space: Space, ir: QIR, samples: list[dict],
-                        found: TuneState) -> tuple[TuneState, dict[str, Any]] | None:
+                        found: TuneState) -> tuple[TuneState, Verification] | None:
         """Step 7's second answer (:mod:`.integer_repair`): the cheapest raise that meets the target
         searched at the integer level, verified; None when none is found or it fails verification."""
         found.integer_repair = repair = integer_repair(ev, space, found, march=self.profile.name, progress=self.progress)

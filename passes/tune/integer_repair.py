@@ -37,6 +37,7 @@ from qir.passes.tune.search import by_loss_per_cost, ratio_search
 from qir.passes.tune.space import Config, Space
 from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, Target
+from qir.passes.tune.verify import Verification
 
 __all__ = ["integer_repair", "integer_gaps", "IntegerRepair", "SCREEN_SAMPLES"]
 
@@ -116,7 +117,7 @@ def _single_gains(whole: Evaluator, make, before, final: Config, units: list[int
         screen.close()
 
 
-def integer_gaps(target: Target, checked: dict[str, Any] | None) -> tuple[float, float] | None:
+def integer_gaps(target: Target, checked: Verification | None) -> tuple[float, float] | None:
     """How much worse the integer level scores than fake quantization, on the mean and on the
     worst sample (each at least 0: a target is tightened only where the integer level loses),
     when verification failed only there (None otherwise: it passed, or failed for another

@@ -13,17 +13,106 @@ mode and the GEMM ops per precision of the result.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from qir.passes.base import Report
 from qir.passes.lib.latency import Bound
 from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.space import TUNE_LEVELS, Config, Space
 from qir.passes.tune.state import TuneState
+from qir.passes.tune.verify import Unseen, Verification
 from qir.runtimes.march import MarchProfile, OpClass, op_class
 
-__all__ = ["summarize", "pareto", "standard_error"]
+__all__ = ["summarize", "pareto", "standard_error", "ScoreSummary", "FinalScore", "TuneReport"]
+
+
+@dataclass(frozen=True)
+class ScoreSummary(Report):
+    """A configuration in the report: the target's numbers (:class:`~.target.Judged`'s), the
+    mean's standard error, its cost, FLOP-weighted cost and estimated time (µs), and its units per
+    level."""
+
+    mean: float
+    worst: float
+    worst_sample: int | None
+    margin: float
+    meets: bool
+    standard_error: float
+    cost: float
+    flop_cost: float
+    time_us: float
+    levels: dict[str, int]
+
+
+@dataclass(frozen=True)
+class FinalScore(ScoreSummary):
+    """The result's :class:`ScoreSummary` with its cost and FLOP-weighted cost against the start
+    and against all-int16 (None where that is 0)."""
+
+    cost_vs_start: float | None = None
+    cost_vs_int16: float | None = None
+    flop_cost_vs_start: float | None = None
+    flop_cost_vs_int16: float | None = None
+
+
+@dataclass
+class TuneReport(Report):
+    """The report of ``qir tune`` (see the module docstring; ``tune_report.json`` is its
+    :meth:`to_json`). :func:`summarize` fills the fields up to ``configurations``; the pass adds
+    the transforms stage, the splits, the target searched for when it was tightened, how far the
+    result ``backtracked``, the search at the integer level (``integer_repair``), the
+    ``verification``, the result on ``unseen`` samples and the ``seconds`` it took;
+    :func:`qir.tools.tune.tune` the reproducing ``commands`` and the ``files`` written. Those are
+    left out of the JSON while None."""
+
+    optional = ("reference", "transforms", "split", "search_target", "backtracked", "integer_repair", "verification",
+                "unseen", "seconds", "commands", "files")
+
+    target: str
+    metric: str
+    threshold: float
+    direction: str
+    worst_floor: float | None
+    march: str
+    allow_float: bool
+    reached: bool
+    samples: int
+    units: int
+    searchable_units: int
+    calibrated: ScoreSummary
+    start: ScoreSummary
+    upper_bound: ScoreSummary
+    all_int16: ScoreSummary
+    ceiling: ScoreSummary | None
+    reference: ScoreSummary | None
+    final: FinalScore
+    price: str
+    time_ms: dict[str, float]
+    ratio_search: dict[str, Any]
+    attribution_samples: list[int] | None
+    changes: list[dict[str, Any]]
+    clipping: list[dict[str, Any]]
+    sensitivity: dict[str, Any] | None
+    calibration_modes: dict[str, int]
+    gemm_ops: dict[str, int]
+    raised: int
+    history: list[dict[str, Any]]
+    pareto: list[int]
+    engine_calls: int
+    configurations: int
+    transforms: dict[str, Any] | None = None
+    split: dict[str, list[str]] | None = None
+    search_target: str | None = None
+    backtracked: dict[str, Any] | None = None
+    integer_repair: dict[str, Any] | None = None
+    verification: Verification | None = None
+    unseen: Unseen | None = None
+    seconds: float | None = None
+    commands: list[str] | None = None
+    files: list[str] | None = None
 
 
 def standard_error(values: Sequence[float]) -> float:
@@ -35,11 +124,11 @@ def standard_error(values: Sequence[float]) -> float:
     return float(finite.std(ddof=1) / math.sqrt(len(finite))) if len(finite) > 1 else math.nan
 
 
-def _score(ev: Evaluator, config: Config) -> dict[str, Any]:
+def _score(ev: Evaluator, config: Config, kind: type[ScoreSummary] = ScoreSummary, **more: float | None) -> ScoreSummary:
     score = ev.memo[config]
-    return {**ev.target.judged(score), "standard_error": standard_error(score.samples),
-            "cost": ev.space.cost(config), "flop_cost": ev.space.flop_cost(config), "time_us": ev.space.time_us(config),
-            "levels": ev.space.describe(config)}
+    return kind(**ev.target.judged(score), standard_error=standard_error(score.samples),
+                cost=ev.space.cost(config), flop_cost=ev.space.flop_cost(config), time_us=ev.space.time_us(config),
+                levels=ev.space.describe(config), **more)
 
 
 def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
@@ -120,7 +209,7 @@ def _measured_groups(space: Space, config: Config) -> int:
     return space.estimate(config).count(Bound.MEASURED) if space.latency.table is not None else 0
 
 
-def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_float: bool) -> dict[str, Any]:
+def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_float: bool) -> TuneReport:
     """The report (see the module docstring)."""
     space, target, final = ev.space, ev.target, found.final
     history = [{k: v for k, v in h.items() if k != "config"} for h in ev.history]
@@ -134,32 +223,32 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
         m = modes.get(c.name, c.mode.value)
         calib_modes[m] = calib_modes.get(m, 0) + 1
     order, ratio = found.order or [], found.ratio_config
-    return {
-        "target": target.text, "metric": target.metric if isinstance(target.metric, str) else target.text,
-        "threshold": target.threshold, "direction": target.op, "worst_floor": target.floor,
-        "march": profile.name, "allow_float": allow_float, "reached": bool(found.reached),
-        "samples": len(ev.samples), "units": len(space.units), "searchable_units": len(space.searchable()),
-        "calibrated": _score(ev, found.plain_start), "start": _score(ev, found.start),
-        "upper_bound": _score(ev, found.upper),
-        "all_int16": _score(ev, found.int16),
-        "ceiling": _score(ev, found.ceiling) if found.ceiling in ev.memo else None,  # (measured where needed)
-        **({"reference": _score(ev, found.reference)} if found.reference is not None else {}),
-        "final": {**_score(ev, final), "cost_vs_start": costs["final"] / costs["start"] if costs["start"] else None,
-                  "cost_vs_int16": costs["final"] / costs["int16"] if costs["int16"] else None,
-                  "flop_cost_vs_start": flops["final"] / flops["start"] if flops["start"] else None,
-                  "flop_cost_vs_int16": flops["final"] / flops["int16"] if flops["int16"] else None},
-        "price": space.price,
-        "time_ms": {"all_int8": space.time_us(found.plain_start) / 1000.0, "all_int16": space.time_us(found.int16) / 1000.0,
-                    "final": space.time_us(final) / 1000.0, "measured_groups": _measured_groups(space, final)},
-        "ratio_search": {"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
-                         "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
-                         "cheap": len(found.cheap),
-                         "sensitivity_samples": found.sensitivity_samples},
-        "attribution_samples": found.attribution_samples,
-        "changes": _changes(ev, found), "clipping": found.fixes,
-        "sensitivity": found.ranking.to_json() if found.ranking is not None else None,
-        "calibration_modes": dict(sorted(calib_modes.items())), "gemm_ops": _gemm_precisions(ev, final),
-        "raised": len(space.raised(final, found.plain_start)),
-        "history": history, "pareto": pareto(history, target.higher_is_better),
-        "engine_calls": ev.calls, "configurations": len(history),
-    }
+    return TuneReport(
+        target=target.text, metric=target.metric if isinstance(target.metric, str) else target.text,
+        threshold=target.threshold, direction=target.op, worst_floor=target.floor,
+        march=profile.name, allow_float=allow_float, reached=bool(found.reached),
+        samples=len(ev.samples), units=len(space.units), searchable_units=len(space.searchable()),
+        calibrated=_score(ev, found.plain_start), start=_score(ev, found.start),
+        upper_bound=_score(ev, found.upper),
+        all_int16=_score(ev, found.int16),
+        ceiling=_score(ev, found.ceiling) if found.ceiling in ev.memo else None,  # (measured where needed)
+        reference=_score(ev, found.reference) if found.reference is not None else None,
+        final=_score(ev, final, FinalScore, cost_vs_start=costs["final"] / costs["start"] if costs["start"] else None,
+                     cost_vs_int16=costs["final"] / costs["int16"] if costs["int16"] else None,
+                     flop_cost_vs_start=flops["final"] / flops["start"] if flops["start"] else None,
+                     flop_cost_vs_int16=flops["final"] / flops["int16"] if flops["int16"] else None),
+        price=space.price,
+        time_ms={"all_int8": space.time_us(found.plain_start) / 1000.0, "all_int16": space.time_us(found.int16) / 1000.0,
+                 "final": space.time_us(final) / 1000.0, "measured_groups": _measured_groups(space, final)},
+        ratio_search={"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
+                      "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
+                      "cheap": len(found.cheap),
+                      "sensitivity_samples": found.sensitivity_samples},
+        attribution_samples=found.attribution_samples,
+        changes=_changes(ev, found), clipping=found.fixes,
+        sensitivity=found.ranking.to_json() if found.ranking is not None else None,
+        calibration_modes=dict(sorted(calib_modes.items())), gemm_ops=_gemm_precisions(ev, final),
+        raised=len(space.raised(final, found.plain_start)),
+        history=history, pareto=pareto(history, target.higher_is_better),
+        engine_calls=ev.calls, configurations=len(history),
+    )

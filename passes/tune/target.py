@@ -30,8 +30,9 @@ from typing import Any, Callable, Sequence
 
 from qir import metrics as qmetrics
 from qir.errors import InputError, did_you_mean
+from qir.passes.base import Report
 
-__all__ = ["Score", "Target", "parse_target", "SYNTAX", "PERFECT"]
+__all__ = ["Score", "Judged", "Target", "parse_target", "SYNTAX", "PERFECT"]
 
 ALIASES = {"cosine": "cosine-similarity", "cos": "cosine-similarity"}
 SYNTAX = ("write METRIC>=VALUE or METRIC<=VALUE, e.g. 'cosine>=0.99' or 'mse<=1e-3' (metrics: cosine, "
@@ -50,6 +51,18 @@ class Score:
 
     mean: float
     samples: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Judged(Report):
+    """A :class:`Score` as the reports show it (:meth:`Target.judged`): the mean, the worst
+    sample's value and index (None: every sample NaN), the margin and whether it meets the target."""
+
+    mean: float
+    worst: float
+    worst_sample: int | None
+    margin: float
+    meets: bool
 
 
 @dataclass(frozen=True)
@@ -125,11 +138,10 @@ class Target:
         """``score`` in a line of text: its mean, and its worst sample when the target has a floor."""
         return f"{score.mean:.6g}" + (f" (worst {self.worst(score.samples)[1]:.6g})" if self.floor is not None else "")
 
-    def judged(self, score: Score) -> dict[str, Any]:
-        """``score`` as the reports show it: ``{"mean", "worst", "worst_sample", "margin", "meets"}``."""
+    def judged(self, score: Score) -> Judged:
+        """``score`` as the reports show it: its mean, worst sample, margin and whether it meets the target."""
         worst_sample, worst = self.worst(score.samples)
-        return {"mean": score.mean, "worst": worst, "worst_sample": worst_sample, "margin": self.margin(score),
-                "meets": self.met(score)}
+        return Judged(score.mean, worst, worst_sample, self.margin(score), self.met(score))
 
     def worst(self, values: Sequence[float]) -> tuple[int | None, float]:
         """The index and value of the worst sample (NaN entries skipped)."""

@@ -24,6 +24,7 @@ others, and this says whether it does. It decides nothing; the report shows it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,11 +35,70 @@ from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.io.onnx_import import import_onnx
 from qir.io.qdq_export import export_qdq
+from qir.passes.base import Report
 from qir.passes.tune.target import Score, Target
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.ort.backend import new_session
 
-__all__ = ["verify", "sample_values", "check_unseen", "float_outputs"]
+__all__ = ["verify", "sample_values", "check_unseen", "float_outputs", "Verification", "IntegerCheck", "Unseen"]
+
+
+@dataclass(frozen=True)
+class IntegerCheck(Report):
+    """The re-imported model at ``march``'s integer level (:func:`_integer_level`): the target's
+    numbers there (:class:`~.target.Judged`'s), and whether every sample ran (``complete``; when
+    not, ``samples_run`` ran and the numbers are over those)."""
+
+    optional = ("samples_run",)
+
+    march: str
+    mean: float
+    worst: float
+    worst_sample: int | None
+    margin: float
+    meets: bool
+    complete: bool
+    samples_run: int | None = None
+
+
+@dataclass(frozen=True)
+class Verification(Report):
+    """What :func:`verify` found: the emitted model in onnxruntime (``runtime``) scored as the
+    search scores (:class:`~.target.Judged`'s numbers), the search's mean (``searched``), their
+    ``difference`` and the ``tolerance`` it must be within, the calibration nodes that did not come
+    back from the emitted model (``roundtrip``), whether onnxruntime agrees and, with a march, the
+    ``integer`` level; ``agrees``: all of it. ``model``: the emitted ``ModelProto`` (None once a
+    caller took it; not part of the JSON then)."""
+
+    optional = ("model", Level.INTEGER)  # (the field named integer)
+
+    runtime: str
+    mean: float
+    worst: float
+    worst_sample: int | None
+    margin: float
+    meets: bool
+    searched: float
+    difference: float
+    tolerance: float
+    roundtrip: list[str]
+    model: Any
+    agrees: bool
+    onnxruntime_agrees: bool
+    integer: IntegerCheck | None = None
+
+
+@dataclass(frozen=True)
+class Unseen(Report):
+    """The emitted model on samples the search never saw (:func:`check_unseen`): how many, and the
+    target's numbers there (:class:`~.target.Judged`'s)."""
+
+    samples: int
+    mean: float
+    worst: float
+    worst_sample: int | None
+    margin: float
+    meets: bool
 
 
 def sample_values(ir: QIR, target: Target, floats: Sequence[dict], outs: Sequence[dict]) -> tuple[float, tuple[float, ...]]:
@@ -77,11 +137,10 @@ def _roundtrip(ir: QIR, back: QIR) -> list[str]:
 
 
 def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *, march: str | None = None,
-           threads: int | None = None, floats: Sequence[dict] | None = None, stop_at_floor: bool = False) -> dict[str, Any]:
-    """Emit ``ir``, re-import it, run it on ``samples`` (see the module docstring). Returns
-    ``{"mean", "worst", "worst_sample", "margin", "searched", "agrees", "onnxruntime_agrees",
-    "roundtrip", ...}`` (``agrees``: all of it, the integer level included);
-    ``model`` is the emitted ``ModelProto``. ``floats``: :func:`float_outputs` of ``samples``,
+           threads: int | None = None, floats: Sequence[dict] | None = None, stop_at_floor: bool = False) -> Verification:
+    """Emit ``ir``, re-import it, run it on ``samples`` (see the module docstring). Returns the
+    :class:`Verification` (``agrees``: all of it, the integer level included;
+    ``model``: the emitted ``ModelProto``). ``floats``: :func:`float_outputs` of ``samples``,
     when a configuration of the same model was verified on them before. ``stop_at_floor``: the
     integer level stops at the first sample that misses the target's floor
     (:func:`_integer_level`)."""
@@ -92,20 +151,19 @@ def verify(ir: QIR, samples: Sequence[dict], target: Target, searched: float, *,
     score = Score(*sample_values(ir, target, floats, outs))
     roundtrip = _roundtrip(ir, back)
     agrees = abs(score.mean - searched) <= target.tolerance(searched)  # (False when either is NaN)
-    report = {"runtime": "onnxruntime (session.disable_quant_qdq)", **target.judged(score), "searched": searched,
-              "difference": score.mean - searched, "tolerance": target.tolerance(searched), "roundtrip": roundtrip,
-              "model": model}
-    report["agrees"] = report["onnxruntime_agrees"] = bool(agrees and not roundtrip and report["meets"])
-    if march is not None:
-        report[Level.INTEGER] = _integer_level(ir, back, samples, target, floats, march, score, stop_at_floor)
-        report["agrees"] = report["agrees"] and report[Level.INTEGER]["meets"]
-    return report
+    judged = target.judged(score)
+    onnxruntime_agrees = bool(agrees and not roundtrip and judged.meets)
+    integer = None if march is None else _integer_level(ir, back, samples, target, floats, march, score, stop_at_floor)
+    return Verification("onnxruntime (session.disable_quant_qdq)", **judged, searched=searched,
+                        difference=score.mean - searched, tolerance=target.tolerance(searched), roundtrip=roundtrip,
+                        model=model, agrees=onnxruntime_agrees and (integer is None or integer.meets),
+                        onnxruntime_agrees=onnxruntime_agrees, integer=integer)
 
 
 def _integer_level(ir: QIR, back: QIR, samples: Sequence[dict], target: Target, floats: Sequence[dict], march: str,
-                   fake: Score, stop_at_floor: bool) -> dict[str, Any]:
+                   fake: Score, stop_at_floor: bool) -> IntegerCheck:
     """The re-imported model ``back`` at ``march``'s integer level on ``samples``, those
-    fake quantization (``fake``) scores worst first: ``{"march", "mean", "worst", ..., "complete"}``.
+    fake quantization (``fake``) scores worst first.
     With ``stop_at_floor``, it stops at the first sample that misses the target's floor: the
     target is then missed whatever the others score (a sample that misses the floor among some
     misses it among all: a relative metric's ill-conditioned sample is NaN among others, and NaN
@@ -121,11 +179,11 @@ def _integer_level(ir: QIR, back: QIR, samples: Sequence[dict], target: Target, 
             part = Score(*sample_values(ir, target, [floats[j] for j in done], [outs[j] for j in done]))
             if target.misses_floor(part.samples):
                 judged = target.judged(part)
-                worst = judged["worst_sample"]
-                return {"march": march, **judged, "worst_sample": None if worst is None else done[worst], "meets": False,
-                        "complete": False, "samples_run": len(done)}
+                worst = judged.worst_sample
+                judged = replace(judged, worst_sample=None if worst is None else done[worst], meets=False)
+                return IntegerCheck(march, **judged, complete=False, samples_run=len(done))
     ints = [outs[i] for i in range(len(samples))]
-    return {"march": march, **target.judged(Score(*sample_values(ir, target, floats, ints))), "complete": True}
+    return IntegerCheck(march, **target.judged(Score(*sample_values(ir, target, floats, ints))), complete=True)
 
 
 def float_outputs(ir: QIR, samples: Sequence[dict], values: Sequence[str] = ()) -> list[dict]:
@@ -148,10 +206,10 @@ def _onnxruntime_outputs(model, feeds: Sequence[dict], threads: int | None, valu
     return [dict(zip(names, session.run(names, f))) for f in feeds]
 
 
-def check_unseen(ir: QIR, model, samples: Sequence[dict], target: Target, *, threads: int | None = None) -> dict[str, Any]:
+def check_unseen(ir: QIR, model, samples: Sequence[dict], target: Target, *, threads: int | None = None) -> Unseen:
     """The emitted ``model`` (of the tuned ``ir``) on ``samples`` the search never saw, in
-    onnxruntime as :func:`verify` runs it: ``{"samples", "mean", "worst", "worst_sample",
-    "margin", "meets"}``. Whether the result holds beyond the evaluation data it was picked on."""
+    onnxruntime as :func:`verify` runs it (:class:`Unseen`). Whether the result holds beyond the
+    evaluation data it was picked on."""
     floats = float_outputs(ir, samples, target.values)
     outs = _onnxruntime_outputs(model, [check_feeds(ir, s) for s in samples], threads, target.values)
-    return {"samples": len(samples), **target.judged(Score(*sample_values(ir, target, floats, outs)))}
+    return Unseen(len(samples), **target.judged(Score(*sample_values(ir, target, floats, outs))))

@@ -11,11 +11,14 @@ from __future__ import annotations
 import base64
 import html
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qir.execution import Level
 from qir.tools.reports.output import Outputs
 from qir.tools.reports.plots import pyplot
+
+if TYPE_CHECKING:
+    from qir.passes.tune.report import TuneReport
 
 __all__ = ["FILES", "format_report", "write_report", "outcome"]
 
@@ -28,8 +31,9 @@ SENSITIVITY_KEYS = ("rank", "unit", "loss", "mean_change", "change_low", "change
 SHOWN = 10  # sensitivity rows in the text report
 
 
-def outcome(report: dict[str, Any]) -> str:
-    """One line: reached and verified, or why not."""
+def outcome(report: TuneReport) -> str:
+    """One line: reached and verified, or why not. (This module reads the report by key, as its
+    JSON document reads: :class:`~qir.passes.base.Report`.)"""
     final, ver = report["final"], report.get("verification") or {}
     head = (f"{report['target']} on {report['samples']} evaluation sample(s): {final['mean']:.6g} "
             f"(worst sample {final['worst']:.6g})")
@@ -58,7 +62,7 @@ def outcome(report: dict[str, Any]) -> str:
     return f"reached: {head}{checked}" + _thin_margin(report) + _unseen(report)
 
 
-def _unseen(report: dict[str, Any]) -> str:
+def _unseen(report: TuneReport) -> str:
     """The result on the check data (samples the search never saw), when there was some."""
     u = report.get("unseen")
     if not u:
@@ -67,7 +71,7 @@ def _unseen(report: dict[str, Any]) -> str:
             + ("holds" if u["meets"] else "MISSES the target there"))
 
 
-def _thin_margin(report: dict[str, Any]) -> str:
+def _thin_margin(report: TuneReport) -> str:
     """A caution when the margin is within :data:`CAUTION_ERRORS` standard errors of the mean:
     other samples from the same source may then miss the target."""
     final = report["final"]
@@ -80,7 +84,7 @@ def _thin_margin(report: dict[str, Any]) -> str:
             "tune on more evaluation samples, or ask for a higher target")
 
 
-def _bounds_lines(r: dict[str, Any]) -> list[str]:
+def _bounds_lines(r: TuneReport) -> list[str]:
     rows = [("calibrated (start)", r["calibrated"]), ("with clipping fixes", r["start"]),
             ("all-int16 activations", r["all_int16"]), ("upper bound", r["upper_bound"]),
             *([("ceiling", r["ceiling"])] if r["ceiling"] else []),
@@ -96,7 +100,7 @@ def _bounds_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _time_line(r: dict[str, Any]) -> str:
+def _time_line(r: TuneReport) -> str:
     """The result's estimated time against all-int8 and all-int16, and its FLOP-weighted cost."""
     final, ms = r["final"], r.get("time_ms")
     text = f"cost x{final['cost_vs_start']:.3f} of the start, x{final['cost_vs_int16']:.3f} of all-int16"
@@ -110,7 +114,7 @@ def _time_line(r: dict[str, Any]) -> str:
     return text
 
 
-def _transform_lines(r: dict[str, Any]) -> list[str]:
+def _transform_lines(r: TuneReport) -> list[str]:
     """The transforms stage: each trial's all-int8 score and gain, and what was kept."""
     stage = r.get("transforms")
     if not stage:
@@ -139,7 +143,7 @@ def _transform_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_report(report: TuneReport) -> str:
     """``tune_report.txt``."""
     r = report
     lines = [f"qir tune: {r['target']} on {r['march']}" + (" (float allowed)" if r["allow_float"] else ""), "",
@@ -185,7 +189,7 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _figure(report: dict[str, Any]):
+def _figure(report: TuneReport):
     """Cost (relative to the start) against the metric of every configuration tried."""
     plt = pyplot()
     hist, base = report["history"], report["calibrated"]["cost"] or 1.0
@@ -227,7 +231,7 @@ def _band(values: list[float]) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-def _transforms_html(report: dict[str, Any], table) -> list[str]:
+def _transforms_html(report: TuneReport, table) -> list[str]:
     """The transforms stage as an HTML table (nothing when it did not run or tried nothing)."""
     stage = report.get("transforms")
     if not stage or not stage["trials"]:
@@ -259,7 +263,7 @@ def _sensitivity_lines(sens: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _html(report: dict[str, Any], png: bytes, graph_html: str = "") -> str:
+def _html(report: TuneReport, png: bytes, graph_html: str = "") -> str:
     def table(rows: list[dict], keys: list[str]) -> str:
         def cell(v):
             return f"{v:.6g}" if isinstance(v, float) else html.escape(str(v))
@@ -287,7 +291,7 @@ def _html(report: dict[str, Any], png: bytes, graph_html: str = "") -> str:
             f"<body>{''.join(parts)}</body></html>\n")
 
 
-def write_report(report: dict[str, Any], out: Outputs, graph: Any = None, precisions: dict[str, str] | None = None) -> None:
+def write_report(report: TuneReport, out: Outputs, graph: Any = None, precisions: dict[str, str] | None = None) -> None:
     """The six files of :data:`FILES`, through ``out`` (``tune_sensitivity.csv``: the sensitivity
     order with each unit's loss interval and rank interval; only its header when the search
     stopped before ranking); with the tuned model's ``graph``

@@ -42,16 +42,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   transforms=None if args.transforms.strip().lower() == "none" else parse_transforms(args.transforms),
                   price=args.price,
                   progress=not args.quiet)
-    ms = report["time_ms"]
+    ms = report.time_ms
     print(outcome(report))
-    print(f"{report['raised']} unit(s) raised of {report['searchable_units']}; calibration nodes per mode: "
-          + ", ".join(f"{k} {v}" for k, v in report["calibration_modes"].items())
+    print(f"{report.raised} unit(s) raised of {report.searchable_units}; calibration nodes per mode: "
+          + ", ".join(f"{k} {v}" for k, v in report.calibration_modes.items())
           + f"; estimated time {ms['final']:.3f} ms (all-int8 {ms['all_int8']:.3f}, all-int16 {ms['all_int16']:.3f}), "
-          f"FLOP-weighted cost x{report['final']['flop_cost_vs_start']:.3f} of the start; {report['seconds']} s")
+          f"FLOP-weighted cost x{report.final.flop_cost_vs_start:.3f} of the start; {report.seconds} s")
     print(f"wrote {args.save_dir}/tune_report.txt (and .json, .html), tuned_model.onnx, tuned_model_qdq.onnx, "
           "reproduce/commands.sh")
-    verified = (report.get("verification") or {}).get("agrees", True)
-    return 0 if report["reached"] and verified else EXIT_NOT_REACHED
+    verified = report.verification is None or report.verification.agrees
+    return 0 if report.reached and verified else EXIT_NOT_REACHED
 
 
 def add_commands(sub) -> None:
