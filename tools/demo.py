@@ -174,7 +174,7 @@ def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) ->
     write it to ``files``; print int8 accuracy and cosine vs float. Returns ``{method:
     Calibrated}``."""
     import qir
-    from qir.passes import PassManager
+    from qir.passes import PassManager, PipelineContext
     from qir.tools.progress import run_samples
 
     reference = np.concatenate([r["logits"] for r in run_samples(base, samples, Runtime.ORT, desc="float",
@@ -185,7 +185,7 @@ def calibrate_all(base, root: Path, samples: list, labels: np.ndarray, files) ->
     for method in METHODS:
         model = base.clone()
         PassManager(f"calibrate{{method={method},progress=False}}",
-                    context={"data": root / "calibration_data"}).run(model)
+                    context=PipelineContext(data=root / "calibration_data")).run(model)
         logits = np.concatenate([r["logits"] for r in run_samples(model, samples, Runtime.ORT, desc=method)])
         acc = float((logits.argmax(1) == labels).mean())
         a, b = logits.reshape(-1).astype(np.float64), reference.reshape(-1).astype(np.float64)
