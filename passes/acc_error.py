@@ -110,7 +110,7 @@ class AccErrorPass(AnalysisPass):
                         metrics=[self.metric], data_num=self.data_num, threads=self.threads,
                         progress=self.progress and f"accumulated error (from {reference})") as engine:
                 result = engine.evaluate(variants)
-            stats[reference] = result.stats
+            stats[reference] = result.stats.to_json() if result.stats is not None else {}
             left_out.update({str(s): why for s, why in result.left_out.items()})
             for v in variants:
                 means = result.per_value(v.name)

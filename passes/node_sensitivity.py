@@ -196,7 +196,8 @@ class NodeSensitivityPass(AnalysisPass):
             "node" if self.interested else self.node_type, self.start, list(self.metrics), list(result.compare),
             samples, rows, self.level, confidence, march=(self.march or "generic") if self.level == Level.INTEGER else None,
             saturated=saturated, left_out={str(s): why for s, why in result.left_out.items()},
-            ill_conditioned={str(s): ill for s, ill in result.ill_conditioned.items()}, engine=result.stats,
+            ill_conditioned={str(s): ill for s, ill in result.ill_conditioned.items()},
+            engine=result.stats.to_json() if result.stats is not None else {},
             sampling=sampling)
 
     def _confidence(self, result, names: list[str]) -> Ranking:

@@ -61,7 +61,7 @@ def merged(parts: Sequence[tuple[Sequence[int], EngineResult]]) -> EngineResult:
         rows += [dict(r, sample=indices[r["sample"]]) for r in result.rows]
         left_out.update({indices[s]: why for s, why in result.left_out.items()})
     last = parts[-1][1]
-    return EngineResult(rows, last.metrics, last.compare, dict(last.stats), left_out)
+    return EngineResult(rows, last.metrics, last.compare, last.stats, left_out)
 
 
 def rank_in_rounds(scores: Sequence[float], evaluate: Callable[[list[int]], EngineResult],

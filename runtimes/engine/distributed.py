@@ -48,7 +48,7 @@ from qir.io.onnx_import import import_onnx
 from qir.io.sources import loaded_from
 from qir.runtimes.engine.cluster import executor_for
 from qir.runtimes.engine.executor import follow
-from qir.runtimes.engine.results import EngineResult, ResultsFile, open_results
+from qir.runtimes.engine.results import PEAK_STATS, SUMMED_STATS, EngineResult, EngineStats, ResultsFile, open_results
 from qir.runtimes.engine.shards import lpt, step_costs, step_work, variant_costs
 from qir.runtimes.engine.variants import Variant
 from qir.runtimes.progress import Progress
@@ -58,8 +58,6 @@ __all__ = ["EngineSpec", "EngineCommon", "EngineShard", "engine_spec", "engine_s
 
 logger = logging.getLogger(__name__)
 
-_SUMMED = ("steps_run", "segments_run", "whole_runs", "reference_seconds", "sessions", "spilled_bytes")
-_PEAKS = ("peak_cache_bytes", "peak_rss_bytes")
 
 
 @dataclass
@@ -270,7 +268,7 @@ def _gather(executor, common: EngineCommon, tasks: list[EngineShard], rows: list
     ``rows`` and the results file (a row already there is dropped), the samples left out, the
     workers' statistics. Returns them."""
     left_out: dict[int, str] = {}
-    stats: list[dict] = []
+    stats: list[EngineStats] = []
     try:
         for _, message in follow(executor, engine_shard, common, tasks):
             kind = message[0]
@@ -298,10 +296,10 @@ def _resume_hint(results: ResultsFile, count: int) -> str:
             "to compute the rest")
 
 
-def _merged_stats(engine, stats: list[dict], start: float, shards: int) -> dict[str, Any]:
+def _merged_stats(engine, stats: list[EngineStats], start: float, shards: int) -> EngineStats:
     """The workers' statistics summed (peaks: the largest), with the driver's time and the shards."""
-    out: dict[str, Any] = {key: type(engine.stats.get(key, 0))(sum(s.get(key, 0) for s in stats)) for key in _SUMMED}
-    out.update({key: max((s.get(key, 0) for s in stats), default=0) for key in _PEAKS})
-    out.update(seconds=round(time.perf_counter() - start, 3), steps=len(engine.plan.steps),
-               segments=len(engine.plan.segments), batch=engine.batch, cluster=str(engine.cluster), shards=shards)
-    return out
+    out: dict[str, Any] = {key: type(engine.stats.get(key, 0))(sum(getattr(s, key) for s in stats))
+                           for key in SUMMED_STATS}
+    out.update({key: max((getattr(s, key) for s in stats), default=0) for key in PEAK_STATS})
+    return EngineStats(**out, seconds=round(time.perf_counter() - start, 3), steps=len(engine.plan.steps),
+                       segments=len(engine.plan.segments), batch=engine.batch, cluster=str(engine.cluster), shards=shards)

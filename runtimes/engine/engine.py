@@ -75,7 +75,7 @@ from qir.runtimes.engine.distributed import evaluate_distributed
 from qir.runtimes.engine.options import EngineOptions, batch_size, optimization_level
 from qir.runtimes.engine.plan import Plan, build_plan, split_segments, weight_calibrations
 from qir.runtimes.engine.reference import ReferenceCache, StepCosts
-from qir.runtimes.engine.results import EngineResult, data_digest, fingerprint, open_results, ordered_rows
+from qir.runtimes.engine.results import EngineResult, EngineStats, data_digest, fingerprint, open_results, ordered_rows
 from qir.runtimes.engine.rows import Rows
 from qir.runtimes.engine.runners import NumpySteps, OrtSteps
 from qir.runtimes.engine.steps import run_steps
@@ -280,7 +280,7 @@ class Engine:
                              f"({left_out[0]} on sample 0): nothing to compare; check the data "
                              f"({getattr(self.samples, 'source', 'the samples')}) for NaN or infinite values")
 
-    def result(self, rows: list[dict], variants: list[Variant], stats: dict[str, Any],
+    def result(self, rows: list[dict], variants: list[Variant], stats: EngineStats,
                left_out: Mapping[int, str]) -> EngineResult:
         """The :class:`EngineResult` of ``rows`` (warning when every row is ill-conditioned)."""
         result = EngineResult(ordered_rows(rows, variants), self.metrics, self.compare, stats, left_out=dict(left_out))
@@ -534,12 +534,12 @@ class Engine:
         count = count or max(1, int(round(math.sqrt(n))))
         plan.segments = split_segments(list(flops + max(float(flops.sum()), 1.0) / (10 * n)), count) if n else []
 
-    def _final_stats(self, start: float) -> dict[str, Any]:
-        return dict(self.stats, seconds=round(time.perf_counter() - start, 3),
-                    sessions=getattr(self.runner, "sessions", 0), steps=len(self.plan.steps),
-                    segments=len(self.plan.segments), batch=self.batch, peak_cache_bytes=self.cache.peak,
-                    spilled_bytes=self.cache.spilled,
-                    peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    def _final_stats(self, start: float) -> EngineStats:
+        return EngineStats(**self.stats, seconds=round(time.perf_counter() - start, 3),
+                           sessions=getattr(self.runner, "sessions", 0), steps=len(self.plan.steps),
+                           segments=len(self.plan.segments), batch=self.batch, peak_cache_bytes=self.cache.peak,
+                           spilled_bytes=self.cache.spilled,
+                           peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
 
 def _ranks_here(cluster: Cluster | None) -> int:

@@ -25,11 +25,50 @@ from qir.errors import InputError
 from qir.graph import QIR
 from qir.runtimes.engine.variants import Variant
 
-__all__ = ["RESULTS_FILE", "EngineResult", "ResultsFile", "data_digest", "fingerprint", "open_results", "ordered_rows"]
+__all__ = ["RESULTS_FILE", "EngineStats", "EngineResult", "ResultsFile", "data_digest", "fingerprint", "open_results",
+           "ordered_rows", "SUMMED_STATS", "PEAK_STATS"]
 
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "engine_results.jsonl"
+
+
+#: The statistics a distributed evaluation sums over its workers, and those it takes the largest of.
+SUMMED_STATS = ("steps_run", "segments_run", "whole_runs", "reference_seconds", "sessions", "spilled_bytes")
+PEAK_STATS = ("peak_cache_bytes", "peak_rss_bytes")
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """How an evaluation went: steps, segments and whole-model runs executed, seconds spent on the
+    reference and in all, onnxruntime sessions built, the plan's steps and segments, the batch,
+    the peak bytes the reference cache held, the bytes it spilled to disk and the process's peak
+    RSS; on a cluster also the ``cluster`` and the number of ``shards`` (the work counts summed
+    over the workers, the peaks their largest)."""
+
+    steps_run: int
+    segments_run: int
+    whole_runs: int
+    reference_seconds: float
+    seconds: float
+    sessions: int
+    steps: int
+    segments: int
+    batch: int
+    peak_cache_bytes: int
+    spilled_bytes: int
+    peak_rss_bytes: int
+    cluster: str | None = None
+    shards: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The statistics as JSON, in the order the engine has always written them (a cluster's:
+        the summed ones, the peaks, then the driver's)."""
+        if self.cluster is None:
+            keys = [k for k in self.__dataclass_fields__ if k not in ("cluster", "shards")]
+        else:
+            keys = [*SUMMED_STATS, *PEAK_STATS, "seconds", "steps", "segments", "batch", "cluster", "shards"]
+        return {k: getattr(self, k) for k in keys}
 
 
 @dataclass
@@ -53,7 +92,7 @@ class EngineResult:
     rows: list[dict]
     metrics: tuple[str, ...]
     compare: tuple[str, ...]
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: EngineStats | None = None
     left_out: dict[int, str] = field(default_factory=dict)
 
     def per_variant(self) -> dict[str, dict[str, float]]:

@@ -55,7 +55,7 @@ def test_shards_give_the_local_results(digits_calibrated, reference, mode):
     local = Engine(ir, DIGITS_DATA, **options).evaluate(variants)
     sharded = Engine(ir, DIGITS_DATA, **options, cluster=Cluster("serial", shards=3)).evaluate(variants)
     assert sharded.rows == local.rows  # every number, bit for bit
-    assert sharded.stats["shards"] == 3 and sharded.stats["cluster"] == "serial"
+    assert sharded.stats.shards == 3 and sharded.stats.cluster == "serial"
 
 
 def test_resume_continues_any_executors_file_without_duplicates(digits_calibrated, tmp_path):

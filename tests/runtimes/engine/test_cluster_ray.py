@@ -46,7 +46,7 @@ def test_ray_gives_the_local_results(local_ray, calibrated_file, digits_calibrat
         local = Engine(ir, DIGITS_DATA, **options).evaluate(variants)
         remote = Engine(ir, DIGITS_DATA, **options, cluster="ray").evaluate(variants, tmp_path / ir.name, force=True)
         assert remote.rows == local.rows
-        assert remote.stats["shards"] == 2
+        assert remote.stats.shards == 2
         assert len(saved_rows(tmp_path / ir.name / RESULTS_FILE)) == len(local.rows)
 
 

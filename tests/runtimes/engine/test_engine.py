@@ -62,7 +62,7 @@ def test_engine_equals_plain_evaluation(calibrated, samples, runtime, reference,
             expected = float(np.mean((plain[ir.outputs[0]].astype(np.float64) - base[ir.outputs[0]]) ** 2))
             assert row["values"][ir.outputs[0]]["mse"] == pytest.approx(expected, rel=1e-3, abs=1e-12)
     # a change confined to one node leaves the values upstream of it untouched
-    assert result.stats["steps_run"] + result.stats["segments_run"] > 0
+    assert result.stats.steps_run + result.stats.segments_run > 0
 
 
 def test_cone_reexecution_runs_less_than_the_whole_model(calibrated, samples):
@@ -167,7 +167,7 @@ def test_memory_budget_spills_and_gives_the_same_results(calibrated, samples, tm
     full = Engine(ir, samples, runtime="numpy", progress=False).evaluate(variants)
     engine = Engine(ir, samples, runtime="numpy", memory_budget=0, spill_dir=tmp_path, progress=False)
     spilled = engine.evaluate(variants)
-    assert spilled.stats["spilled_bytes"] > 0 and spilled.stats["peak_cache_bytes"] == 0
+    assert spilled.stats.spilled_bytes > 0 and spilled.stats.peak_cache_bytes == 0
     assert spilled.rows == full.rows
     engine.close()
     assert not any(tmp_path.rglob("*.npy"))  # spill files are removed

@@ -29,7 +29,7 @@ def test_integer_level_equals_plain_integer_evaluation(digits_calibrated, digits
                     compare=[ir.outputs[0], "relu1_out"], metrics=metrics, progress=False)
     assert engine.runtime == "numpy"
     result = engine.evaluate(variants)
-    assert str(ir) == before and result.stats["whole_runs"] == len(variants) * len(samples)
+    assert str(ir) == before and result.stats.whole_runs == len(variants) * len(samples)
     plainly = {"compare": engine.compare, "runtime": "numpy", "level": "integer", "march": "nash-e"}
     fakequant = {"compare": engine.compare, "runtime": "numpy"}
     differs = False

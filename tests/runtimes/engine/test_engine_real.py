@@ -70,7 +70,7 @@ def test_engine_equals_plain_evaluation_on_real_models(case, reference, mode):
             for m, value in expected.items():  # the rows evaluate() wrote
                 assert row["values"][out][m] == pytest.approx(value, abs=1e-6), (name, v.name, out, m)
     assert len(result.rows) == len(variants)
-    assert result.stats["segments_run"] + result.stats["steps_run"] > 0
+    assert result.stats.segments_run + result.stats.steps_run > 0
 
 
 def test_resume_gives_identical_results(case, tmp_path):

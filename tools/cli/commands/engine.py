@@ -67,14 +67,14 @@ def _evaluate(args: argparse.Namespace) -> int:
         result = engine.evaluate(variants, out, resume=args.resume, force=args.force)
     ranked = result.ranked()
     files.write_csv("variants.csv", _variant_rows(result.metrics, ranked))
-    files.write_text("engine_stats.json", json.dumps(result.stats, indent=2, sort_keys=True) + "\n")
+    files.write_text("engine_stats.json", json.dumps(result.stats.to_json(), indent=2, sort_keys=True) + "\n")
     width = max([len("variant"), *(len(n) for n, _ in ranked[: args.top])])
     print(f"{'variant':<{width}}  " + "  ".join(f"{m:>17}" for m in result.metrics))
     for name, values in ranked[: args.top]:
         print(f"{name:<{width}}  " + "  ".join(f"{values[m]:>17.9g}" for m in result.metrics))
     st = result.stats
-    print(f"{len(variants)} variant(s) x {len(engine.samples)} sample(s){execution.describe()} in {st['seconds']:.2f} s "
-          f"(peak RSS {st['peak_rss_bytes'] / 2**20:.0f} MB); worst first, all in {out / 'variants.csv'}")
+    print(f"{len(variants)} variant(s) x {len(engine.samples)} sample(s){execution.describe()} in {st.seconds:.2f} s "
+          f"(peak RSS {st.peak_rss_bytes / 2**20:.0f} MB); worst first, all in {out / 'variants.csv'}")
     return 0
 
 
