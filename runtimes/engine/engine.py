@@ -186,6 +186,7 @@ class Engine:
         self.rows = Rows(self.plan, self.runner, self.ref_cache, self.variant_records, self.compare, batch)
         self._baselines: dict[int, dict[str, np.ndarray]] = {}
         self._given_floats = float_baselines
+        self._floats_given: list | None = None  # (what it returned, once called)
         self._costs = costs
         self.steps_when_mixed = options.steps_when_mixed and self.cluster is None
         self._left_out: dict[int, str] = {}  # samples left out of the current evaluate, and why
@@ -501,7 +502,9 @@ class Engine:
         if self.whole is not None:
             self._sample = (s, sample)
             if s not in self._baselines:
-                self._baselines[s] = self.whole.baseline(sample, "float" if self.baseline == "float" else self.reference)
+                given = self._given_baseline(s)
+                self._baselines[s] = given if given is not None else \
+                    self.whole.baseline(sample, "float" if self.baseline == "float" else self.reference)
             self.stats["reference_seconds"] += time.perf_counter() - start
             return self._baselines[s]
         self.ref_cache.load(s, sample, pool, steps)
@@ -520,11 +523,22 @@ class Engine:
         options = {"threads": 1, "optimization": self.optimization,
                    "layout_stable": True} if self.runtime == Runtime.ORT else {}
         rt = get_runtime(self.runtime, level=Level.FAKEQUANT, rounding=self.rounding, **options)
-        given_floats = self._given_floats() if self._given_floats is not None else []
         for s, sample in samples.items():
-            given = given_floats[s] if s < len(given_floats) else {}
-            self._baselines[s] = ({v: given[v] for v in self.compare} if all(v in given for v in self.compare)
-                                  else run_whole(float_ir, check_feeds(self.ir, sample), self.compare, rt))
+            given = self._given_baseline(s)
+            self._baselines[s] = given if given is not None else run_whole(float_ir, check_feeds(self.ir, sample),
+                                                                           self.compare, rt)
+
+    def _given_baseline(self, s: int) -> dict[str, np.ndarray] | None:
+        """Sample ``s``'s float baseline as the caller gave it (``float_baselines``), when the
+        baseline is the float model's and the caller has every compared value; else None. The
+        float model is the caller's to say: a transform that moved the float function (bias
+        correction) leaves the model as given as the one to compare with."""
+        if self._given_floats is None or self.baseline != "float" or self.reference == "float":
+            return None
+        if self._floats_given is None:
+            self._floats_given = list(self._given_floats())
+        given = self._floats_given[s] if s < len(self._floats_given) else {}
+        return {v: given[v] for v in self.compare} if all(v in given for v in self.compare) else None
 
     def _cut_segments(self, count: int | None) -> None:
         """Segments of about equal FLOPs (every step also counts a tenth of the mean, so that

@@ -103,3 +103,24 @@ def test_variant_runs_report_their_fallbacks_once(digits_calibrated, digits_samp
     per_run = [r for r in caplog.records if r.name == "qir.runtimes.integer.arithmetic"]
     summary = [r.getMessage() for r in caplog.records if r.name == "qir.runtimes.engine.whole"]
     assert per_run == [] and len(summary) == 1 and "ran in float" in summary[0] and "conv1" in summary[0]
+
+
+@pytest.mark.parametrize("level", ["integer", "fakequant"])
+def test_float_baselines_the_caller_gives_are_the_ones_compared_with(digits_calibrated, digits_samples, level):
+    """A caller whose float model is not the IR's own (tune after a bias correction: the model as
+    given) passes its float outputs; the engine compares with those at every level."""
+    ir, samples = digits_calibrated, digits_samples
+    out = ir.outputs[0]
+    given = [{out: evaluate_plainly(ir, s, {}, reference="float", compare=[out], runtime="numpy")[out] * 1.5 + 0.25}
+             for s in samples]
+    options = {"level": level, "runtime": "numpy", **({"march": "nash-e"} if level == "integer" else {})}
+    engine = Engine(ir, samples, reference="quantized", compare=[out], metrics=["mse"], progress=False,
+                    float_baselines=lambda: given, **options)
+    variants = [v for v in variants_of(ir, "int16")  # (activations: nash-e takes int16 x int8, not int8 x int16)
+                if all(ir.calibration(n).role.value == "activation" for n in v.changes)][:2]
+    rows = engine.evaluate(variants).rows
+    plainly = {"compare": [out], "runtime": "numpy", **({"level": "integer", "march": "nash-e"} if level == "integer" else {})}
+    for row in rows:
+        changes = next(v.changes for v in variants if v.name == row["variant"])
+        plain = evaluate_plainly(ir, samples[row["sample"]], changes, reference="quantized", **plainly)
+        assert row["values"] == finite({out: qmetrics.compute(["mse"], given[row["sample"]][out], plain[out])})
