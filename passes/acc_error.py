@@ -98,6 +98,10 @@ class AccErrorPass(AnalysisPass):
         self._whitelist(ir)
         self._blacklist(ir)
 
+    def curve_names(self, ir: QIR) -> list[str]:
+        """The names :meth:`run` gives its curves on ``ir`` (one per variant), known before it runs."""
+        return [v.name for v in (*self._whitelist(ir), *self._blacklist(ir))]
+
     def run(self, ir: QIR) -> PassResult:
         nodes = [op for op in ir.ops() if op.outputs and op.outputs[0]]
         values = [op.outputs[0] for op in nodes]

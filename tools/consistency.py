@@ -1,7 +1,9 @@
 """``check_consistency``: fake quantization vs the integer level of a march, value by value (the
 ``consistency`` pass), with the report written when a folder is given (an existing file only with
 ``overwrite``): ``consistency_result.txt``/``.json`` and the page ``consistency_result.html``
-(:mod:`qir.tools.reports.consistency_html`, with the graph panel)."""
+(:mod:`qir.tools.reports.consistency_html`, with the graph panel); against onnxruntime
+``ort_consistency.txt``/``.json``. With the viz extra, both also write their per-op deviation as
+Model Explorer node data (``model_explorer/*.json``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +26,7 @@ def check_consistency(model_or_file: Any, data: Any, march: str = "nash-e", *, n
     """Compare a calibrated model's fake quantization with ``march``'s integer arithmetic on
     ``data`` (a data folder, .npy/.npz or samples; at most ``num`` samples)."""
     if save_dir is not None:
-        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*FILES, consistency_html.FILE).check()
+        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*FILES, *consistency_html.files()).check()
     ir = as_ir(model_or_file, calibrated=True)
     report = ConsistencyPass(model_samples(ir, data, num), march).compare(ir)
     if save_dir is not None:
@@ -42,9 +44,10 @@ def check_against_ort(model: str | Path, data: Any, march: str | None = None, *,
     ``quantize_static``), quantized value by quantized value, naming the first op whose codes
     depart (:mod:`qir.runtimes.integer.against_ort`)."""
     if save_dir is not None:
-        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*ORT_FILES).check()
+        save_dir = as_outputs(save_dir, overwrite=overwrite).plan(*ORT_FILES, *consistency_html.ort_files()).check()
     ir = as_ir(model, calibrated=True)
     report = compare_with_ort(model, ir, model_samples(ir, data, num), *([march] if march else []))
     if save_dir is not None:
         write_ort_report(report, save_dir)
+        consistency_html.write_ort_node_data(report, ModelGraph.from_ir(ir), save_dir)
     return report

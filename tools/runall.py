@@ -95,7 +95,7 @@ def runall(model_or_file, calibrated_data, save_dir="./debug_result/", ns_metric
     metrics = [ns_metrics] if isinstance(ns_metrics, str) else list(ns_metrics)
     types = [node_type] if isinstance(node_type, str) else list(node_type or ["weight", "activation"])
     out = plan_files(as_outputs(save_dir, overwrite=overwrite), ir, types, dis_nodes_list, cw_nodes_list,
-                     ae_metric, resume=resume)
+                     ae_metric, resume=resume, quantize_node=quantize_node, non_quantize_node=non_quantize_node)
     state = _State(out, resume)
     check_choices(ir, calibrated_data, dis_nodes_list, cw_nodes_list, axis, quantize_node, non_quantize_node,
                   sensitive_nodes)
@@ -193,8 +193,7 @@ class _Steps:
         from qir.tools.reports import acc_error
 
         o = self.o
-        qn = (o["quantize_node"] if o["quantize_node"] is not None or o["non_quantize_node"] is not None
-              else ["weight", "activation"])
+        qn = acc_quantize(o["quantize_node"], o["non_quantize_node"])
         self.log(f"[4/{STEPS}] accumulated error")
         acc = AccErrorPass(self.data, qn, non_quantize_node=o["non_quantize_node"], metric=o["ae_metric"],
                            average_mode=o["average_mode"], progress=self.progress, **self.kw)(self.ir).report
@@ -353,15 +352,24 @@ def check_choices(ir, data, dis_nodes_list=None, cw_nodes_list=None, axis=None, 
         SensitivityAnalysisPass(data, sensitive_nodes=sensitive_nodes).check(ir)
 
 
+def acc_quantize(quantize_node, non_quantize_node):
+    """Step 4's ``quantize_node``: the user's, else weights then activations (hmct's default)."""
+    return quantize_node if quantize_node is not None or non_quantize_node is not None else ["weight", "activation"]
+
+
 def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_list=None,
-               ae_metric: str = "cosine-similarity", *, resume: bool = False):
+               ae_metric: str = "cosine-similarity", *, resume: bool = False, quantize_node=None,
+               non_quantize_node=None):
     """Plan on ``out`` (an :class:`~qir.tools.reports.output.Outputs`) every file :func:`runall`
     may write, and return it. The default nodes of steps 2 and 3 are the most sensitive ones, known
     only after step 1, so every calibration node of the analysed roles is planned for them.
-    ``resume``: they may replace the files of the interrupted run being continued."""
+    ``resume``: they may replace the files of the interrupted run being continued. With the viz
+    extra, the Model Explorer node data of every overlay (an accumulated-error curve per variant
+    of ``quantize_node``/``non_quantize_node``, as step 4 takes them)."""
+    from qir.passes.acc_error import AccErrorPass
     from qir.tools.reports import acc_error, channelwise, distribution, model_explorer, node_sensitivity
     from qir.tools.reports import sensitivity_analysis as sensitivity_report
-    from qir.tools.reports.overlays import runall_node_data
+    from qir.tools.reports.overlays import runall_keys
 
     candidates = [c.name for c in ir.calibrations() if c.role.value in node_types]
     r = {"replace": resume}
@@ -374,8 +382,10 @@ def plan_files(out, ir, node_types: list[str], dis_nodes_list=None, cw_nodes_lis
         out.sub("channelwise_distribution").plan(*channelwise.files(cw_nodes), **r)
     out.sub("accumulate_error").plan(*acc_error.files(ae_metric), **r)
     out.sub("sensitivity_analysis").plan(*sensitivity_report.FILES, **r)
-    if model_explorer.available():  # node data beside the report (the sensitivity overlays)
-        out.plan(*(f"{model_explorer.FOLDER}/{k}.json" for k in runall_node_data(node_types)), **r)
+    if model_explorer.available():  # node data beside the report (every overlay of its graph panel)
+        qn = acc_quantize(quantize_node, non_quantize_node)
+        curves = AccErrorPass((), qn, non_quantize_node=non_quantize_node).curve_names(ir)  # (names only: no data)
+        out.plan(*model_explorer.files(runall_keys(node_types, curves)), **r)
     return out.plan("advice.json", "index.html", STATE, **r)
 
 

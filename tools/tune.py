@@ -12,8 +12,8 @@ written too (``calibrated_model.onnx``): the reproducing commands start from it.
 
 - ``tuned_model.onnx``: the tuned calibrated model (``qir.load`` reads it back exactly);
 - ``tuned_model_qdq.onnx``: the emitted QDQ model, as verified;
-- ``tune_report.{txt,json,html}``, ``tune_curve.png``, ``tune_history.csv``
-  (:mod:`qir.tools.reports.tune`);
+- ``tune_report.{txt,json,html}``, ``tune_curve.png``, ``tune_history.csv``, and with the viz
+  extra ``model_explorer/{precision,tune_sensitivity}.json`` (:mod:`qir.tools.reports.tune`);
 - ``reproduce/{int8,int16,fp16,float}.txt`` (the nodes whose mode changed) and
   ``reproduce/commands.sh``: the ``qir set-mode`` / ``qir emit`` commands that rebuild both
   models from the calibrated one, into ``reproduce/``;
@@ -148,7 +148,7 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     out = None
     if save_dir is not None:
         out = Outputs(save_dir, overwrite=overwrite)
-        out.plan("tuned_model.onnx", "tuned_model_qdq.onnx", TRANSFORMED, *tune_report.FILES,
+        out.plan("tuned_model.onnx", "tuned_model_qdq.onnx", TRANSFORMED, *tune_report.files(),
                  *(f"reproduce/{m}.txt" for m in MODES), "reproduce/commands.sh")
         out.plan(JOURNAL, replace=resume)
         if own_calibrated:
@@ -201,8 +201,8 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     report.commands = reproduce_commands(calibrated, ir, source, out, first=rebuilt)
     from qir.tools.reports.graph_panel import ModelGraph
 
-    tune_report.write_report(report, out, ModelGraph.from_ir(ir), {c.name: c.mode.value for c in ir.calibrations()})
-    report.files = [str(p) for p in files] + [str(out.path(f)) for f in tune_report.FILES]
+    files += tune_report.write_report(report, out, ModelGraph.from_ir(ir), {c.name: c.mode.value for c in ir.calibrations()})
+    report.files = [str(p) for p in files]
     return report
 
 

@@ -104,7 +104,12 @@ def test_planted_channel_ranks_first_in_model_explorer_node_data(planted_run):
     from model_explorer_onnx.main import ONNXAdapter
 
     ids = {n.id for n in ONNXAdapter().convert(str(folder / "model.onnx"), {})["graphs"][0].nodes}
-    assert set(graph["results"]) <= ids  # keyed by the node ids Model Explorer shows
+    files = sorted((folder / "debug" / "model_explorer").glob("*.json"))
+    assert {f.stem for f in files} >= {"sensitivity", "sensitivity_weight", "sensitivity_activation", "clipping"}
+    assert any(f.stem.startswith("acc_error_") for f in files)
+    for f in files:  # every overlay keyed by the node ids Model Explorer shows
+        (g,) = json.loads(f.read_text()).values()
+        assert g["results"] and set(g["results"]) <= ids, f.name
 
 
 @pytest.mark.browser

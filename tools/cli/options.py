@@ -44,6 +44,8 @@ SAMPLES_HELP = "samples: DIR/<input>/<i>.npy, .npz or .npy"
 CALIBRATION_DATA_HELP = "calibration data: DIR/<input>/<i>.npy, .npz or .npy"
 CALIBRATED_MODEL_HELP = "a calibrated .onnx model"
 MARCH_HELP = "march profile (see `qir profiles`)"
+#: What every analysis with a graph panel also writes in its output folder (say it in its -o help).
+NODE_DATA_HELP = "with the viz extra also model_explorer/*.json: the graph's overlays as Model Explorer node data (qir view)"
 
 # short flag -> (the long option(s) it stands for, what it means): the same in every command
 FLAG_MEANINGS: dict[str, tuple[tuple[str, ...], str]] = {

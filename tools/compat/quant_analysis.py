@@ -68,7 +68,7 @@ from qir.tools.reports import op_sensitivity as sensitivity_report
 from qir.tools.reports.compare import write_index
 from qir.tools.reports.graph_panel import ModelGraph
 from qir.tools.reports.output import Outputs
-from qir.tools.reports.overlays import COMPARE_NODE_DATA, consistency_overlays
+from qir.tools.reports.overlays import compare_keys, consistency_overlays
 from qir.tools.results import CompareSummary
 
 __all__ = ["QuantAnalysis", "compare", "metric_name"]
@@ -359,7 +359,7 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     qa.keep_layers = keep_layers
     out = qa.outputs.plan(*bad_case_report.FILES, *layer_report.FILES, *sensitivity_report.FILES, "compare.json",
                           "index.html", *(consistency_report.FILES if consistency else ()),
-                          *(f"{model_explorer.FOLDER}/{k}.json" for k in COMPARE_NODE_DATA if model_explorer.available()))
+                          *([] if qa._torch else model_explorer.files(compare_keys(qa.analysis_ir.outputs, consistency))))
     if keep_layers and not qa._torch:
         out.sub("layers").plan(*layer_report.layer_files(qa.baseline, qa.analysis))
     out.check()
@@ -374,10 +374,11 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     if consistency:
         logger.info("fake quantization vs the integer level on sample %s", qa.chosen)
         checked = qa.consistency()
+    every_op = None  # every op's sensitivity rows per output, for the graph (the summary keeps the top 10)
     if sensitivity:
         if any(c.quantizes for c in qa.analysis_ir.calibrations()):
             logger.info("sensitivity")
-            qa.sensitivity(metric)
+            every_op = qa.sensitivity(metric)["outputs"]
         else:
             logger.warning("the analysis model has no quantized calibration node: no sensitivity table")
     collapse = headline.collapse_of(qa.report["bad_case"].get("collapsed"), layer_compare.collapse_start(rows))
@@ -390,5 +391,5 @@ def compare(baseline: Any, analysis: Any, data: Any, out_dir: str | Path, *, num
     out.write_json("compare.json", "qir.compare", summary)
     graph = None if qa._torch else ModelGraph.from_ir(qa.analysis_ir)  # the graph panel, Model Explorer's node data
     extra = consistency_overlays(checked["rows"], graph) if checked and graph else []
-    summary.index = str(write_index(summary, rows, out, graph, extra))
+    summary.index = str(write_index(summary, rows, out, graph, extra, every_op))
     return summary

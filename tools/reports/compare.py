@@ -20,7 +20,7 @@ from qir.tools.reports.headline import best_fix_line
 from qir.tools.reports.html import Section, command, page, table
 from qir.tools.reports.layer_compare import helping_fixes
 from qir.tools.reports.output import Outputs, as_outputs
-from qir.tools.reports.overlays import COMPARE_NODE_DATA, better_of, graph_section, on_ops
+from qir.tools.reports.overlays import better_of, graph_section, on_ops, op_sensitivity_key
 from qir.tools.results import CompareSummary
 
 __all__ = ["write_index", "human_size"]
@@ -121,13 +121,15 @@ def _files(summary: CompareSummary) -> str:
 
 
 def write_index(summary: CompareSummary, rows: list[dict], save_dir: Outputs | Path,
-                graph: ModelGraph | None = None, overlays: list[Overlay] = ()) -> Path:
+                graph: ModelGraph | None = None, overlays: list[Overlay] = (),
+                sensitivity: dict[str, list[dict]] | None = None) -> Path:
     """``index.html`` (written through :class:`~qir.tools.reports.output.Outputs`); with the
     analysis model's ``graph``, a graph panel of the per-layer values, the op sensitivity and
-    any other ``overlays`` (the consistency check's), and with the viz extra the layer overlays
-    as ``model_explorer/*.json``."""
+    any other ``overlays`` (the consistency check's), and with the viz extra each of them also
+    as ``model_explorer/<key>.json`` (:func:`~qir.tools.reports.overlays.compare_keys`).
+    ``sensitivity``: every op's sensitivity rows per output (the summary keeps the top 10) to draw."""
     out = as_outputs(save_dir)
-    drawn = [*_overlays(summary, rows, graph), *overlays] if graph is not None else []
+    drawn = [*_overlays(summary, rows, graph, sensitivity), *overlays] if graph is not None else []
     sections: list[Section] = [("fixes", "Measured fixes", _fixes(summary)),
                                *graph_section(graph, drawn),
                                ("findings", "Advisor findings", _findings(summary)),
@@ -140,12 +142,13 @@ def write_index(summary: CompareSummary, rows: list[dict], save_dir: Outputs | P
                          f"<p>{html.escape(str(c.get('summary')))}</p><p>output cosine {c.get('output_cosine')}</p>"))
     sections.append(("files", "Files", _files(summary)))
     index = out.write_text("index.html", page("qir compare report", _headline(summary), sections))
-    if graph is not None:  # the layer overlays as Model Explorer node data, with the viz extra
-        model_explorer.write_overlays(out, [o for o in drawn if o.key in COMPARE_NODE_DATA], graph.name)
+    if graph is not None:  # the overlays as Model Explorer node data, with the viz extra
+        model_explorer.write_overlays(out, drawn, graph.name)
     return index
 
 
-def _overlays(summary: CompareSummary, rows: list[dict], graph: ModelGraph) -> list[Overlay]:
+def _overlays(summary: CompareSummary, rows: list[dict], graph: ModelGraph,
+              sensitivity: dict[str, list[dict]] | None = None) -> list[Overlay]:
     """compare: each layer's output cosine and clipping share on the bad case (an op with several
     outputs keeps its worst), then the op sensitivity per output."""
     from qir.passes.layer_compare import row_op
@@ -157,13 +160,13 @@ def _overlays(summary: CompareSummary, rows: list[dict], graph: ModelGraph) -> l
         better = "max" if col == "Cosine" else "min"
         found.append(Overlay(name, on_ops(((row_op(r["mod_name"]), r.get(col)) for r in rows), graph, better), better,
                              label, key=key))
-    for out, srows in (summary.get("sensitivity") or {}).items():
+    for out, srows in (sensitivity or summary.get("sensitivity") or {}).items():
         keys = {"op_name", "sensitive_type", "op_type", "quant_dtype", "module", "calibrations", "flops", "flops_text"}
         metrics = [k for k in (srows[0] if srows else {}) if k not in keys]
         if metrics:
             better = better_of(metrics[0])
             found.append(Overlay(f"op sensitivity: {out} ({metrics[0]})",
                                  on_ops(((r["op_name"], r.get(metrics[0])) for r in srows), graph, better), better,
-                                 f"{metrics[0]} of {out} with only this op quantized"))
+                                 f"{metrics[0]} of {out} with only this op quantized", key=op_sensitivity_key(out)))
     return found
 

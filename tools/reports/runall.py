@@ -26,7 +26,7 @@ from qir.tools.reports.html import img as _img
 from qir.tools.reports.html import table as _table
 from qir.tools.reports.node_sensitivity import interval_cells
 from qir.tools.reports.output import Outputs, as_outputs
-from qir.tools.reports.overlays import better_of, graph_section, on_ops
+from qir.tools.reports.overlays import acc_error_key, better_of, graph_section, on_ops
 from qir.tools.results import Fix, RunallResults
 
 __all__ = ["write_index", "distribution_order"]
@@ -184,7 +184,8 @@ def write_index(results: RunallResults, save_dir: Outputs | Path, graph: ModelGr
     """``index.html``: one page, plots embedded, readable offline (written through
     :class:`~qir.tools.reports.output.Outputs`). With the model's ``graph`` (a
     :class:`~qir.tools.reports.graph_panel.ModelGraph`) the page has the graph panel, and with the
-    viz extra the sensitivity overlays are also written as ``model_explorer/*.json``."""
+    viz extra each of its overlays is also written as ``model_explorer/<key>.json``
+    (:func:`~qir.tools.reports.overlays.runall_keys`)."""
     out = as_outputs(save_dir)
     names = _Names(results.get("quantizers") or {})
     overlays = _overlays(results, graph) if graph is not None else []
@@ -204,8 +205,8 @@ def write_index(results: RunallResults, save_dir: Outputs | Path, graph: ModelGr
             f"<p>outlier channels: {e['outlier_channels'] or 'none'}</p>"
             f"{_img(e['png'])}" for n, e in results["channelwise"].items())))
     index = out.write_text("index.html", page("qir debug report", _headline(results), sections))
-    if graph is not None:  # the sensitivity overlays as Model Explorer node data, with the viz extra
-        model_explorer.write_overlays(out, [o for o in overlays if o.key.startswith("sensitivity")], graph.name)
+    if graph is not None:  # the overlays as Model Explorer node data, with the viz extra
+        model_explorer.write_overlays(out, overlays, graph.name)
     return index
 
 
@@ -230,10 +231,10 @@ def _overlays(results: RunallResults, graph: ModelGraph) -> list[Overlay]:
     for curve, values in (acc.get("curves") or {}).items():
         better = better_of(acc["metric"])
         found.append(Overlay(f"accumulated error: {curve}", on_ops(zip(acc["nodes"], values), graph, better), better,
-                             f"{acc['metric']} at this op's output, {curve} quantized"))
+                             f"{acc['metric']} at this op's output, {curve} quantized", key=acc_error_key(curve)))
     dist = results.get("distribution") or {}
     clipped = [(n, e.get("clipped_fraction")) for n, e in dist.items()]
     if any(v for _, v in clipped):
         found.append(Overlay("clipping share", on_ops(clipped, graph, "min"), "min",
-                             "share of values the quantizer clips (drawn activations only)"))
+                             "share of values the quantizer clips (drawn activations only)", key="clipping"))
     return found

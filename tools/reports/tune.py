@@ -3,30 +3,43 @@ the changes with reasons and gains, the verification, the reproducing commands),
 ``tune_report.json`` (schema ``qir.tune`` v1: the pass's report plus the commands),
 ``tune_report.html`` (one self-contained page: the same, with the plot embedded),
 ``tune_curve.png`` (cost against the metric of every configuration tried, the Pareto front
-highlighted), ``tune_history.csv`` (one row per configuration tried) and ``tune_sensitivity.csv``
-(the sensitivity order with its bootstrap intervals). The pass computes;
-only this module writes."""
+highlighted), ``tune_history.csv`` (one row per configuration tried), ``tune_sensitivity.csv``
+(the sensitivity order with its bootstrap intervals) and, with the viz extra, the page's graph
+overlays as Model Explorer node data (``model_explorer/precision.json``: the precision chosen per
+op; ``model_explorer/tune_sensitivity.json``: each unit's loss). The pass computes; only this
+module writes."""
 from __future__ import annotations
 
 import base64
 import html
 import io
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qir.execution import Level
+from qir.tools.reports import model_explorer
 from qir.tools.reports.output import Outputs
+from qir.tools.reports.overlays import TUNE_KEYS
 from qir.tools.reports.plots import pyplot
 
 if TYPE_CHECKING:
     from qir.passes.tune.report import TuneReport
 
-__all__ = ["FILES", "format_report", "write_report", "outcome"]
+__all__ = ["FILES", "files", "format_report", "write_report", "outcome"]
 
 #: A reached target with a margin below this many standard errors of the mean gets a caution.
 CAUTION_ERRORS = 2.0
 
 FILES = ("tune_report.txt", "tune_report.json", "tune_report.html", "tune_curve.png", "tune_history.csv",
          "tune_sensitivity.csv")
+
+
+def files() -> list[str]:
+    """Every file :func:`write_report` may write, to plan: :data:`FILES` and, with the viz extra,
+    the node data of :data:`~qir.tools.reports.overlays.TUNE_KEYS`."""
+    return [*FILES, *model_explorer.files(TUNE_KEYS)]
+
+
 SENSITIVITY_KEYS = ("rank", "unit", "loss", "mean_change", "change_low", "change_high", "rank_low", "rank_high")
 SHOWN = 10  # sensitivity rows in the text report
 
@@ -291,12 +304,14 @@ def _html(report: TuneReport, png: bytes, graph_html: str = "") -> str:
             f"<body>{''.join(parts)}</body></html>\n")
 
 
-def write_report(report: TuneReport, out: Outputs, graph: Any = None, precisions: dict[str, str] | None = None) -> None:
-    """The six files of :data:`FILES`, through ``out`` (``tune_sensitivity.csv``: the sensitivity
+def write_report(report: TuneReport, out: Outputs, graph: Any = None,
+                 precisions: dict[str, str] | None = None) -> list[Path]:
+    """The files of :func:`files`, through ``out`` (``tune_sensitivity.csv``: the sensitivity
     order with each unit's loss interval and rank interval; only its header when the search
     stopped before ranking); with the tuned model's ``graph``
     (:class:`~qir.tools.reports.graph_panel.ModelGraph`) and each quantizer's chosen mode
-    (``precisions``), the page draws the graph coloured by the precision chosen."""
+    (``precisions``), the page draws the graph coloured by the precision chosen (and each unit's
+    loss), which the viz extra also writes as Model Explorer node data. Returns the files written."""
     from qir.tools.reports.graph_panel import panel
     from qir.tools.reports.overlays import tune_overlays
 
@@ -304,14 +319,19 @@ def write_report(report: TuneReport, out: Outputs, graph: Any = None, precisions
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     pyplot().close(fig)
-    out.write_bytes("tune_curve.png", buf.getvalue())
-    out.write_text("tune_report.txt", format_report(report))
-    out.write_json("tune_report.json", "qir.tune", report)
-    graph_html = panel(graph, tune_overlays(precisions or {}, graph)) if graph is not None else ""
-    out.write_text("tune_report.html", _html(report, buf.getvalue(), graph_html))
+    written = [out.write_bytes("tune_curve.png", buf.getvalue()),
+               out.write_text("tune_report.txt", format_report(report)),
+               out.write_json("tune_report.json", "qir.tune", report)]
+    ranked = (report.get("sensitivity") or {}).get("rows", [])
+    overlays = tune_overlays(precisions or {}, graph, {r["unit"]: r["loss"] for r in ranked}) if graph is not None else []
+    graph_html = panel(graph, overlays) if graph is not None else ""
+    written.append(out.write_text("tune_report.html", _html(report, buf.getvalue(), graph_html)))
     keys = ["stage", "cost", "flop_cost", "mean", "worst", "worst_sample", "meets", "thresholds", "final"]
     rows = [[*keys, "levels"]] + [[h.get(k) for k in keys] + [" ".join(f"{a}:{b}" for a, b in h["levels"].items())]
                                   for h in report["history"]]
-    out.write_csv("tune_history.csv", rows)
-    ranked = (report.get("sensitivity") or {}).get("rows", [])
-    out.write_csv("tune_sensitivity.csv", [list(SENSITIVITY_KEYS)] + [[r[k] for k in SENSITIVITY_KEYS] for r in ranked])
+    written.append(out.write_csv("tune_history.csv", rows))
+    written.append(out.write_csv("tune_sensitivity.csv",
+                                 [list(SENSITIVITY_KEYS)] + [[r[k] for k in SENSITIVITY_KEYS] for r in ranked]))
+    if graph is not None:
+        written += model_explorer.write_overlays(out, overlays, graph.name)
+    return written

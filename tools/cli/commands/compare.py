@@ -7,6 +7,7 @@ from pathlib import Path
 from qir.errors import InputError
 from qir.tools.cli.options import (
     MARCH_HELP,
+    NODE_DATA_HELP,
     SAMPLES_HELP,
     add_analysis_command,
     add_cluster,
@@ -201,7 +202,7 @@ def _add_compare(sub) -> None:
     p.add_argument("analysis", help="the model to analyse (calibrated or QDQ); the baseline's own file again "
                                     "compares it float vs fake-quantized")
     p.add_argument("data", help=SAMPLES_HELP)
-    p.add_argument("-o", "--output", default="./qir_quant_analysis", help="output folder")
+    p.add_argument("-o", "--output", default="./qir_quant_analysis", help=f"output folder; {NODE_DATA_HELP}")
     add_data_num(p, default=None, help="search the bad case in at most N samples", old=("-n", "--num-steps"))
     p.add_argument("-m", "--metric", default="L1", type=str.upper,
                    choices=["COSINE", "MSE", "L1", "KL", "SQNR", "ATOL"], help="bad case and sensitivity metric")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qir.tools.cli.options import add_data_num, add_force, add_march
+from qir.tools.cli.options import NODE_DATA_HELP, add_data_num, add_force, add_march
 
 ORDER = 62
 
@@ -38,7 +38,8 @@ def add_commands(sub) -> None:
     add_march(p, help="the march whose integer arithmetic to emulate (nash-e, nash-m, nash-p, generic, ort)")
     add_data_num(p, default=4, help="samples to compare (default 4)", old=("-n", "--num"))
     p.add_argument("-o", "--output", "-s", "--save-dir", dest="save_dir",
-                   help="write consistency_result.txt and .json to this folder")
+                   help="write consistency_result.txt, .json and .html (with --against ort: ort_consistency.txt and "
+                        f".json) to this folder; {NODE_DATA_HELP}")
     p.add_argument("--against", choices=("fakequant", "ort"), default="fakequant",
                    help="what to compare the integer level with: the model's fake quantization (default), or "
                         "onnxruntime's default CPU session on a QDQ model (its integer kernels; names the first op "

@@ -9,6 +9,7 @@ import argparse
 from qir.tools.cli.options import (
     CALIBRATED_MODEL_HELP,
     CALIBRATION_DATA_HELP,
+    NODE_DATA_HELP,
     add_analysis_command,
     add_cluster,
     add_data_num,
@@ -215,7 +216,8 @@ def _add_runall(sub) -> None:
     p = sub.add_parser("runall", help=what, description=what)
     p.add_argument("model", help=CALIBRATED_MODEL_HELP)
     p.add_argument("data", help=CALIBRATION_DATA_HELP)
-    p.add_argument("-s", "--save-dir", default="./debug_result/", help="output folder (default ./debug_result/)")
+    p.add_argument("-s", "--save-dir", default="./debug_result/",
+                   help=f"output folder (default ./debug_result/); {NODE_DATA_HELP}")
     p.add_argument("-nm", "--ns-metrics", default="cosine-similarity", help="node sensitivity metric(s)")
     p.add_argument("-o", "--output-node", help="compare this node's output instead of the model outputs")
     p.add_argument("-nt", "--node-type", help="node sensitivity types (default: ['weight','activation'])")

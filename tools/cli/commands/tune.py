@@ -6,7 +6,7 @@ import argparse
 
 from qir.passes.tune.space import DEFAULT_PRICE, PRICES
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS
-from qir.tools.cli.options import add_force, add_input_shape, add_march, positive_int
+from qir.tools.cli.options import NODE_DATA_HELP, add_force, add_input_shape, add_march, positive_int
 
 ORDER = 45  # after the debugger commands: the repair step
 
@@ -71,7 +71,7 @@ def add_commands(sub) -> None:
     add_march(p, help="the march whose mixed-precision pipeline and dtype rules to follow")
     p.add_argument("-o", "--output", "-s", "--save-dir", dest="save_dir", required=True,
                    help="the output folder: tuned model, emitted QDQ model, tune_report.txt/.json/.html, "
-                        "reproduce/commands.sh")
+                        f"reproduce/commands.sh; {NODE_DATA_HELP}")
     p.add_argument("--allow", action="append", choices=["float"], default=[],
                    help="also allow float32 (the op on the CPU) as the last resort")
     p.add_argument("--method", choices=["max", "percentile", "kl", "mse", "mix"], default="max",

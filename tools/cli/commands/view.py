@@ -57,7 +57,8 @@ def add_commands(sub) -> None:
     """``view``."""
     p = sub.add_parser("view", help="a model in Model Explorer with qir's analyses as overlays (needs the viz extra)",
                        description="Start Google's AI Edge Model Explorer on localhost with MODEL and the node data "
-                                   "(model_explorer/*.json) that runall and compare write beside their reports; "
+                                   "(model_explorer/*.json) that runall, compare, tune and consistency write beside their "
+                                   "reports, each folder's lead overlay shown first; "
                                    "prints the URL. Needs: pip install 'qir[viz]'.")
     p.add_argument("model", help="the .onnx model the analyses ran on (the calibrated model, as qir saves it)")
     p.add_argument("results", nargs="*", help="result folders (their model_explorer/*.json) or node data .json files")
