@@ -32,16 +32,14 @@ CAUTION_ERRORS = 2.0
 
 FILES = ("tune_report.txt", "tune_report.json", "tune_report.html", "tune_curve.png", "tune_history.csv",
          "tune_sensitivity.csv")
+SENSITIVITY_KEYS = ("rank", "unit", "loss", "mean_change", "change_low", "change_high", "rank_low", "rank_high")
+SHOWN = 10  # sensitivity rows in the text report
 
 
 def files() -> list[str]:
     """Every file :func:`write_report` may write, to plan: :data:`FILES` and, with the viz extra,
     the node data of :data:`~qir.tools.reports.overlays.TUNE_KEYS`."""
     return [*FILES, *model_explorer.files(TUNE_KEYS)]
-
-
-SENSITIVITY_KEYS = ("rank", "unit", "loss", "mean_change", "change_low", "change_high", "rank_low", "rank_high")
-SHOWN = 10  # sensitivity rows in the text report
 
 
 def outcome(report: TuneReport) -> str:
