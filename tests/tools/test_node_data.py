@@ -196,3 +196,37 @@ def test_without_the_viz_extra_the_reports_are_written_and_no_node_data(faulty, 
     assert (tmp_path / "c" / "consistency_result.html").is_file() and not (tmp_path / "c" / "model_explorer").exists()
     runall(ir, DIGITS_DATA, save_dir=tmp_path / "r", progress=False, log=lambda line: None, data_num=1)
     assert (tmp_path / "r" / "index.html").is_file() and not (tmp_path / "r" / "model_explorer").exists()
+
+
+PLANTED = {  # command -> (argv for the output folder `out`, a node data file it writes)
+    "runall": (lambda out, cal: ["runall", cal, str(DIGITS_DATA), "-s", str(out)],
+               "acc_error_weight_activation_calibrated.json"),
+    "compare": (lambda out, cal: ["compare", str(DIGITS / "model.onnx"), cal, str(DIGITS_DATA), "-o", str(out)],
+                "op_sensitivity_logits.json"),
+    "consistency": (lambda out, cal: ["consistency", cal, str(DIGITS_DATA), "-o", str(out)], "consistency_step.json"),
+    "tune": (lambda out, cal: ["tune", str(DIGITS / "model.onnx"), str(DIGITS_DATA), "--eval", str(DIGITS_DATA),
+                               "--target", "cosine>=0.99", "-s", str(out)], "tune_sensitivity.json"),
+}
+
+
+class _NoRuntime:
+    def __init__(self, **options) -> None:
+        raise AssertionError("a model ran before the outputs were checked")
+
+
+@viz
+@pytest.mark.parametrize("command", PLANTED)
+def test_a_users_file_named_like_node_data_is_refused_before_any_work(command, faulty, tmp_path, capsys, monkeypatch):
+    from qir.runtimes import base as runtime_base
+
+    folder, ir = faulty
+    assert "logits" in ir.outputs
+    argv, name = PLANTED[command]
+    planted = tmp_path / "out" / model_explorer.FOLDER / name
+    planted.parent.mkdir(parents=True)
+    planted.write_text("mine")
+    monkeypatch.setattr(runtime_base, "RUNTIMES", {n: (__name__, "_NoRuntime") for n in runtime_base.RUNTIMES})
+    assert main(argv(tmp_path / "out", str(folder / "cal.onnx"))) == 2
+    err = capsys.readouterr().err
+    assert str(planted) in err and "already exist" in err and "Traceback" not in err
+    assert [p for p in (tmp_path / "out").rglob("*") if p.is_file()] == [planted] and planted.read_text() == "mine"
