@@ -74,7 +74,8 @@ def runall_dir(faulty):
 def test_runall_writes_every_overlay_and_the_clipping_quantizers_op_ranks_first(faulty, runall_dir):
     folder, ir = faulty
     acc = json.loads((runall_dir / "accumulate_error" / "acc_error.json").read_text())
-    expected = {"sensitivity", "sensitivity_weight", "sensitivity_activation", "clipping",
+    sa = json.loads((runall_dir / "sensitivity_analysis" / "sensitivity_analysis.json").read_text())
+    expected = {"sensitivity", "sensitivity_weight", "sensitivity_activation", "clipping", "sensitivity_analysis",
                 *(f"acc_error_{c}" for c in acc["curves"])}
     assert written(runall_dir) == expected
     readers = set(ir.calibration(VICTIM).feeds)
@@ -84,6 +85,8 @@ def test_runall_writes_every_overlay_and_the_clipping_quantizers_op_ranks_first(
         assert set(values) <= ids, key  # keyed by the node ids Model Explorer shows
     assert ranked(runall_dir / "model_explorer" / "sensitivity.json")[1][0] in readers
     assert ranked(runall_dir / "model_explorer" / "clipping.json")[1][0] in readers
+    name, order, values = ranked(runall_dir / "model_explorer" / "sensitivity_analysis.json")
+    assert values == pytest.approx(sa["single"]) and order[0] in readers  # each picked op alone
     for curve, points in acc["curves"].items():  # each curve's worst point, as acc_error.json has it
         name, order, values = ranked(runall_dir / "model_explorer" / f"acc_error_{curve}.json")
         worst = min(v for v in points if v is not None)

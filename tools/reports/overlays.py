@@ -66,9 +66,11 @@ def acc_error_key(curve: str) -> str:
 
 def runall_keys(node_types: Iterable[str], curves: Iterable[str]) -> list[str]:
     """The keys of runall's overlays: the sensitivity of the worst of any type, then one per
-    type, each accumulated-error curve, and the clipping share."""
+    type, each accumulated-error curve, the sensitivity analysis (each picked op alone) and the
+    clipping share."""
     node_types = list(node_types)
-    return ["sensitivity", *(f"sensitivity_{nt}" for nt in node_types), *map(acc_error_key, curves), "clipping"]
+    return ["sensitivity", *(f"sensitivity_{nt}" for nt in node_types), *map(acc_error_key, curves),
+            "sensitivity_analysis", "clipping"]
 
 
 def op_sensitivity_key(output: str) -> str:

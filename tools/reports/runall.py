@@ -212,8 +212,8 @@ def write_index(results: RunallResults, save_dir: Outputs | Path, graph: ModelGr
 
 def _overlays(results: RunallResults, graph: ModelGraph) -> list[Overlay]:
     """runall: sensitivity per node type (and the worst of any type first, when there are
-    several with one metric), each accumulated-error curve, and the clipping share of the
-    activations whose distribution was drawn."""
+    several with one metric), each accumulated-error curve, the sensitivity analysis's ops alone,
+    and the clipping share of the activations whose distribution was drawn."""
     found: list[Overlay] = []
     pooled: dict[str, list] = {}
     for nt, report in (results.get("sensitivity") or {}).items():
@@ -232,6 +232,13 @@ def _overlays(results: RunallResults, graph: ModelGraph) -> list[Overlay]:
         better = better_of(acc["metric"])
         found.append(Overlay(f"accumulated error: {curve}", on_ops(zip(acc["nodes"], values), graph, better), better,
                              f"{acc['metric']} at this op's output, {curve} quantized", key=acc_error_key(curve)))
+    sa = results.get("sensitivity_analysis") or {}
+    if sa.get("single"):
+        better = better_of(sa.get("metric", "cosine-similarity"))
+        found.append(Overlay(f"sensitivity analysis: only this op quantized ({sa.get('metric', 'cosine-similarity')})",
+                             on_ops(sa["single"].items(), graph, better), better,
+                             "the metric with only this op quantized (the ops picked by the threshold)",
+                             key="sensitivity_analysis"))
     dist = results.get("distribution") or {}
     clipped = [(n, e.get("clipped_fraction")) for n, e in dist.items()]
     if any(v for _, v in clipped):
