@@ -20,8 +20,10 @@ from typing import Callable
 
 import numpy as np
 
+from qir.runtimes.integer import tables
 from qir.runtimes.integer.qtensor import QParams, QTensor
 from qir.runtimes.integer.requant import requantize, requantize_pair, saturate
+from qir.runtimes.integer.tables import params_key
 from qir.runtimes.march import MarchProfile, rounding_function
 
 __all__ = ["Arithmetic", "IntegerStats"]
@@ -55,6 +57,7 @@ class Arithmetic:
         self.bias_round = rounding_function(profile.bias_round)
         self.acc_range = (-(2 ** (profile.acc_bits - 1)), 2 ** (profile.acc_bits - 1) - 1)
         self.stats = IntegerStats()
+        self.key = tables.ProfileKey(profile)  # the profile in the keys of :mod:`.tables`
 
     # -- float -> codes --------------------------------------------------------------------
     def quantize(self, x: np.ndarray, params: QParams) -> QTensor:
@@ -69,34 +72,54 @@ class Arithmetic:
         if np.any(zp):
             q += zp
         qmin, qmax = params.qrange
-        np.fmax(q, np.float32(qmin), out=q)  # fmax/fmin: NaN becomes qmin instead of garbage
-        np.fmin(q, np.float32(qmax), out=q)
+        np.clip(q, np.float32(qmin), np.float32(qmax), out=q)
+        if q.size and np.isnan(np.add.reduce(q, axis=None)):  # NaN becomes qmin instead of garbage (as fmax would)
+            q[np.isnan(q)] = qmin
         return QTensor(q, params)
 
     # -- codes -> codes ----------------------------------------------------------------------
-    def requant(self, acc: np.ndarray, ratio: np.ndarray | float, params: QParams) -> QTensor:
-        """Requantize an exact accumulator at scale ``s_acc`` into ``params`` (``ratio = s_acc / s``)."""
+    def requant(self, acc: np.ndarray, ratio: np.ndarray | float, params: QParams, *,
+                overwrite: bool = False) -> QTensor:
+        """Requantize an exact accumulator at scale ``s_acc`` into ``params`` (``ratio = s_acc / s``);
+        ``overwrite``: ``acc`` is the caller's own, to be reused for the codes where it can."""
         qmin, qmax = params.qrange
         _, zp = params.broadcast(np.ndim(acc))
         codes = requantize(acc, ratio, mode=self.mode, qmin=qmin, qmax=qmax, zero_point=zp, bits=self.bits,
-                           shift_round=self.shift_round)
+                           shift_round=self.shift_round, overwrite=overwrite)
         return QTensor(codes, params)
 
     def requant_pair(self, a: QTensor, b: QTensor, params: QParams, *, subtract: bool = False) -> QTensor:
         """``a ± b`` requantized into per-tensor ``params`` (:func:`.requant.requantize_pair`), in
         the target's integer frame (uint8 for an imported unsigned quantizer: onnxruntime folds
-        the zero points into a float constant, so the frame changes its rounding)."""
+        the zero points into a float constant, so the frame changes its rounding). ``float``
+        mode: in float32 without the fused multiply-add where that gives the same codes on every
+        code pair (:func:`.tables.checked_pair`); fixed modes: through a table where one pays."""
+        def exact(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            return self._pair_codes(x, a.params, y, b.params, params, subtract, fused=True)
+
+        def fast(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            return self._pair_codes(x, a.params, y, b.params, params, subtract, fused=False)
+
+        key = ("pair", self.key, params_key(a.params), params_key(b.params), params_key(params), subtract)
+        if self.mode == "float":
+            return QTensor(tables.checked_pair(key, exact, fast, a.codes, a.params.qrange, b.codes, b.params.qrange),
+                           params)
+        found = tables.pair(key, exact, a.codes, a.params.qrange, b.codes, b.params.qrange)
+        return QTensor(exact(a.codes, b.codes) if found is None else found, params)
+
+    def _pair_codes(self, a: np.ndarray, pa: QParams, b: np.ndarray, pb: QParams, params: QParams,
+                    subtract: bool, fused: bool) -> np.ndarray:
         qmin, qmax = params.qrange
         s_y = np.float32(params.scale)
         sign, frame = (-1, 0) if subtract else (1, params.frame)
         codes = requantize_pair(
-            a.codes + frame if frame else a.codes, float(np.float32(a.params.scale) / s_y),
-            (sign * b.codes + frame) if frame or subtract else b.codes, float(np.float32(b.params.scale) / s_y),
+            a + frame if frame else a, float(np.float32(pa.scale) / s_y),
+            (sign * b + frame) if frame or subtract else b, float(np.float32(pb.scale) / s_y),
             mode=self.mode,
             qmin=qmin + frame, qmax=qmax + frame, zero_point=int(params.zero_point) + frame,
-            zp_a=int(a.params.zero_point) + frame, zp_b=sign * int(b.params.zero_point) + frame, bits=self.bits,
-            shift_round=self.shift_round)
-        return QTensor(codes - frame if frame else codes, params)
+            zp_a=int(pa.zero_point) + frame, zp_b=sign * int(pb.zero_point) + frame, bits=self.bits,
+            shift_round=self.shift_round, fused=fused)
+        return codes - frame if frame else codes
 
     def rescale(self, q: QTensor, params: QParams) -> QTensor:
         """``q`` in other parameters. ``float`` mode: quantize its dequantized value (what a

@@ -36,8 +36,10 @@ import numpy as np
 from qir.calibration import along_axis
 from qir.errors import QirError
 from qir.records import OpRecord
+from qir.runtimes.integer import tables
 from qir.runtimes.integer.arithmetic import Arithmetic
 from qir.runtimes.integer.qtensor import QParams, QTensor
+from qir.runtimes.integer.tables import params_key
 
 __all__ = ["OpCall", "INTEGER_KERNELS", "FLOAT_COMPOSITES", "IntegerDtypeError"]
 
@@ -100,10 +102,15 @@ def gemm(call: OpCall):
     if not w.params.per_tensor and w.params.axis % w.codes.ndim != axis:
         return None
     _check_pair(call, x, w, weight_is_constant=w.weight or call.rec.op_type != "MatMul")
-    # every partial sum of output channel c is at most max|x| · Σ_k |w[c, k]|
+    # every partial sum of output channel c is at most max|x| · Σ_k |w[c, k]|; max|x| from the
+    # code range where that bounds it below 2^24, else from the data
     xc, wc = x.centered(np.float32), w.centered(np.float32)
-    l1 = np.abs(np.moveaxis(wc, axis, 0)).reshape(wc.shape[axis], -1).sum(1).max(initial=0)
-    bound = float(np.abs(xc).max(initial=0)) * float(l1)
+    l1 = _channel_l1(w, wc, axis)
+    qmin, qmax = x.params.qrange
+    zp = int(x.params.zero_point)
+    bound = max(zp - qmin, qmax - zp) * l1
+    if bound >= _EXACT_F32 and xc.size:
+        bound = max(float(xc.max()), -float(xc.min()), 0.0) * l1
     if bound >= _EXACT_F32:
         xc, wc = xc.astype(np.float64), wc.astype(np.float64)  # integers below 2^24: the cast is exact
     acc = np.asarray(call.float_fn(xc, wc, **call.kwargs))
@@ -125,14 +132,29 @@ def gemm(call: OpCall):
     if call.target is None:
         return (acc * shaped).astype(np.float32)
     ratio = along_axis((acc_scale / np.float32(call.target.scale)).astype(np.float32), out_axis, acc.ndim)
-    return call.arith.requant(acc, ratio, call.target)
+    return call.arith.requant(acc, ratio, call.target, overwrite=True)  # acc: this kernel's own array
+
+
+def _channel_l1(w: QTensor, wc: np.ndarray, axis: int) -> float:
+    """``max_c Σ_k |w[c, k] - zp|`` over output channels ``c`` along ``axis`` (kept with a weight's codes)."""
+    key = ("l1", axis)
+    if key in w.memo:
+        return w.memo[key]
+    l1 = float(np.abs(np.moveaxis(wc, axis, 0)).reshape(wc.shape[axis], -1).sum(1).max(initial=0))
+    if w.weight:
+        w.memo[key] = l1
+    return l1
 
 
 def _exact_sum(acc: np.ndarray, addend: np.ndarray, bound: float) -> np.ndarray:
-    """``acc + addend`` exactly: in float32 while ``bound`` (a bound on ``|acc|``) plus
-    ``max|addend|`` stays below 2^24, else in float64 (exact below 2^53)."""
+    """``acc + addend`` exactly (``acc``, the caller's own array, reused where it can): in float32
+    while ``bound`` (a bound on ``|acc|``) plus ``max|addend|`` stays below 2^24, else in float64
+    (exact below 2^53)."""
     if acc.dtype == np.float32 and bound + float(np.abs(addend).max(initial=0)) < _EXACT_F32:
-        return acc + addend.astype(np.float32, copy=False)
+        addend = addend.astype(np.float32, copy=False)
+        if acc.ndim and acc.shape == np.broadcast_shapes(acc.shape, addend.shape):
+            return np.add(acc, addend, out=acc)
+        return acc + addend
     return acc.astype(np.float64, copy=False) + addend
 
 
@@ -163,7 +185,7 @@ def mul(call: OpCall):
     wide = np.float64 if "int16" in (a.params.dtype, b.params.dtype) else np.float32
     acc = a.centered(wide) * b.centered(wide)
     ratio = np.float32(np.float32(a.params.scale) * np.float32(b.params.scale)) / np.float32(call.target.scale)
-    return call.arith.requant(acc, np.float32(ratio), call.target)
+    return call.arith.requant(acc, np.float32(ratio), call.target, overwrite=True)
 
 
 def concat(call: OpCall):
@@ -199,7 +221,8 @@ def clamp(call: OpCall):
     x = call.args[0]
     if not _per_tensor(x):
         return None
-    if call.target is not None and call.target.per_tensor and not x.params.same_as(call.target):
+    fresh = call.target is not None and call.target.per_tensor and not x.params.same_as(call.target)
+    if fresh:
         x = call.arith.rescale(x, call.target)
     if call.rec.op_type == "Relu":
         lo, hi = 0.0, None
@@ -210,7 +233,11 @@ def clamp(call: OpCall):
             return None
     bounds = [None if v is None else int(call.arith.quantize(np.asarray(v, np.float32), x.params).codes)
               for v in (lo, hi)]
-    return QTensor(np.clip(x.codes, *bounds) if any(b is not None for b in bounds) else x.codes,
+    if all(b is None for b in bounds):
+        return x
+    # codes the rescale made are this kernel's own: clipped in place
+    out = x.codes if fresh and x.codes.ndim and x.codes.dtype.kind == "f" else None
+    return QTensor(np.clip(x.codes, *(None if b is None else x.codes.dtype.type(b) for b in bounds), out=out),
                    x.params)
 
 
@@ -240,9 +267,28 @@ def table_lookup(call: OpCall):
     if call.target is None or not _per_tensor(x) or any(a is not None for a in call.args[1:]):
         return None
     qmin, qmax = x.params.qrange
-    codes = np.arange(qmin, qmax + 1, dtype=np.int32)
-    table = call.arith.lut(QTensor(codes, x.params), partial(call.float_fn, **call.kwargs), call.target)
-    return QTensor(table[x.codes.astype(np.intp) - qmin], call.target)
+
+    def codes(c: np.ndarray) -> np.ndarray:
+        domain = np.arange(qmin, qmax + 1, dtype=np.int32)
+        table = call.arith.lut(QTensor(domain, x.params), partial(call.float_fn, **call.kwargs), call.target)
+        return table[c.astype(np.intp) - qmin]
+
+    attrs = _attrs_key(call.kwargs)
+    if attrs is None:  # an attribute that is not a plain value: no table kept
+        return QTensor(codes(x.codes), call.target)
+    key = ("lut", call.arith.key, call.rec.op_type, call.float_fn, attrs, params_key(x.params), params_key(call.target))
+    return QTensor(tables.unary(key, codes, x.codes, (qmin, qmax), always=True), call.target)
+
+
+_PLAIN = (int, float, str, bool, type(None), np.generic)
+
+
+def _attrs_key(kwargs: dict) -> tuple | None:
+    """Attributes as a key (each value by type and repr: ``-0.0`` is not ``0.0``), or None when one
+    is not a plain scalar (an array, whose repr may be cut short)."""
+    if not all(isinstance(v, _PLAIN) for v in kwargs.values()):
+        return None
+    return tuple((k, type(v).__name__, repr(v)) for k, v in sorted(kwargs.items()))
 
 
 def softmax(call: OpCall):

@@ -10,7 +10,7 @@ or vectors along ``axis`` (per channel, weights).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,12 +46,23 @@ class QParams:
 
     def same_as(self, other: "QParams") -> bool:
         """Whether codes in ``self`` mean the same reals in ``other`` (no requantization needed)."""
-        return (self.mode is other.mode and self.axis == other.axis
-                and np.array_equal(self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point))
+        if self is other:
+            return True
+        if self.mode is not other.mode or self.axis != other.axis:
+            return False
+        return all(_equal(a, b) for a, b in ((self.scale, other.scale), (self.zero_point, other.zero_point)))
 
     def broadcast(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
         """(scale, zero point) shaped to broadcast against an array of rank ``ndim``."""
         return along_axis(self.scale, self.axis, ndim), along_axis(self.zero_point, self.axis, ndim)
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """``np.array_equal`` of a scale or zero point, by their bytes where dtype and shape agree
+    (scales are finite and positive: no NaN, no signed zero)."""
+    if a.dtype == b.dtype and a.shape == b.shape and a.dtype.kind in "fi":
+        return a.tobytes() == b.tobytes()
+    return bool(np.array_equal(a, b))
 
 
 def params_of(rec: CalibRecord) -> QParams:
@@ -72,6 +83,8 @@ class QTensor:
     codes: np.ndarray
     params: QParams
     weight: bool = False
+    #: what kernels derive from a weight's codes (its per-channel bound), kept with them
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:

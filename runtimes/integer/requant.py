@@ -87,20 +87,28 @@ def _rounding_divide_by_pot(x: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 def requantize(acc: np.ndarray, ratio: np.ndarray | float, *, mode: str, qmin: int, qmax: int,
-               zero_point: np.ndarray | int = 0, bits: int = 16, shift_round: str = "half_up") -> np.ndarray:
+               zero_point: np.ndarray | int = 0, bits: int = 16, shift_round: str = "half_up",
+               overwrite: bool = False) -> np.ndarray:
     """The output codes (zero point added, saturated to ``[qmin, qmax]``; float32 in ``float``
     mode, int32 otherwise) of the exact accumulator ``acc`` requantized by ``ratio`` (see the
-    module docstring for each mode)."""
+    module docstring for each mode). ``overwrite``: a float32 ``acc`` may hold the codes."""
     zp = np.asarray(zero_point, np.int64)
     if mode == "float":
         # f32(acc)·f32(ratio) in float32 (a float64 acc is cast first), into a fresh array changed in place
-        value = np.multiply(np.asarray(acc), np.asarray(ratio, np.float32), dtype=np.float32)
-        value = np.array(value, ndmin=1, copy=None)
-        lo, hi = np.asarray(qmin - zp, np.float32), np.asarray(qmax - zp, np.float32)
-        np.clip(value, lo, hi, out=value)
-        np.rint(value, out=value)
+        acc = np.asarray(acc)
+        ratio = np.asarray(ratio, np.float32)
+        if overwrite and acc.dtype == np.float32 and acc.ndim and acc.shape == np.broadcast_shapes(acc.shape, ratio.shape):
+            value = np.multiply(acc, ratio, out=acc)
+        else:
+            value = np.array(np.multiply(acc, ratio, dtype=np.float32), ndmin=1, copy=None)
         if zp.any():
+            lo, hi = np.asarray(qmin - zp, np.float32), np.asarray(qmax - zp, np.float32)
+            np.clip(value, lo, hi, out=value)
+            np.rint(value, out=value)
             value += zp.astype(np.float32)
+        else:  # rint and clip commute at integer bounds
+            np.rint(value, out=value)
+            np.clip(value, np.float32(qmin), np.float32(qmax), out=value)
         return value.reshape(np.shape(acc)) if np.ndim(acc) == 0 else value
     acc = np.asarray(np.rint(acc), np.int64)
     if mode == "fixed16":
@@ -117,15 +125,17 @@ def requantize(acc: np.ndarray, ratio: np.ndarray | float, *, mode: str, qmin: i
 
 def requantize_pair(a: np.ndarray, ratio_a: float, b: np.ndarray, ratio_b: float, *, mode: str,
                     qmin: int, qmax: int, zero_point: int = 0, zp_a: int = 0, zp_b: int = 0, bits: int = 16,
-                    shift_round: str = "half_up") -> np.ndarray:
+                    shift_round: str = "half_up", fused: bool = True) -> np.ndarray:
     """``round((a - zp_a)·ratio_a + (b - zp_b)·ratio_b) + zero_point`` saturated, for integer code
     arrays ``a``, ``b``: the arithmetic of a quantized Add (Sub: pass ``-b`` and ``-zp_b``).
 
     ``float`` is onnxruntime's QLinearAdd (MLAS, AVX2): the zero points fold into a float32
     constant ``c = zp - fma(ratio_a, zp_a, ratio_b·zp_b)``, a scalar operand's product joins it, and
     the rest accumulate by fused multiply-adds ``fma(a, ratio_a, fma(b, ratio_b, c))``, rounded
-    half to even. Fixed modes: both ratios become multipliers at the shift of the larger one (one
-    rescale to a common scale, one integer add, one rounding shift).
+    half to even. ``fused=False``: the same in float32 with each product rounded before its sum
+    (fewer, narrower passes; equal codes only where checked, :func:`.tables.checked_pair`). Fixed
+    modes: both ratios become multipliers at the shift of the larger one (one rescale to a common
+    scale, one integer add, one rounding shift).
     """
     if mode == "float":
         a, b = np.asarray(a), np.asarray(b)  # integer-valued, below 2^24: exact in float64 below
@@ -133,12 +143,13 @@ def requantize_pair(a: np.ndarray, ratio_a: float, b: np.ndarray, ratio_b: float
         ra, rb = f32(ratio_a), f32(ratio_b)
         # the compiler contracts ratio_a·zp_a + ratio_b·zp_b into fma(ratio_a, zp_a, ratio_b·zp_b)
         const = f32(f32(zero_point) - _fma(np.int64(zp_a), ra, f32(rb * f32(zp_b))))
+        fma = _fma if fused else _mul_add
         if b.size == 1 and a.size > 1:
-            value = _fma(a, ra, f32(const + f32(f32(b.reshape(())) * rb)))
+            value = fma(a, ra, f32(const + f32(f32(b.reshape(())) * rb)))
         elif a.size == 1 and b.size > 1:
-            value = _fma(b, rb, f32(const + f32(f32(a.reshape(())) * ra)))
+            value = fma(b, rb, f32(const + f32(f32(a.reshape(())) * ra)))
         else:
-            value = _fma(a, ra, _fma(b, rb, const))
+            value = fma(a, ra, fma(b, rb, const))
         value = np.array(value, ndmin=1, copy=None).reshape(np.shape(value))
         np.clip(value, f32(qmin), f32(qmax), out=value)
         return np.rint(value, out=value)  # float32 codes
@@ -160,3 +171,16 @@ def _fma(x: np.ndarray, r: np.float32, c) -> np.ndarray:
     else:  # c is the larger operand (a broadcast bias-like input)
         wide = wide + c
     return wide.astype(np.float32)
+
+
+def _mul_add(x: np.ndarray, r: np.float32, c) -> np.ndarray:
+    """float32 ``x·r + c`` with the product rounded first (into a fresh array, changed in place; a
+    zero ``c`` not added: a ``-0.0`` product stays so)."""
+    value = np.multiply(x, r, dtype=np.float32)
+    if np.ndim(c) == 0 and c == 0:
+        return value
+    if np.shape(value) == np.broadcast_shapes(np.shape(value), np.shape(c)):
+        value += c
+    else:
+        value = value + c
+    return value
