@@ -3,12 +3,14 @@
 The integer level (:class:`qir.runtimes.integer.IntegerRuntime`) carries integer codes between
 ops and requantizes a GEMM's output straight into the parameters of the calibration node that
 reads it, so a changed node also changes how the ops before it round: the fake-quant reference
-cache does not apply. Each variant is the IR cloned with the variant's modes (built once per
-variant; it serves every sample, the integer runtime caching its plan, with the quantized
-weights, on it), run by *integer cone re-execution* (:mod:`qir.runtimes.integer.cone`): the
-reference configuration is traced once per sample (every value kept), and a variant re-runs only
+cache does not apply. Each variant is a :class:`VariantModel`: the reference configuration's
+calibration records with the variant's changed ones (built once per variant, no IR clone; it
+serves every sample, keeping its integer plan, with the quantized weights of its changed nodes),
+run by *integer cone re-execution* (:mod:`qir.runtimes.integer.cone`): the reference
+configuration (one clone) is traced once per sample (every value kept), and a variant re-runs only
 the steps whose computation it changes (requantization targets included) and those downstream,
-reading the rest from the trace; results equal the plain evaluation
+reading the rest from the trace; a whole run of a variant (no sample) clones the IR with the
+variant's modes. Results equal the plain evaluation
 (:func:`.variants.evaluate_plainly` at level ``integer``) bit for bit. The baseline (the float
 model, or the reference configuration at the integer level) runs once per sample.
 
@@ -24,6 +26,7 @@ import logging
 import threading
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -31,11 +34,12 @@ import numpy as np
 from qir.errors import QirError
 from qir.execution import Execution, Level, Runtime
 from qir.graph import QIR
+from qir.records import CalibRecord
 from qir.runtimes.base import get_runtime
-from qir.runtimes.engine.variants import Variant, configured_clone, run_whole
+from qir.runtimes.engine.variants import Variant, configured_clone, effective, is_no_change, run_whole
 from qir.runtimes.integer.cone import IntegerTrace, run_cone, trace
 
-__all__ = ["WholeRuns", "WHOLE_LEVELS"]
+__all__ = ["WholeRuns", "WHOLE_LEVELS", "VariantModel"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +50,19 @@ _RUN_REPORTS = "qir.runtimes.integer.arithmetic"  # the logger of the integer ru
 class _HoldBack(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return False
+
+
+@dataclass
+class VariantModel:
+    """A variant as its integer runs read it: ``records``, every calibration node's record (the
+    reference configuration's own objects where the variant leaves a node as it is), over the
+    reference configuration's graph; ``memo`` keeps its cone plan per trace; the IR clone a whole
+    run needs is made on first use (:meth:`WholeRuns.clone`)."""
+
+    changes: dict[str, str]
+    records: dict[str, CalibRecord]
+    memo: dict = field(default_factory=dict)
+    ir: QIR | None = None
 
 
 class WholeRuns:
@@ -62,16 +79,29 @@ class WholeRuns:
         self.overflows: dict[str, set[str]] = {}  # variant -> nodes whose accumulator overflowed
         self.fallbacks: dict[str, set[str]] = {}  # variant -> ops that read quantized values but ran in float
         self._traces: dict[int, IntegerTrace] = {}  # sample index -> the reference configuration's trace
+        self._reference_ir: QIR | None = None  # the reference configuration's IR
+        self._records: dict[str, CalibRecord] | None = None  # its calibration records
 
     def runtime(self):
         """A runtime of the level (one per thread: a run records its statistics on it)."""
         return get_runtime(Runtime.NUMPY, level=self.level, march=self.march)
 
-    def model(self, variant: Variant) -> QIR:
-        """The IR as ``variant`` runs it (clone it once per variant; it serves every sample)."""
-        return configured_clone(self.ir, self.reference, {**self.reference_changes, **variant.changes})
+    def model(self, variant: Variant) -> VariantModel:
+        """``variant`` as its runs read it (built once per variant; it serves every sample)."""
+        changes = {**self.reference_changes, **variant.changes}
+        records = dict(self._reference_records())
+        for name in variant.changes:
+            rec = self.ir.calibration(name)
+            records[name] = rec if is_no_change(rec, changes[name]) else effective(rec, changes[name])
+        return VariantModel(changes, records)
 
-    def run(self, model: QIR, feeds: Mapping[str, np.ndarray], rt=None, variant: str | None = None,
+    def clone(self, model: VariantModel) -> QIR:
+        """The IR with ``model``'s modes (made once per model)."""
+        if model.ir is None:
+            model.ir = configured_clone(self.ir, self.reference, model.changes)
+        return model.ir
+
+    def run(self, model: VariantModel, feeds: Mapping[str, np.ndarray], rt=None, variant: str | None = None,
             sample: int | None = None) -> dict[str, np.ndarray]:
         """The compared values of ``model`` on ``feeds`` (sample number ``sample``: its cone re-run
         over the reference's trace of that sample; a whole run without it); an error names the
@@ -79,10 +109,12 @@ class WholeRuns:
         rt = rt or self.runtime()
         try:
             if sample is None:
-                got = run_whole(model, feeds, self.compare, rt)
+                got = run_whole(self.clone(model), feeds, self.compare, rt)
             else:
-                capture = [v for v in self.compare if v not in model.outputs]
-                got = run_cone(rt, model, feeds, self.trace(sample, feeds), capture)
+                ref_model = self._reference_model()
+                capture = [v for v in self.compare if v not in ref_model.outputs]
+                got = run_cone(rt, ref_model, feeds, self.trace(sample, feeds), capture, records=model.records,
+                               memo=model.memo)
                 got = {v: got[v] for v in self.compare}
         except QirError as exc:
             if variant is None:
@@ -92,12 +124,25 @@ class WholeRuns:
             self.note(variant, rt.last_stats)
         return got
 
+    def _reference_model(self) -> QIR:
+        """The reference configuration's IR (one clone, traced on each sample)."""
+        with self._lock:
+            if self._reference_ir is None:
+                self._reference_ir = configured_clone(self.ir, self.reference, self.reference_changes)
+            return self._reference_ir
+
+    def _reference_records(self) -> dict[str, CalibRecord]:
+        """Every calibration node's record in the reference configuration (its IR's own objects)."""
+        if self._records is None:
+            self._records = {c.name: c for c in self._reference_model().calibrations()}
+        return self._records
+
     def trace(self, sample: int, feeds: Mapping[str, np.ndarray]) -> IntegerTrace:
         """The reference configuration's trace on sample ``sample`` (built once, kept until
         :meth:`forget`)."""
+        model = self._reference_model()
         with self._lock:
             if sample not in self._traces:
-                model = configured_clone(self.ir, self.reference, self.reference_changes)
                 self._traces[sample] = trace(self.runtime(), model, feeds,
                                              [v for v in self.compare if v not in model.outputs])
             return self._traces[sample]
@@ -144,4 +189,4 @@ class WholeRuns:
         at this level (the float configuration computes in float there too)."""
         if configuration not in self._baseline_models:
             self._baseline_models[configuration] = configured_clone(self.ir, configuration, {})
-        return self.run(self._baseline_models[configuration], feeds)
+        return run_whole(self._baseline_models[configuration], feeds, self.compare, self.runtime())

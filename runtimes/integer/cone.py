@@ -16,6 +16,12 @@ The cone is the changed steps and every step that reads a value a cone step wrot
 steps' values are the reference's, bit for bit, so the variant's results equal a whole run of
 the variant (``tests/runtimes/integer/test_cone.py``). The cone of a (variant, trace) pair is
 computed once and cached on the variant's IR: it serves every sample.
+
+A variant can also be given as its calibration records over the traced model's graph, with no IR
+of its own (``records``, :func:`.interpreter.derived_plan`; its plan and cone then kept in a
+``memo`` the caller holds with the variant): what makes a variant cheap when only a few of its
+nodes differ from the reference, the records it shares with the traced model being the same
+objects, which tells them unchanged at a glance.
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from qir.graph import QIR
 from qir.records import CalibRecord
 from qir.runtimes.base import check_capture, check_feeds
 from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
-from qir.runtimes.integer.interpreter import IntegerPlan, IntegerRuntime
+from qir.runtimes.integer.interpreter import IntegerPlan, IntegerRuntime, derived_plan
 from qir.runtimes.integer.qtensor import QParams, dequantize
 
 __all__ = ["IntegerTrace", "trace", "run_cone"]
@@ -65,7 +71,7 @@ def trace(rt: IntegerRuntime, ir: QIR, feeds: Mapping[str, np.ndarray], capture:
 
 
 def _same_params(a: QParams | None, b: QParams | None) -> bool:
-    return (a is None) == (b is None) and (a is None or a.same_as(b))
+    return a is b or ((a is None) == (b is None) and (a is None or a.same_as(b)))
 
 
 def _calibration_key(rec: CalibRecord) -> tuple:
@@ -80,14 +86,16 @@ def _changed(name: str, variant: IntegerPlan, reference: IntegerPlan, step, ref_
             or type(step.rec) is not type(ref_step.rec):
         return True
     if isinstance(step.rec, CalibRecord):
-        if _calibration_key(step.rec) != _calibration_key(ref_step.rec):
+        if step.rec is not ref_step.rec and _calibration_key(step.rec) != _calibration_key(ref_step.rec):
             return True
         if not _same_params(variant.params.get(name), reference.params.get(name)):
             return True
         mine, theirs = variant.weights.get(name), reference.weights.get(name)
-        return (mine is None) != (theirs is None) or (mine is not None and not np.array_equal(mine.codes, theirs.codes))
+        return mine is not theirs and (
+            (mine is None) != (theirs is None) or (mine is not None and not np.array_equal(mine.codes, theirs.codes)))
     return (not _same_params(variant.targets.get(name), reference.targets.get(name))
-            or variant.fused.get(name) != reference.fused.get(name) or step.rec.attrs != ref_step.rec.attrs)
+            or variant.fused.get(name) != reference.fused.get(name)
+            or (step.rec is not ref_step.rec and step.rec.attrs != ref_step.rec.attrs))
 
 
 def cone(variant: IntegerPlan, reference: IntegerPlan) -> list[bool]:
@@ -105,17 +113,33 @@ def cone(variant: IntegerPlan, reference: IntegerPlan) -> list[bool]:
 
 
 def run_cone(rt: IntegerRuntime, ir: QIR, feeds: Mapping[str, np.ndarray], ref: IntegerTrace,
-             capture: Iterable[str] = ()) -> dict[str, np.ndarray]:
+             capture: Iterable[str] = (), *, records: Mapping[str, CalibRecord] | None = None,
+             memo: dict | None = None) -> dict[str, np.ndarray]:
     """What :meth:`IntegerRuntime.run` returns for ``ir`` (a variant of the traced model) on the
     traced sample ``feeds``, re-running only its cone over ``ref`` (module docstring). The run's
-    statistics (``rt.last_stats``) are the cone's plus the reference's outside it."""
+    statistics (``rt.last_stats``) are the cone's plus the reference's outside it.
+
+    ``records``: the variant is the traced model's graph ``ir`` with these calibration records
+    (``{name: record}``, every calibration node; those it shares with the traced model best the
+    same objects), its plan and cone kept in ``memo`` (a dict held with the variant)."""
     captured = check_capture(ir, capture)
     keep = _keep(ir, captured)
     if keep != ref.keep:
         raise ValueError("a cone run must keep the values its trace kept (same outputs and capture)")
     arith = Arithmetic(rt.profile)
-    plan = rt.plan(ir, keep, arith, reuse=ref.plan)
-    marks = ir.cached(("integer-cone", ref.key, keep, rt.profile), lambda: cone(plan, ref.plan))
+    if records is None:
+        plan = rt.plan(ir, keep, arith, reuse=ref.plan)
+        marks = ir.cached(("integer-cone", ref.key, keep, rt.profile), lambda: cone(plan, ref.plan))
+    else:
+        memo = {} if memo is None else memo
+        key = ("integer-plan", keep, rt.profile)
+        if key not in memo or memo[key][0] is not ref.plan:
+            memo[key] = (ref.plan, derived_plan(ir, records, keep, arith, ref.plan))
+        plan = memo[key][1]
+        key = ("integer-cone", ref.key, keep, rt.profile)
+        if key not in memo:
+            memo[key] = cone(plan, ref.plan)
+        marks = memo[key]
     overlay: dict[str, Any] = {}
 
     def read(v: str):

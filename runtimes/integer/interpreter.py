@@ -47,7 +47,7 @@ from qir.runtimes.march.ort import ORT
 from qir.runtimes.numerics import apply_calibration
 from qir.runtimes.numpy_ref.interpreter import ExecutionPlan, PlanStep, assign_frees, execution_error, execution_plan
 
-__all__ = ["IntegerPlan", "IntegerRuntime", "requant_targets"]
+__all__ = ["IntegerPlan", "IntegerRuntime", "requant_targets", "derived_plan"]
 
 REPORTED = "integer level: fallbacks and overflows"  # :mod:`qir.once` topic: logged once per process
 
@@ -73,12 +73,22 @@ class IntegerPlan:
     constant_codes: dict = field(default_factory=dict)  # (constant, mode) -> its codes
     unfused: ExecutionPlan | None = None          # the plan before the fusions (None: base)
     own_targets: dict[str, QParams] = field(default_factory=dict)  # targets before the fusions
+    fusable: dict[str, str] = field(default_factory=dict)  # GEMM name -> the Add fused when it has a target
 
 
-def _common_params(ir: QIR, value: str) -> QParams | None:
+def _readers(ir: QIR, value: str, records: Mapping[str, CalibRecord] | None) -> list:
+    """The readers of ``value``, calibration nodes as ``records`` has them (a configuration of
+    ``ir``'s calibration nodes; None: ``ir``'s own)."""
+    readers = ir.consumers(value)
+    if records is None:
+        return readers
+    return [records.get(r.name, r) if isinstance(r, CalibRecord) else r for r in readers]
+
+
+def _common_params(ir: QIR, value: str, records: Mapping[str, CalibRecord] | None = None) -> QParams | None:
     """The parameters every reader of ``value`` quantizes it to, when all readers are integer
     calibration nodes with the same per-tensor parameters (and ``value`` is not a graph output)."""
-    readers = ir.consumers(value)
+    readers = _readers(ir, value, records)
     if not readers or value in ir.outputs or not all(
             isinstance(r, CalibRecord) and r.mode in (CalibMode.INT8, CalibMode.INT16) for r in readers):
         return None
@@ -86,11 +96,11 @@ def _common_params(ir: QIR, value: str) -> QParams | None:
     return params[0] if all(p.same_as(params[0]) and p.per_tensor for p in params) else None
 
 
-def _target(ir: QIR, value: str) -> QParams | None:
+def _target(ir: QIR, value: str, records: Mapping[str, CalibRecord] | None = None) -> QParams | None:
     """The target of ``value``: its readers' common parameters, or those found by following a
     chain of single-reader :data:`_LOOK_THROUGH` ops."""
     while True:
-        found = _common_params(ir, value)
+        found = _common_params(ir, value, records)
         readers = ir.consumers(value)
         if found is not None or value in ir.outputs or len(readers) != 1:
             return found
@@ -117,7 +127,8 @@ def _widest(found: list[QParams]) -> QParams:
     return min((p for p in found if width(p) >= top * (1 - SAME_RANGE)), key=lambda p: float(np.asarray(p.scale)))
 
 
-def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
+def _shared_target(ir: QIR, value: str, seen: set[str],
+                   records: Mapping[str, CalibRecord] | None = None) -> list[QParams] | None:
     """The parameters ``value``'s codes are rescaled into downstream when it reaches integer
     calibration nodes only through data-movement ops (Concat, Split, Slice, Reshape, MaxPool, ...:
     :data:`_SHARED_SCALE_OPS`), as a march's compiler shares one scale across them (the
@@ -126,7 +137,7 @@ def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
     if value in seen:
         return []
     seen.add(value)
-    readers = ir.consumers(value)
+    readers = _readers(ir, value, records)
     if value in ir.outputs or not readers:
         return None
     found: list[QParams] = []
@@ -137,40 +148,44 @@ def _shared_target(ir: QIR, value: str, seen: set[str]) -> list[QParams] | None:
         if not isinstance(r, OpRecord) or r.op_type not in _SHARED_SCALE_OPS:
             return None
         for out in (o for o in r.outputs if o):
-            more = _shared_target(ir, out, seen)
+            more = _shared_target(ir, out, seen, records)
             if more is None:
                 return None
             found += more
     return found
 
 
-def requant_targets(ir: QIR, ops: Iterable[OpRecord] | None = None) -> dict[str, QParams]:
+def requant_targets(ir: QIR, ops: Iterable[OpRecord] | None = None,
+                    records: Mapping[str, CalibRecord] | None = None) -> dict[str, QParams]:
     """``{op name: the parameters its output is requantized into}`` (see the module docstring):
     the common parameters of its readers (:func:`_target`), else the widest of those its value
-    reaches through data-movement ops (:func:`_shared_target`); over ``ops`` (default: all)."""
+    reaches through data-movement ops (:func:`_shared_target`); over ``ops`` (default: all), with
+    the calibration nodes as ``records`` has them (default: ``ir``'s own)."""
     targets: dict[str, QParams] = {}
     for rec in ir.ops() if ops is None else ops:
         if len(rec.outputs) == 1 and rec.outputs[0]:
-            found = _target(ir, rec.outputs[0])
+            found = _target(ir, rec.outputs[0], records)
             if found is None and (rec.op_type == "Concat" or rec.op_type not in _SHARED_SCALE_OPS):
-                shared = _shared_target(ir, rec.outputs[0], set())
+                shared = _shared_target(ir, rec.outputs[0], set(), records)
                 found = _widest(shared) if shared else None
             if found is not None:
                 targets[rec.name] = found
     return targets
 
 
-def _accumulator_adds(ir: QIR, profile: MarchProfile, keep: frozenset[str], targets: dict) -> dict[str, str]:
+def _fusable_adds(ir: QIR, profile: MarchProfile, keep: frozenset[str]) -> dict[str, str]:
     """``{GEMM name: Add name}`` where the march fuses the Add into the GEMM's accumulator (a
-    ``(GEMM, Add, ...)`` pattern in ``profile.fusions``): the GEMM output is read by that Add only,
-    nothing observes it, and the Add has a target."""
+    ``(GEMM, Add, ...)`` pattern in ``profile.fusions``) once the Add has a target: the GEMM output
+    is read by that Add only and nothing observes it (the graph's structure alone decides this)."""
     heads = {p[0] for p in profile.fusions if len(p) > 1 and p[1] == "Add"}
     fused = {}
     for rec in ir.ops():
+        if rec.op_type not in heads:
+            continue
         out = rec.outputs[0] if rec.outputs else ""
         readers = ir.consumers(out) if out else []
-        if rec.op_type in heads and len(readers) == 1 and out not in keep and isinstance(readers[0], OpRecord) \
-                and readers[0].op_type == "Add" and readers[0].name in targets and readers[0].inputs.count(out) == 1:
+        if len(readers) == 1 and out not in keep and isinstance(readers[0], OpRecord) \
+                and readers[0].op_type == "Add" and readers[0].inputs.count(out) == 1:
             fused[rec.name] = readers[0].name
     return fused
 
@@ -200,7 +215,7 @@ def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, reuse: Integ
     """The integer plan of ``ir``; ``reuse``: the plan of a configuration of the same graph (a
     traced reference), from which the parts the calibration changes leave alone are taken."""
     if reuse is not None:
-        return _derived_plan(ir, keep, arith, reuse)
+        return derived_plan(ir, {c.name: c for c in ir.calibrations()}, keep, arith, reuse)
     base = execution_plan(ir, keep, fold_batchnorm=True)
     params = {c.name: params_of(c) for c in ir.calibrations() if c.mode in (CalibMode.INT8, CalibMode.INT16)}
     weights = {c.name: replace(arith.quantize(ir.weight_array(c.input), params[c.name]), weight=True)
@@ -208,17 +223,17 @@ def _integer_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, reuse: Integ
     targets = requant_targets(ir)
     constants = frozenset(v for rec in ir.ops() if rec.op_type in _CONSTANT_OPERAND_OPS for v in rec.inputs
                           if v and ir.value(v).data is not None and np.dtype(ir.value(v).dtype or "float32").kind == "f")
-    return _fused_plan(ir, keep, arith, base, targets, params, weights, constants)
+    return _fused_plan(keep, base, targets, params, weights, constants, _fusable_adds(ir, arith.profile, keep))
 
 
-def _fused_plan(ir: QIR, keep, arith: Arithmetic, base: ExecutionPlan, targets: dict, params: dict, weights: dict,
-                constants: frozenset[str]) -> IntegerPlan:
+def _fused_plan(keep, base: ExecutionPlan, targets: dict, params: dict, weights: dict, constants: frozenset[str],
+                fusable: dict[str, str]) -> IntegerPlan:
     own = dict(targets)
-    fused = _accumulator_adds(ir, arith.profile, keep, targets)
+    fused = {gemm: add for gemm, add in fusable.items() if add in targets}
     for gemm, add in fused.items():
         targets[gemm] = targets[add]
     return IntegerPlan(_fuse_steps(base, fused, keep) if fused else base, targets, params, weights, fused,
-                       constants, unfused=base, own_targets=own)
+                       constants, unfused=base, own_targets=own, fusable=fusable)
 
 
 def _calibration_key(rec: CalibRecord) -> tuple:
@@ -226,14 +241,16 @@ def _calibration_key(rec: CalibRecord) -> tuple:
     return (rec.mode, rec.axis, rec.implied_clip, tuple(None if a is None else np.asarray(a).tobytes() for a in arrays))
 
 
-def _derived_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, ref: IntegerPlan) -> IntegerPlan:
-    """The plan of ``ir``, a configuration of ``ref``'s graph: ``ref``'s steps with ``ir``'s
-    calibration records, parameters and weight codes recomputed for the changed calibration
-    nodes only, requantization targets for the ops whose value reaches them (through the ops
-    :func:`requant_targets` looks through), the fusions decided again."""
-    records = {c.name: c for c in ir.calibrations()}
+def derived_plan(ir: QIR, records: Mapping[str, CalibRecord], keep: frozenset[str], arith: Arithmetic,
+                 ref: IntegerPlan) -> IntegerPlan:
+    """The plan of a configuration of ``ref``'s graph ``ir`` whose calibration nodes are
+    ``records`` (``{name: record}``, every calibration node; the IR itself is not read for them):
+    ``ref``'s steps with those records, parameters and weight codes recomputed for the changed
+    calibration nodes only, requantization targets for the ops whose value reaches them (through
+    the ops :func:`requant_targets` looks through), the fusions decided again."""
     old = {step.rec.name: step.rec for step in ref.unfused.steps if isinstance(step.rec, CalibRecord)}
-    changed = [records[n] for n in records if n not in old or _calibration_key(old[n]) != _calibration_key(records[n])]
+    changed = [rec for n, rec in records.items()
+               if n not in old or (old[n] is not rec and _calibration_key(old[n]) != _calibration_key(rec))]
     params, weights = dict(ref.params), dict(ref.weights)
     for c in changed:
         params.pop(c.name, None)
@@ -250,11 +267,12 @@ def _derived_plan(ir: QIR, keep: frozenset[str], arith: Arithmetic, ref: Integer
             if rec.op_type in _LOOK_THROUGH or rec.op_type in _SHARED_SCALE_OPS:
                 todo.extend(v for v in rec.inputs if v)
     targets = {n: t for n, t in ref.own_targets.items() if n not in affected}
-    targets.update(requant_targets(ir, affected.values()))
+    targets.update(requant_targets(ir, affected.values(), records))
     steps = [PlanStep(records[step.rec.name], step.fn, step.kwargs, step.inputs, step.outputs, step.free)
-             if isinstance(step.rec, CalibRecord) else step for step in ref.unfused.steps]
-    return _fused_plan(ir, keep, arith, ExecutionPlan(steps, ref.unfused.weights), targets, params, weights,
-                       ref.constants)
+             if isinstance(step.rec, CalibRecord) and records[step.rec.name] is not step.rec else step
+             for step in ref.unfused.steps]
+    return _fused_plan(keep, ExecutionPlan(steps, ref.unfused.weights), targets, params, weights, ref.constants,
+                       ref.fusable)
 
 
 def _quantized_constants(rec: OpRecord, args: list, plan: IntegerPlan, arith: Arithmetic) -> list:

@@ -55,3 +55,32 @@ def test_the_reference_itself_reruns_nothing(digits_calibrated):
     assert not any(marks)
     for name, value in rt.run(reference, sample).items():
         np.testing.assert_array_equal(out[name], value)
+
+
+@pytest.mark.parametrize("march,change", [("nash-e", "float"), ("nash-e", "int16"), ("ort", "float")])
+def test_a_variant_given_as_records_equals_its_whole_run(digits_calibrated, march, change):
+    """No IR of the variant's own: its records over the traced model's graph, plan and cone kept in a memo."""
+    from qir.runtimes.engine.variants import effective
+
+    rt = IntegerRuntime(march)
+    reference = configured_clone(digits_calibrated, "quantized", {})
+    capture = [c.output for c in reference.calibrations()][:4]
+    samples = _images(2)
+    traces = [trace(rt, reference, s, capture) for s in samples]
+    own = {c.name: c for c in reference.calibrations()}
+    for cal in reference.calibrations():
+        records, memo, ran = {**own, cal.name: effective(cal, change)}, {}, False
+        variant = configured_clone(reference, "quantized", {cal.name: change})
+        for sample, ref in zip(samples, traces):
+            try:
+                whole = rt.run(variant, sample, capture=capture)
+            except IntegerDtypeError:
+                with pytest.raises(IntegerDtypeError):
+                    run_cone(rt, reference, sample, ref, capture, records=records, memo=memo)
+                break
+            cone = run_cone(rt, reference, sample, ref, capture, records=records, memo=memo)
+            assert whole.keys() == cone.keys()
+            for name in whole:
+                np.testing.assert_array_equal(cone[name], whole[name], err_msg=f"{cal.name} -> {change}: {name}")
+            ran = True
+        assert not ran or {key[0] for key in memo} == {"integer-plan", "integer-cone"}  # kept with the variant
