@@ -57,7 +57,7 @@ class Arithmetic:
         self.bias_round = rounding_function(profile.bias_round)
         self.acc_range = (-(2 ** (profile.acc_bits - 1)), 2 ** (profile.acc_bits - 1) - 1)
         self.stats = IntegerStats()
-        self.key = tables.ProfileKey(profile)  # the profile in the keys of :mod:`.tables`
+        self.key = tables.profile_key(profile)  # the profile in the keys of :mod:`.tables`
 
     # -- float -> codes --------------------------------------------------------------------
     def quantize(self, x: np.ndarray, params: QParams) -> QTensor:
@@ -156,9 +156,12 @@ class Arithmetic:
             return saturate(q, *self.acc_range).astype(np.int64)
         return q.astype(np.int64)
 
-    def accumulate(self, node: str, acc: np.ndarray) -> np.ndarray:
-        """``acc`` (exact) under the profile's accumulator width and overflow rule."""
+    def accumulate(self, node: str, acc: np.ndarray, bound: float | None = None) -> np.ndarray:
+        """``acc`` (exact) under the profile's accumulator width and overflow rule (``bound``: a
+        bound on ``|acc|``, within the width: nothing to check)."""
         lo, hi = self.acc_range
+        if bound is not None and bound <= min(-lo, hi):
+            return acc
         if acc.size == 0 or (acc.min() >= lo and acc.max() <= hi):
             return acc
         over = int(np.count_nonzero((acc < lo) | (acc > hi)))

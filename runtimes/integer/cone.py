@@ -131,15 +131,15 @@ def run_cone(rt: IntegerRuntime, ir: QIR, feeds: Mapping[str, np.ndarray], ref: 
         plan = rt.plan(ir, keep, arith, reuse=ref.plan)
         marks = ir.cached(("integer-cone", ref.key, keep, rt.profile), lambda: cone(plan, ref.plan))
     else:
-        memo = {} if memo is None else memo
-        key = ("integer-plan", keep, rt.profile)
-        if key not in memo or memo[key][0] is not ref.plan:
-            memo[key] = (ref.plan, derived_plan(ir, records, keep, arith, ref.plan))
-        plan = memo[key][1]
-        key = ("integer-cone", ref.key, keep, rt.profile)
-        if key not in memo:
-            memo[key] = cone(plan, ref.plan)
-        marks = memo[key]
+        memo = {} if memo is None else memo  # keyed without the profile (hashing one walks its fields): checked
+        key = ("integer-plan", keep)
+        if key not in memo or memo[key][0] is not ref.plan or memo[key][1] is not rt.profile:
+            memo[key] = (ref.plan, rt.profile, derived_plan(ir, records, keep, arith, ref.plan))
+        plan = memo[key][2]
+        key = ("integer-cone", ref.key, keep)
+        if key not in memo or memo[key][0] is not plan:
+            memo[key] = (plan, cone(plan, ref.plan))
+        marks = memo[key][1]
     overlay: dict[str, Any] = {}
 
     def read(v: str):

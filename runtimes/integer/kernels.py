@@ -124,11 +124,10 @@ def gemm(call: OpCall):
         if call.rec.op_type == "Gemm":
             bias = bias * call.kwargs.get("beta", 1.0)
         codes = call.arith.bias_codes(along_axis(bias, out_axis, acc.ndim) if bias.ndim == 1 else bias, shaped)
-        acc = _exact_sum(acc, codes, bound)
-        bound += float(np.abs(codes).max(initial=0))
+        acc, bound = _exact_sum(acc, codes, bound)
     if len(call.args) > 3 and call.args[3] is not None:  # an Add fused into the accumulator
-        acc = _exact_sum(acc, _in_accumulator(call.args[3], shaped), bound)
-    acc = call.arith.accumulate(call.rec.name, acc)
+        acc, bound = _exact_sum(acc, _in_accumulator(call.args[3], shaped), bound)
+    acc = call.arith.accumulate(call.rec.name, acc, bound)
     if call.target is None:
         return (acc * shaped).astype(np.float32)
     ratio = along_axis((acc_scale / np.float32(call.target.scale)).astype(np.float32), out_axis, acc.ndim)
@@ -146,16 +145,17 @@ def _channel_l1(w: QTensor, wc: np.ndarray, axis: int) -> float:
     return l1
 
 
-def _exact_sum(acc: np.ndarray, addend: np.ndarray, bound: float) -> np.ndarray:
+def _exact_sum(acc: np.ndarray, addend: np.ndarray, bound: float) -> tuple[np.ndarray, float]:
     """``acc + addend`` exactly (``acc``, the caller's own array, reused where it can): in float32
     while ``bound`` (a bound on ``|acc|``) plus ``max|addend|`` stays below 2^24, else in float64
-    (exact below 2^53)."""
-    if acc.dtype == np.float32 and bound + float(np.abs(addend).max(initial=0)) < _EXACT_F32:
+    (exact below 2^53); and that bound on the sum."""
+    bound += float(np.abs(addend).max(initial=0))
+    if acc.dtype == np.float32 and bound < _EXACT_F32:
         addend = addend.astype(np.float32, copy=False)
         if acc.ndim and acc.shape == np.broadcast_shapes(acc.shape, addend.shape):
-            return np.add(acc, addend, out=acc)
-        return acc + addend
-    return acc.astype(np.float64, copy=False) + addend
+            return np.add(acc, addend, out=acc), bound
+        return acc + addend, bound
+    return acc.astype(np.float64, copy=False) + addend, bound
 
 
 def _in_accumulator(addend, acc_scale: np.ndarray) -> np.ndarray:

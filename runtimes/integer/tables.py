@@ -33,7 +33,7 @@ import numpy as np
 
 from qir.runtimes.integer.qtensor import QParams
 
-__all__ = ["ProfileKey", "params_key", "unary", "pair", "checked_pair", "CACHE_BYTES"]
+__all__ = ["ProfileKey", "profile_key", "params_key", "unary", "pair", "checked_pair", "CACHE_BYTES"]
 
 MAX_ENTRIES = 1 << 16  # the largest table: an int16 operand, or a pair of int8 operands
 CACHE_BYTES = 64 << 20
@@ -56,6 +56,18 @@ class ProfileKey:
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ProfileKey) and (self.profile is other.profile or self.profile == other.profile)
+
+
+_profile_keys: dict[int, ProfileKey] = {}
+
+
+def profile_key(profile) -> ProfileKey:
+    """The :class:`ProfileKey` of ``profile``, made once per profile object (it holds the profile,
+    so the id it is filed under stays that profile's)."""
+    found = _profile_keys.get(id(profile))
+    if found is None or found.profile is not profile:
+        found = _profile_keys[id(profile)] = ProfileKey(profile)
+    return found
 
 
 def params_key(p: QParams | None) -> tuple | None:
@@ -81,14 +93,22 @@ def _table(key: Hashable, fill: Callable[[], np.ndarray]) -> np.ndarray:
     return table
 
 
+_domains: dict[tuple, np.ndarray | None] = {}
+
+
 def _codes(qrange: tuple[int, int], dtype) -> np.ndarray | None:
     """Every code of ``qrange`` at the position that code indexes (``c mod n``), or None when a
-    code would not index a table of ``n`` entries (outside ``[-n, n)``)."""
-    lo, hi = qrange
-    n = hi - lo + 1
-    if lo < -n or hi >= n:
-        return None
-    return (lo + (np.arange(n) - lo) % n).astype(dtype)
+    code would not index a table of ``n`` entries (outside ``[-n, n)``); read-only, made once."""
+    key = (qrange, np.dtype(dtype).str)
+    if key not in _domains:
+        lo, hi = qrange
+        n = hi - lo + 1
+        domain = None
+        if lo >= -n and hi < n:
+            domain = (lo + (np.arange(n) - lo) % n).astype(dtype)
+            domain.flags.writeable = False
+        _domains[key] = domain
+    return _domains[key]
 
 
 def unary(key: Hashable, fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray, qrange: tuple[int, int], *,
