@@ -127,7 +127,14 @@ class Arithmetic:
         if q.params.same_as(params):
             return q
         if self.mode == "float":
-            return self.quantize(q.dequantize(), params)
+            def exact(c: np.ndarray) -> np.ndarray:
+                return self.quantize(QTensor(c, q.params).dequantize(), params).codes
+
+            if not (q.params.per_tensor and params.per_tensor and self.quant_round is np.rint and q.codes.ndim):
+                return QTensor(exact(q.codes), params)
+            key = ("rescale", self.key, params_key(q.params), params_key(params))
+            return QTensor(tables.checked_unary(key, exact, lambda c: _rescaled(c, q.params, params), q.codes,
+                                                q.params.qrange), params)
         s_in, _ = q.params.broadcast(q.codes.ndim)
         s_out, _ = params.broadcast(q.codes.ndim)
         return self.requant(q.centered(np.int64), np.float64(s_in) / np.float64(s_out), params)
@@ -187,3 +194,16 @@ class Arithmetic:
             logger.warning("integer level (%s): these ops read quantized values but ran in float (no integer kernel "
                            "in this march, or an output the calibrated model leaves unquantized, such as a graph "
                            "output), as an NPU would hand them to the CPU: %s", self.profile.name, ops)
+
+
+def _rescaled(codes: np.ndarray, src: QParams, dst: QParams) -> np.ndarray:
+    """float32 ``rint((q - zp)·(s_in/s_out)) + zp'`` clipped: one rounding less than
+    ``quantize(dequantize(q))`` (equal codes only where checked, :func:`.tables.checked_unary`)."""
+    zp_in, zp_out = int(src.zero_point), int(dst.zero_point)
+    ratio = np.float32(np.float32(src.scale) / np.float32(dst.scale))
+    value = np.multiply(codes - np.float32(zp_in) if zp_in else codes, ratio, dtype=np.float32)
+    np.rint(value, out=value)
+    if zp_out:
+        value += np.float32(zp_out)
+    qmin, qmax = dst.qrange
+    return np.clip(value, np.float32(qmin), np.float32(qmax), out=value)

@@ -4,7 +4,7 @@ An elementwise kernel whose output codes depend only on its operands' codes (the
 points and the march's rounding being fixed for the call) is a function on a small domain: 256
 codes for an int8 operand, 65536 for an int16 one or for a pair of int8 operands. Two uses:
 
-* :func:`checked_pair`: a cheaper formula (float32 without the fused multiply-add a kernel
+* :func:`checked_pair` / :func:`checked_unary`: a cheaper formula (float32 without the fused multiply-add a kernel
   emulates in float64) stands in for the exact one where both give the same codes on *every*
   code pair of the domain, checked once per key: then they agree on any value, elementwise.
   Where they differ somewhere, a table (below) or the exact formula serves.
@@ -33,7 +33,7 @@ import numpy as np
 
 from qir.runtimes.integer.qtensor import QParams
 
-__all__ = ["ProfileKey", "profile_key", "params_key", "unary", "pair", "checked_pair", "CACHE_BYTES"]
+__all__ = ["ProfileKey", "profile_key", "params_key", "unary", "pair", "checked_pair", "checked_unary", "CACHE_BYTES"]
 
 MAX_ENTRIES = 1 << 16  # the largest table: an int16 operand, or a pair of int8 operands
 CACHE_BYTES = 64 << 20
@@ -199,3 +199,19 @@ def checked_pair(key: Hashable, exact: Callable[[np.ndarray, np.ndarray], np.nda
         return fast(a, b)
     found = pair(key, exact, a, a_range, b, b_range)
     return exact(a, b) if found is None else found
+
+
+def checked_unary(key: Hashable, exact: Callable[[np.ndarray], np.ndarray], fast: Callable[[np.ndarray], np.ndarray],
+                  x: np.ndarray, qrange: tuple[int, int]) -> np.ndarray:
+    """``exact(x)`` (elementwise on codes ``x`` in ``qrange``), computed by ``fast`` where the two
+    agree on every code of the domain (checked once per key), else by ``exact``."""
+    n = qrange[1] - qrange[0] + 1
+    if n > MAX_ENTRIES or x.size <= 1:
+        return exact(x)
+
+    def check() -> np.ndarray:
+        domain = np.arange(qrange[0], qrange[1] + 1).astype(x.dtype)
+        want, got = np.asarray(exact(domain)), np.asarray(fast(domain))
+        return np.asarray(want.dtype == got.dtype and want.shape == got.shape and bool(np.array_equal(want, got)))
+
+    return fast(x) if _table((key, "checked", x.dtype.str), check) else exact(x)

@@ -101,3 +101,25 @@ def test_cache_is_bounded(monkeypatch):
     for k in range(20):
         tables.unary(("bounded", k), lambda c, k=k: c + k, x, INT8)
     assert sum(t.nbytes for t in tables._tables.values()) <= 4096 or len(tables._tables) == 1
+
+
+@pytest.mark.parametrize("zp_in,zp_out", [(0, 0), (-3, 5)])
+def test_rescale_equals_quantizing_the_dequantized_codes(zp_in, zp_out):
+    """Arithmetic.rescale (float mode, a checked one-rounding formula) against quantize(dequantize)
+    over scale pairs, both outcomes of the check among them (a ratio of 3/2 puts codes on ties)."""
+    rng = np.random.default_rng(7)
+    arith = Arithmetic(get_profile("nash-e"))
+    codes = _codes(rng, (2, 6, 30, 30))
+    outcomes = set()
+    pairs = [(np.float32(0.3), np.float32(0.2))] + [tuple(np.float32(v) for v in rng.uniform(0.01, 0.5, 2))
+                                                    for _ in range(10)]
+    for s_in, s_out in pairs:
+        src = QParams(CalibMode.INT8, np.asarray(s_in), np.asarray(zp_in, np.int64))
+        dst = QParams(CalibMode.INT8, np.asarray(s_out), np.asarray(zp_out, np.int64))
+        got = arith.rescale(QTensor(codes, src), dst)
+        np.testing.assert_array_equal(got.codes, arith.quantize(QTensor(codes, src).dequantize(), dst).codes)
+        every = np.arange(-128, 128, dtype=np.float32)
+        outcomes.add(bool(np.array_equal(arith.quantize(QTensor(every, src).dequantize(), dst).codes,
+                                         np.clip(np.rint((every - zp_in) * np.float32(s_in / s_out)) + zp_out,
+                                                 -128, 127))))
+    assert outcomes == {True, False}
