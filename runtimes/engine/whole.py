@@ -37,7 +37,7 @@ from qir.graph import QIR
 from qir.records import CalibRecord
 from qir.runtimes.base import get_runtime
 from qir.runtimes.engine.variants import Variant, configured_clone, effective, is_no_change, run_whole
-from qir.runtimes.integer.cone import IntegerTrace, run_cone, trace
+from qir.runtimes.integer.cone import ConeMemo, IntegerTrace, run_cone, trace
 
 __all__ = ["WholeRuns", "WHOLE_LEVELS", "VariantModel"]
 
@@ -61,7 +61,7 @@ class VariantModel:
 
     changes: dict[str, str]
     records: dict[str, CalibRecord]
-    memo: dict = field(default_factory=dict)
+    memo: ConeMemo = field(default_factory=ConeMemo)
     ir: QIR | None = None
 
 

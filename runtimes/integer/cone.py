@@ -36,8 +36,9 @@ from qir.runtimes.base import check_capture, check_feeds
 from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
 from qir.runtimes.integer.interpreter import IntegerPlan, IntegerRuntime, derived_plan
 from qir.runtimes.integer.qtensor import QParams, dequantize
+from qir.runtimes.march import MarchProfile
 
-__all__ = ["IntegerTrace", "trace", "run_cone"]
+__all__ = ["IntegerTrace", "ConeMemo", "trace", "run_cone"]
 
 
 @dataclass
@@ -49,6 +50,18 @@ class IntegerTrace:
     env: dict[str, Any]
     stats: IntegerStats
     key: int = field(default_factory=lambda: id(object()))
+
+
+@dataclass
+class ConeMemo:
+    """A variant's integer plan (derived from ``reference``, a trace's plan, for ``profile`` and
+    ``keep``) and its cone over each trace (by the trace's key), kept with the variant."""
+
+    reference: IntegerPlan | None = None
+    profile: MarchProfile | None = None
+    keep: frozenset[str] | None = None
+    plan: IntegerPlan | None = None
+    cones: dict[int, list[bool]] = field(default_factory=dict)
 
 
 def _keep(ir: QIR, capture: Iterable[str]) -> frozenset[str]:
@@ -114,14 +127,14 @@ def cone(variant: IntegerPlan, reference: IntegerPlan) -> list[bool]:
 
 def run_cone(rt: IntegerRuntime, ir: QIR, feeds: Mapping[str, np.ndarray], ref: IntegerTrace,
              capture: Iterable[str] = (), *, records: Mapping[str, CalibRecord] | None = None,
-             memo: dict | None = None) -> dict[str, np.ndarray]:
+             memo: ConeMemo | None = None) -> dict[str, np.ndarray]:
     """What :meth:`IntegerRuntime.run` returns for ``ir`` (a variant of the traced model) on the
     traced sample ``feeds``, re-running only its cone over ``ref`` (module docstring). The run's
     statistics (``rt.last_stats``) are the cone's plus the reference's outside it.
 
     ``records``: the variant is the traced model's graph ``ir`` with these calibration records
     (``{name: record}``, every calibration node; those it shares with the traced model best the
-    same objects), its plan and cone kept in ``memo`` (a dict held with the variant)."""
+    same objects), its plan and cone kept in ``memo`` (held with the variant)."""
     captured = check_capture(ir, capture)
     keep = _keep(ir, captured)
     if keep != ref.keep:
@@ -131,15 +144,14 @@ def run_cone(rt: IntegerRuntime, ir: QIR, feeds: Mapping[str, np.ndarray], ref: 
         plan = rt.plan(ir, keep, arith, reuse=ref.plan)
         marks = ir.cached(("integer-cone", ref.key, keep, rt.profile), lambda: cone(plan, ref.plan))
     else:
-        memo = {} if memo is None else memo  # keyed without the profile (hashing one walks its fields): checked
-        key = ("integer-plan", keep)
-        if key not in memo or memo[key][0] is not ref.plan or memo[key][1] is not rt.profile:
-            memo[key] = (ref.plan, rt.profile, derived_plan(ir, records, keep, arith, ref.plan))
-        plan = memo[key][2]
-        key = ("integer-cone", ref.key, keep)
-        if key not in memo or memo[key][0] is not plan:
-            memo[key] = (plan, cone(plan, ref.plan))
-        marks = memo[key][1]
+        memo = ConeMemo() if memo is None else memo
+        if memo.plan is None or memo.reference is not ref.plan or memo.profile is not rt.profile or memo.keep != keep:
+            memo.reference, memo.profile, memo.keep = ref.plan, rt.profile, keep
+            memo.plan, memo.cones = derived_plan(ir, records, keep, arith, ref.plan), {}
+        plan = memo.plan
+        if ref.key not in memo.cones:
+            memo.cones[ref.key] = cone(plan, ref.plan)
+        marks = memo.cones[ref.key]
     overlay: dict[str, Any] = {}
 
     def read(v: str):
