@@ -33,7 +33,7 @@ cares about the worst image asks for; the peers have no such option) and ``qir+w
 ``max_drop = 1 - T`` absolute: the like-for-like comparison for ``qir+float``) and ``aimet``
 (AMP, int8/int16 candidates, ``allowed_accuracy_drop = 1 - T``, batch norms folded first) under
 ``--peers-python``, a virtualenv with ``nncf==3.4.0 onnx onnxruntime aimet-onnx==2.42.0
-torch==2.13.0``. The peers' full pipelines: ``nncf-full`` (NNCF's transformer pipeline,
+torch`` (torch 2.14.1 in the measured runs). The peers' full pipelines: ``nncf-full`` (NNCF's transformer pipeline,
 ``model_type=TRANSFORMER``: SmoothQuant, then PTQ with fast bias correction, then accuracy
 control; on det, which has no transformer and where NNCF applies no SmoothQuant, it is the
 ``nncf`` run as it is: NNCF's defaults already include fast bias correction) and ``aimet-full``
