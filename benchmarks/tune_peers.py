@@ -1,33 +1,50 @@
 """``qir tune`` against its peers, AIMET-ONNX automatic mixed precision and NNCF accuracy control,
-on PP-OCRv4 det (issue 20): same data, same target, one thread each, every result scored on the
-same unseen images and counted from the ONNX graph it emits.
+on PP-OCRv4 det (issue 20) or the ViT-S (issue 34): same data, same target, one thread each, every
+result scored on the same unseen images and counted from the ONNX graph it emits.
 
-    python benchmarks/tune_peers.py [--only qir,nncf,aimet] [--out DIR] [--reuse] [--data DIR]
-                                    [--target-cosine 0.99] [--eval-num N] [--peers-python PATH]
-                                    [--qir-args ..] [--nncf-args ..] [--aimet-args ..] [--check]
+    python benchmarks/tune_peers.py [--model ppocrv4_det|vit_s_focus] [--only qir,nncf,aimet,nncf-full,aimet-full]
+                                    [--out DIR] [--reuse] [--time-limit S] [--data DIR] [--target-cosine 0.99] [--eval-num N]
+                                    [--peers-python PATH] [--qir-args ..] [--nncf-args ..] [--aimet-args ..] [--check]
 
-**Data** (built here, under ``--data``, default a temp dir): text images (``realmodels.text_images``,
-the detector's preprocessing), one ``.npy`` per sample: ``calib/`` 8 (seed 11), ``eval/`` 8 (seed
-12: the target is met there), ``held/`` 16 (seed 13: seen by no tool, the score).
+**Data** (built here, under ``--data``, default a temp dir; the ViT's under ``DATA/vit_s_focus``),
+one ``.npy`` per sample, each through the model's own preprocessing:
 
-**Model.** The shipped model with its input fixed at 1x3x640x640 (``float_static.onnx``, what qir
-gets) and that model converted to opset 13 with ``onnx.version_converter`` (``float_op13.onnx``,
-what NNCF and AIMET get, so that they can quantize weights per channel).
+- ``ppocrv4_det``: text images (``realmodels.text_images``, ``ppocr_det_input``): ``calib/`` 8
+  (seed 11), ``eval/`` 8 (seed 12: the target is met there), ``held/`` 16 (seed 13: seen by no
+  tool, the score).
+- ``vit_s_focus``: photos (``realmodels.images``, ``vit_input``): ``calib/`` the 8
+  ``realmodels.CALIB`` photos, ``eval/`` the 8 ``realmodels.EVAL`` ones, ``held/`` 8 photos in
+  neither: cell, clock_motion, color, grass, gravel, logo, microaneurysms, phantom.
+
+**Model.** The shipped model with its input fixed (det 1x3x640x640, ViT 1x3x224x224;
+``float_static.onnx``, what qir gets) and, where its opset is below 13, that model converted to
+opset 13 with ``onnx.version_converter`` (``float_op13.onnx``, what NNCF and AIMET get, so that
+they can quantize weights per channel). The det model is at opset 11 and is converted; the ViT is
+at 14 and all get ``float_static.onnx``. The score is the model's first output (det: its
+probability map; ViT: its 1x1x224x224 sigmoid saliency map).
 
 **Runs** (each a subprocess with ``OMP_NUM_THREADS=1`` and the BLAS thread variables at 1; each
 script in ``benchmarks/peers/`` makes every onnxruntime session one-thread): ``qir`` (``qir.tune``
-with ``cosine>=T``, march nash-e, mse calibration of the float model), ``qir+float`` (the same
-with ``allow_float``), ``qir+worst`` (the same with a floor for every eval image,
-``cosine>=T,worst>=W``, ``--worst``, default the 0.98 hold line: what a user who cares about the
-worst image asks for; the peers have no such option) and ``qir+worst+float`` (that with
-``allow_float``) under this Python; ``nncf`` (``quantize_with_accuracy_control``,
+with ``cosine>=T``, march nash-e, mse calibration of the float model, its default transforms
+stage), ``qir+float`` (the same with ``allow_float``), ``qir+worst`` (the same with a floor for
+every eval image, ``cosine>=T,worst>=W``, ``--worst``, default the 0.98 hold line: what a user who
+cares about the worst image asks for; the peers have no such option) and ``qir+worst+float``
+(that with ``allow_float``) under this Python; ``nncf`` (``quantize_with_accuracy_control``,
 ``max_drop = 1 - T`` absolute: the like-for-like comparison for ``qir+float``) and ``aimet``
-(AMP, int8/int16 candidates, ``allowed_accuracy_drop = 1 - T``) under ``--peers-python``, a
-virtualenv with ``nncf==3.4.0 onnx onnxruntime aimet-onnx==2.42.0 torch==2.13.0``. ``--only``
-takes tool names (``qir`` is both qir runs) or run names. Each run writes ``OUT/<run>/model.onnx``
-and ``result.json`` (its wall and CPU time, measured inside the run from the loaded model to the
-quantized model); ``--reuse`` keeps a run whose files exist. ``--check`` runs no tool: it checks
-the counting and the cost on models whose answer is known (:func:`self_check`).
+(AMP, int8/int16 candidates, ``allowed_accuracy_drop = 1 - T``, batch norms folded first) under
+``--peers-python``, a virtualenv with ``nncf==3.4.0 onnx onnxruntime aimet-onnx==2.42.0
+torch`` (torch 2.14.1 in the measured runs). The peers' full pipelines: ``nncf-full`` (NNCF's transformer pipeline,
+``model_type=TRANSFORMER``: SmoothQuant, then PTQ with fast bias correction, then accuracy
+control; on det, which has no transformer and where NNCF applies no SmoothQuant, it is the
+``nncf`` run as it is: NNCF's defaults already include fast bias correction) and ``aimet-full``
+(cross-layer equalization with batch-norm folding and high-bias folding, AdaRound with 1000
+iterations per layer, then AMP as ``aimet``; aimet-onnx 2.42 has no bias correction: see
+``peers/aimet_amp.py``). ``--only`` takes tool names (``qir`` is the four qir runs, ``nncf`` and
+``aimet`` today's runs) or run names. Each run writes ``OUT/<run>/model.onnx`` and ``result.json``
+(its wall and CPU time, measured inside the run from the loaded model to the quantized model);
+``--reuse`` keeps a run whose files exist; ``--time-limit S`` stops a run after S seconds (its row
+says so). ``--check`` runs no tool: it checks the counting and the
+cost on models whose answer is known (:func:`self_check`).
 
 **Columns**, per emitted model:
 
@@ -68,8 +85,13 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers"
-SETS = (("calib", 11, 8), ("eval", 12, 8), ("held", 13, 16))  # folder, text_images seed, count
-MODEL, INPUT, SHAPE = "ppocrv4_det", "x", [1, 3, 640, 640]
+HELD_PHOTOS = ["cell.png", "clock_motion.png", "color.png", "grass.png", "gravel.png", "logo.png", "microaneurysms.png",
+               "phantom.png"]  # in neither realmodels.CALIB nor realmodels.EVAL
+MODELS = {  # model -> (input, shape, preprocessing, sets: (folder, text_images seed or photo names, count), transformer)
+    "ppocrv4_det": ("x", [1, 3, 640, 640], "ppocr_det_input", (("calib", 11, 8), ("eval", 12, 8), ("held", 13, 16)), False),
+    "vit_s_focus": ("input_image", [1, 3, 224, 224], "vit_input",
+                    (("calib", "CALIB", 8), ("eval", "EVAL", 8), ("held", HELD_PHOTOS, 8)), True),
+}
 RUNS = {  # run -> (script, python: "qir" or "peers", extra options, model: "static" or "op13")
     "qir": ("qir_tune.py", "qir", [], "static"),
     "qir+float": ("qir_tune.py", "qir", ["--allow-float"], "static"),
@@ -77,6 +99,8 @@ RUNS = {  # run -> (script, python: "qir" or "peers", extra options, model: "sta
     "qir+worst+float": ("qir_tune.py", "qir", ["--allow-float"], "static"),  # (and here)
     "nncf": ("nncf_ac.py", "peers", [], "op13"),
     "aimet": ("aimet_amp.py", "peers", [], "op13"),
+    "nncf-full": ("nncf_ac.py", "peers", [], "op13"),  # (--model-type transformer added for a transformer)
+    "aimet-full": ("aimet_amp.py", "peers", ["--full", "--adaround-iterations", "1000"], "op13"),
 }
 TOOLS = {"qir": ["qir", "qir+float", "qir+worst", "qir+worst+float"], "nncf": ["nncf"], "aimet": ["aimet"]}
 GEMMS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -85,43 +109,56 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 
 
 # ---------------------------------------------------------------------- data and models
-def build_data(folder: Path) -> dict[str, Path]:
-    """The calib / eval / held sample folders under ``folder`` (see the module docstring); kept
-    when a previous build finished (``.complete``)."""
+def build_data(folder: Path, model: str) -> dict[str, Path]:
+    """The calib / eval / held sample folders of ``model`` under ``folder`` (see the module
+    docstring); kept when a previous build finished (``.complete``)."""
     from real_cases import realmodels
 
-    paths = {name: folder / name for name, _, _ in SETS}
+    _, _, prep, sets, _ = MODELS[model]
+    paths = {name: folder / name for name, _, _ in sets}
     done = folder / ".complete"
-    if done.exists() and done.read_text() == repr(SETS):
+    if done.exists() and done.read_text() == repr(sets):
         return paths
     rm = realmodels()
-    for name, seed, count in SETS:
+    for name, source, count in sets:
         paths[name].mkdir(parents=True, exist_ok=True)
-        for i, image in enumerate(rm.text_images(count, seed=seed)):
-            np.save(paths[name] / f"{i:03d}.npy", rm.ppocr_det_input(image).astype(np.float32))
-    done.write_text(repr(SETS))
+        if isinstance(source, int):
+            images = rm.text_images(count, seed=source)
+        else:
+            names = getattr(rm, source) if isinstance(source, str) else source
+            images = rm.images(names)
+            if len(images) != count:
+                raise SystemExit(f"{model} {name}: {len(images)} of the {count} photos found under {rm.root() / 'images'}")
+        for i, image in enumerate(images):
+            np.save(paths[name] / f"{i:03d}.npy", getattr(rm, prep)(image).astype(np.float32))
+    done.write_text(repr(sets))
     return paths
 
 
-def build_models(folder: Path) -> dict[str, Path]:
-    """``float_static.onnx`` (input fixed) and ``float_op13.onnx`` (that at opset 13) under ``folder``."""
+def build_models(folder: Path, name: str) -> dict[str, Path]:
+    """``float_static.onnx`` (input fixed) and ``float_op13.onnx`` (that at opset 13; the static
+    model itself where its opset is 13 or more) under ``folder``."""
     import onnx
     from onnx import version_converter
     from real_cases import realmodels
 
-    paths = {"static": folder / "float_static.onnx", "op13": folder / "float_op13.onnx"}
-    if all(p.exists() for p in paths.values()):
-        return paths
-    model = onnx.load(str(realmodels().model(MODEL)))
-    (x,) = [i for i in model.graph.input if i.name == INPUT]
-    for dim, size in zip(x.type.tensor_type.shape.dim, SHAPE):
-        dim.ClearField("dim_param")
-        dim.dim_value = size
-    onnx.save(model, str(paths["static"]))
-    converted = version_converter.convert_version(model, 13)
-    onnx.checker.check_model(converted)
-    onnx.save(converted, str(paths["op13"]))
-    return paths
+    input_name, shape = MODELS[name][:2]
+    static, op13 = folder / "float_static.onnx", folder / "float_op13.onnx"
+    if not static.exists():
+        model = onnx.load(str(realmodels().model(name)))
+        (x,) = [i for i in model.graph.input if i.name == input_name]
+        for dim, size in zip(x.type.tensor_type.shape.dim, shape):
+            dim.ClearField("dim_param")
+            dim.dim_value = size
+        onnx.save(model, str(static))
+    model = onnx.load(str(static))
+    if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 13:
+        return {"static": static, "op13": static}
+    if not op13.exists():
+        converted = version_converter.convert_version(model, 13)
+        onnx.checker.check_model(converted)
+        onnx.save(converted, str(op13))
+    return {"static": static, "op13": op13}
 
 
 # ---------------------------------------------------------------------- runs
@@ -145,7 +182,12 @@ def run(name: str, models: dict[str, Path], data: dict[str, Path], out: Path, ar
     print(f"{name}: {' '.join(command)}", flush=True)
     start = time.perf_counter()
     with open(folder / "log.txt", "w") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD}, cwd=PEERS)
+        try:
+            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD}, cwd=PEERS,
+                                  timeout=args.time_limit)
+        except subprocess.TimeoutExpired:
+            print(f"{name}: stopped at the time limit ({args.time_limit:.0f} s)", flush=True)
+            return {"tool": name, "error": f"did not finish in the time limit ({args.time_limit:.0f} s wall)"}
     print(f"{name}: exit {done.returncode} after {time.perf_counter() - start:.0f} s (log: {folder / 'log.txt'})", flush=True)
     if done.returncode != 0 or not result_file.exists():
         tail = (folder / "log.txt").read_text(errors="replace").strip().splitlines()[-5:]
@@ -294,7 +336,7 @@ def _gemm_pairs(ir) -> dict[str, int]:
     return dict(Counter(" x ".join(mode(v) for v in op.inputs[:2]) for op in ir.ops() if op.op_type in GEMMS))
 
 
-def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, folder: Path) -> None:
+def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, folder: Path, input_name: str) -> None:
     """Known answers for the counting and the cost (``--check``). The float model: every GEMM
     float32 x float32, no quantizer, every op's FLOPs at the float price. qir's own QDQ
     emit of its pipeline (max-calibrated on one sample) at all-int8, at the upper bound (every
@@ -309,7 +351,7 @@ def self_check(models: dict[str, Path], data: dict[str, Path], costs: Costs, fol
     from qir.passes.tune.space import Space
 
     ir = costs.reference.clone()
-    get_pass("calibrate", data=[{INPUT: np.load(sorted(data["calib"].glob("*.npy"))[0])}], method="max", progress=False)(ir)
+    get_pass("calibrate", data=[{input_name: np.load(sorted(data["calib"].glob("*.npy"))[0])}], method="max", progress=False)(ir)
     space = Space(ir, costs.profile, allow_float=True)
     gemms = [op for op in ir.ops() if op.op_type in GEMMS]
     n_gemm = len(gemms)
@@ -383,10 +425,12 @@ def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default="qir,nncf,aimet",
                    help="tools or runs to run: qir (the four qir runs), qir+float, qir+worst, qir+worst+float, "
-                   "nncf, aimet")
+                   "nncf, aimet, nncf-full, aimet-full")
+    p.add_argument("--model", default="ppocrv4_det", choices=list(MODELS), help="the model (default: %(default)s)")
     p.add_argument("--out", default="tune_peers_out", help="output folder (default: %(default)s)")
     p.add_argument("--data", default=None, help="folder for the data and models (default: a temp dir)")
     p.add_argument("--reuse", action="store_true", help="skip a run whose model.onnx and result.json exist")
+    p.add_argument("--time-limit", type=float, default=None, help="stop a run after S seconds (wall; its row says so)")
     p.add_argument("--check", action="store_true", help="only check the counting and the cost on known answers")
     p.add_argument("--target-cosine", type=float, default=0.99, help="mean cosine to reach on the eval images")
     p.add_argument("--eval-num", type=int, default=None, help="only the first N eval images (cheap runs)")
@@ -402,7 +446,9 @@ def parse(argv=None) -> argparse.Namespace:
     if unknown:
         p.error(f"--only: unknown {', '.join(unknown)}; choose from {', '.join([*TOOLS, *RUNS])}")
     args.runs = list(dict.fromkeys(runs))
-    args.extra = {name: getattr(args, f"{name.replace('+', '_')}_args").split() for name in RUNS}
+    args.extra = {name: getattr(args, f"{name.replace('+', '_').replace('-', '_')}_args").split() for name in RUNS}
+    if MODELS[args.model][4]:  # a transformer: NNCF's full pipeline has SmoothQuant
+        args.extra["nncf-full"] = ["--model-type", "transformer", *args.extra["nncf-full"]]
     for name in TOOLS["qir"]:
         args.extra[name] = [*args.extra[name], "--march", args.march]
         if "worst" in name:
@@ -415,10 +461,11 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.data or tmp)
-        data, models = build_data(folder), build_models(folder)
+        folder = Path(args.data or tmp) / ("" if args.model == "ppocrv4_det" else args.model)  # (det: as before)
+        folder.mkdir(parents=True, exist_ok=True)
+        data, models = build_data(folder, args.model), build_models(folder, args.model)
         if args.check:
-            return self_check(models, data, Costs(models["static"], args.march), out)
+            return self_check(models, data, Costs(models["static"], args.march), out, MODELS[args.model][0])
         sets = {}
         for name, limit in (("held", None), ("eval", args.eval_num)):
             xs = [np.load(p) for p in sorted(data[name].glob("*.npy"))[:limit]]
@@ -430,8 +477,8 @@ def main(argv=None) -> None:
     text = table(rows)
     print(text)
     (out / "tune_peers.md").write_text(text + "\n")
-    (out / "tune_peers.json").write_text(json.dumps({"target_cosine": args.target_cosine, "march": args.march,
-                                                     "rows": rows}, indent=2, default=str) + "\n")
+    summary = {"model": args.model, "target_cosine": args.target_cosine, "march": args.march, "rows": rows}
+    (out / "tune_peers.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(f"written: {out / 'tune_peers.md'}, {out / 'tune_peers.json'}")
 
 
