@@ -58,14 +58,15 @@ __all__ = ["Unit", "Config", "Space", "TUNE_LEVELS", "PRICES", "DEFAULT_PRICE", 
 #: What the search may minimise: the latency model's estimated time, or the FLOP-weighted cost
 #: (the tuning guide's proxy).
 PRICES = ("latency", "flops")
-#: The default price: the latency model's estimated time (an NPU pays for the bytes an
-#: elementwise op moves, which FLOPs call free). Priced by time, the search leaves more
+#: The default price, for now the FLOP-weighted cost. Priced by time, the search leaves more
 #: elementwise quantizers at int8, whose integer arithmetic departs from fake quantization; step
-#: 7's search at the integer level (:mod:`.integer_repair`) makes that up. Measured against the
-#: FLOP price with a floor (``benchmarks/README.md``): PP-OCRv4 det ``cosine>=0.99,worst>=0.98``
-#: verified at 12.5 ms against 14.6 ms (unseen images 0.9959 / 0.9904 against 0.9961 / 0.9907);
-#: YOLOv8n ``cosine>=0.9999,worst>=0.9998`` verified at 1.28 ms against 1.63 ms.
-DEFAULT_PRICE = "latency"
+#: 7's search at the integer level (:mod:`.integer_repair`) makes that up, and so the time-priced
+#: results verified on PP-OCRv4 det with a floor (12.5 ms against 14.6 ms priced by FLOPs, unseen
+#: images 0.9959 / 0.9904 against 0.9961 / 0.9907) and on YOLOv8n (1.28 ms against 1.63 ms). But
+#: on det at 320x320 with four evaluation images and on the ViT-S its result missed the target in
+#: onnxruntime by a hair (0.98998 against 0.99; 0.99737 against a searched 0.99750), which the
+#: FLOP-priced results did not: a near-threshold result that fails there needs a retry first.
+DEFAULT_PRICE = "flops"
 
 
 @dataclass(frozen=True)
