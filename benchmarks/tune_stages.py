@@ -17,6 +17,7 @@ the sensitivity order's stable top-k.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
 STAGES = {  # stage -> (module, attribute) wrapped
+    "transforms": ("qir.passes.tune", "choose_transforms"),
     "clipping statistics": ("qir.passes.tune", "clipping_fixes"),
     "bounds": ("qir.passes.tune.TunePass", "_bounds"),
     "sensitivity": ("qir.passes.tune.TunePass", "_sensitivity"),
@@ -91,7 +93,10 @@ def main() -> None:
     p.add_argument("--data", default=None, help="folder of the data and models (default: a temp dir)")
     p.add_argument("--target", default="cosine>=0.99,worst>=0.98")
     p.add_argument("--march", default="nash-e")
+    p.add_argument("--transforms", default="default", help="'none', or the transforms stage's candidates, "
+                   "comma-separated (default: tune's default)")
     p.add_argument("--out", default=None, help="also write the numbers to this JSON file")
+    p.add_argument("--profile", default=None, help="also write a cProfile of the timed part to this file")
     args = p.parse_args()
     import tune_peers
 
@@ -108,10 +113,19 @@ def main() -> None:
         qir.save(ir, calibrated)
     ir = qir.load(calibrated)
     times = instrument()
+    transforms = {} if args.transforms == "default" else {
+        "transforms": None if args.transforms == "none" else args.transforms.split(",")}
+    tune = get_pass("tune", target=args.target, eval_data=str(data["eval"]), calib_data=str(data["calib"]),
+                    march=args.march, threads=1, check_data=str(data["held"]), progress=False, **transforms)
+    profiler = cProfile.Profile() if args.profile else None
     start, cpu = _clocks()
-    result = get_pass("tune", target=args.target, eval_data=str(data["eval"]), calib_data=str(data["calib"]),
-                      march=args.march, threads=1, check_data=str(data["held"]), progress=False)(ir)
+    if profiler:
+        profiler.enable()
+    result = tune(ir)
     total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
     r = result.report
     unseen = r.get("unseen") or {}
     out = {"target": args.target, "seconds": round(total, 1), "cpu_seconds": round(total_cpu, 1),
@@ -120,7 +134,8 @@ def main() -> None:
            "eval_worst": r["final"]["worst"], "unseen_mean": unseen.get("mean"), "unseen_worst": unseen.get("worst"),
            "raised": r["raised"], "configurations": r["configurations"], "engine_calls": r["engine_calls"],
            "stable_top_k": (r.get("sensitivity") or {}).get("stable_top_k"),
-           "sensitivity_units": len((r.get("sensitivity") or {}).get("rows", []))}
+           "sensitivity_units": len((r.get("sensitivity") or {}).get("rows", [])),
+           "transforms_chosen": (r.get("transforms") or {}).get("chosen")}
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))

@@ -79,6 +79,8 @@ import time
 from dataclasses import replace
 from typing import Any, MutableMapping, Sequence
 
+import numpy as np
+
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.execution import Level, Runtime
@@ -521,9 +523,20 @@ class TunePass(Pass):
 
     def _on_bad_cases(self, ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
                       stage: str, around: Config | None = None) -> list:
-        """Scores of ``configs`` (near ``around``) on the evaluation samples ``picked`` (None: all)."""
+        """Scores of ``configs`` (near ``around``) on the evaluation samples ``picked`` (None: all).
+        A configuration already scored on every sample is not run again: its score there is those
+        samples' values (the engine's mean over samples is their mean)."""
         if picked is None or len(picked) == len(ev.samples):
             return ev.score(configs, stage, around)
+        known = {c: _on_samples(ev.memo[c], picked) for c in configs if c in ev.memo}
+        todo = [c for c in configs if c not in known]
+        if not todo:
+            return [known[c] for c in configs]
+        scored = dict(zip(todo, self._on_new_cases(ev, space, picked, todo, stage, around)))
+        return [known[c] if c in known else scored[c] for c in configs]
+
+    def _on_new_cases(self, ev: Evaluator, space: Space, picked: list[int], configs: list[Config],
+                      stage: str, around: Config | None) -> list:
         sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
                         prefix=f"samples {picked}: ", progress=self.progress, costs=ev.costs,
                         floats=[ev.floats()[i] for i in picked] if ev.whole_runs or ev.reference else None,
@@ -573,3 +586,9 @@ class TunePass(Pass):
         found.gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
         found.per_image = {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])}
 
+
+def _on_samples(score: Score, picked: Sequence[int]) -> Score:
+    """``score`` on the samples ``picked`` only (NaN ones left out of its mean, as the engine's)."""
+    values = tuple(score.samples[i] for i in picked)
+    kept = [v for v in values if v == v]
+    return Score(float(np.mean(kept)) if kept else math.nan, values)
