@@ -339,7 +339,7 @@ class TunePass(Pass):
             met = below = floor  # the cheap raises alone meet it
         else:
             met, below, _ = ratio_search(ev, floor, order, {i: reference.levels[i] for i in order},
-                                         points=self.points, counted=counted)
+                                         points=self.points, counted=counted, parent=ev.memo[reference])
         found.order, found.loss, found.ratio_config = order, loss, (met if met is not None else below)
         stages.update(1)
         # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference;
@@ -432,7 +432,8 @@ class TunePass(Pass):
         final = found.final
         order = [i for i in found.order or space.searchable() if final.levels[i] < reference.levels[i]]
         met, _, _ = ratio_search(ev, final, order, {i: reference.levels[i] for i in order}, points=self.points,
-                                 counted=self._counted(ev, reference), upward=True) if order else (None, None, None)
+                                 counted=self._counted(ev, reference), upward=True, parent=ev.memo[reference]) \
+            if order else (None, None, None)
         found.reached = met is not None
         found.final = met if met is not None else final
         return found
