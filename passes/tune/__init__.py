@@ -79,8 +79,6 @@ import time
 from dataclasses import replace
 from typing import Any, MutableMapping, Sequence
 
-import numpy as np
-
 from qir.data import model_samples
 from qir.errors import InputError
 from qir.execution import Level, Runtime
@@ -91,7 +89,7 @@ from qir.passes.lib.latency_table import LatencyTable
 from qir.passes.tune.clip import clipping_fixes
 from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.integer_repair import integer_gaps, integer_repair
-from qir.passes.tune.ranking import rank_units
+from qir.passes.tune.ranking import rank_in_rounds, rank_units
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.tune.space import DEFAULT_PRICE, PRICES, Config, Space, constrained_splits
@@ -503,6 +501,10 @@ class TunePass(Pass):
         when None)."""
         units = [i for i in space.searchable() if reference.levels[i] > 0 and i not in found.cheap]
         lowered = [space.move(reference, {i: 0}) for i in units]
+        if self.sensitivity_samples is None:  # (in rounds: :func:`.ranking.rank_in_rounds`)
+            scores, found.sensitivity_samples, found.ranking = rank_in_rounds(
+                ev, reference, lowered, units, space.names(units), lambda a, b: per_image_loss(ev.target, a, b))
+            return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
         found.sensitivity_samples = picked = self._bad_cases(ev, reference, self.sensitivity_samples)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
         loss = {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
@@ -522,31 +524,11 @@ class TunePass(Pass):
             return scores[0], scores[1:]
         return screen
 
-    def _on_bad_cases(self, ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
+    @staticmethod
+    def _on_bad_cases(ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
                       stage: str, around: Config | None = None) -> list:
-        """Scores of ``configs`` (near ``around``) on the evaluation samples ``picked`` (None: all).
-        A configuration already scored on every sample is not run again: its score there is those
-        samples' values (the engine's mean over samples is their mean)."""
-        if picked is None or len(picked) == len(ev.samples):
-            return ev.score(configs, stage, around)
-        known = {c: _on_samples(ev.memo[c], picked) for c in configs if c in ev.memo}
-        todo = [c for c in configs if c not in known]
-        if not todo:
-            return [known[c] for c in configs]
-        scored = dict(zip(todo, self._on_new_cases(ev, space, picked, todo, stage, around)))
-        return [known[c] if c in known else scored[c] for c in configs]
-
-    def _on_new_cases(self, ev: Evaluator, space: Space, picked: list[int], configs: list[Config],
-                      stage: str, around: Config | None) -> list:
-        sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
-                        prefix=f"samples {picked}: ", progress=self.progress, costs=ev.costs,
-                        floats=[ev.floats()[i] for i in picked] if ev.whole_runs or ev.reference else None,
-                        reference=ev.reference, **ev.engine_options)
-        try:
-            return sub.score(configs, stage, around)
-        finally:
-            sub.close()
-            ev.calls += sub.calls
+        """Scores of ``configs`` (near ``around``) on the evaluation samples ``picked`` (None: all)."""
+        return ev.on_samples(picked, configs, stage, around)
 
     def _trim_thresholds(self, ev: Evaluator, space: Space, found: TuneState) -> None:
         """Fixed thresholds of units left at their start level that gain nothing are dropped
@@ -586,10 +568,3 @@ class TunePass(Pass):
         scores = self._on_bad_cases(ev, space, picked, [final] + undo, "attribution", around=final)
         found.gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
         found.per_image = {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])}
-
-
-def _on_samples(score: Score, picked: Sequence[int]) -> Score:
-    """``score`` on the samples ``picked`` only (NaN ones left out of its mean, as the engine's)."""
-    values = tuple(score.samples[i] for i in picked)
-    kept = [v for v in values if v == v]
-    return Score(float(np.mean(kept)) if kept else math.nan, values)

@@ -141,6 +141,37 @@ class Evaluator:
                 self._record(c, s, todo[c])
         return [self.memo[c] for c in configs]
 
+    def on_samples(self, picked: Sequence[int] | None, configs: Sequence[Config], stage: str,
+                   around: Config | None = None) -> list[Score]:
+        """Scores of ``configs`` (near ``around``) on the samples ``picked`` (None: all, as
+        :meth:`score`), by an evaluator of those samples sharing :attr:`store` (its keys prefixed
+        by them). A configuration already scored on every sample is not run again: its score there
+        is those samples' values (the engine's mean over samples is their mean)."""
+        if picked is None or len(picked) == len(self.samples):
+            return self.score(configs, stage, around)
+        picked = list(picked)
+        known = {c: on_samples(self.memo[c], picked) for c in configs if c in self.memo}
+        todo = [c for c in configs if c not in known]
+        if not todo:
+            return [known[c] for c in configs]
+        sub = Evaluator(self.base, self.space, self.target, [self.samples[i] for i in picked], store=self.store,
+                        prefix=f"samples {picked}: ", progress=self.progress, costs=self.costs,
+                        floats=[self.floats()[i] for i in picked] if self.whole_runs or self.reference else None,
+                        reference=self.reference, **self.engine_options)
+        try:
+            scored = dict(zip(todo, sub.score(todo, stage, around)))
+        finally:
+            sub.close()
+            self.calls += sub.calls
+        return [known[c] if c in known else scored[c] for c in configs]
+
+    def adopt(self, config: Config, score: Score, stage: str) -> None:
+        """Record ``score``, on every sample, measured elsewhere (pieces on other evaluators'
+        samples), unless ``config`` is scored already."""
+        if config not in self.memo:
+            self.store[self.prefix + config_key(config)] = {"mean": score.mean, "samples": list(score.samples)}
+            self._record(config, score, stage)
+
     def met(self, config: Config) -> bool:
         return self.target.met(self.memo[config])
 
@@ -284,6 +315,13 @@ class Evaluator:
             values = [float(self.target.metric(rt.run(model, sample), i)) for i, sample in enumerate(self.samples)]
             out.append(Score(float(np.nanmean(values)) if any(v == v for v in values) else math.nan, tuple(values)))
         return out
+
+
+def on_samples(score: Score, picked: Sequence[int]) -> Score:
+    """``score`` on the samples ``picked`` only (NaN ones left out of its mean, as the engine's)."""
+    values = tuple(score.samples[i] for i in picked)
+    kept = [v for v in values if v == v]
+    return Score(float(np.mean(kept)) if kept else math.nan, values)
 
 
 def _row_value(row: dict, metric: str) -> float:
