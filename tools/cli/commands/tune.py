@@ -80,7 +80,8 @@ def add_commands(sub) -> None:
     p.add_argument("-d", "--data-num", type=positive_int, help="use at most N evaluation samples")
     p.add_argument("--sensitivity-samples", type=positive_int,
                    help="rank the quantizers on this many of the evaluation samples the upper bound scores worst "
-                        "(default: all of them)")
+                        "(default: the 4 worst, then all of them unless the quantizers the search needs are a "
+                        "settled set on those 4)")
     p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
     p.add_argument("--no-integer", dest="integer", action="store_false",
                    help="skip running the result at the march's integer level (what the NPU computes; by default it "
