@@ -1,7 +1,8 @@
 """``qir tune`` on PP-OCRv4 det stage by stage: where its time goes, and what it ends with on the
 unseen images (issue 35).
 
-    python benchmarks/tune_stages.py [--data DIR] [--target "cosine>=0.99,worst>=0.98"] [--out FILE.json]
+    python benchmarks/tune_stages.py [--data DIR] [--target "cosine>=0.99,worst>=0.98"] [--transforms none]
+        [--out FILE.json] [--profile FILE.prof]
 
 The data and model are ``benchmarks/tune_peers.py``'s (8 calibration, 8 evaluation and 16 unseen
 text images, the model's input fixed at 1x3x640x640), built under ``--data`` when missing. The
@@ -10,9 +11,11 @@ timed part is ``TunePass`` on that calibrated model, one thread, as ``qir tune -
 it, with the calibration data for the clipping stage and the unseen images as check data. Each
 stage's wall and CPU time (the process's: on a shared machine the steadier of the two, one
 thread) are measured by wrapping the pass's stage methods (nested calls counted once, in the
-outer stage, except the clipping statistics: also inside ``bounds``); the JSON holds the times,
+outer stage, except the clipping statistics: also inside ``bounds``), the transforms stage
+(tune's default candidates, or ``--transforms``) included; ``--profile`` also writes a cProfile
+of the timed part (it slows the run by about a tenth); the JSON holds the times,
 the result's cost against all-int16, its score on the evaluation and on the unseen images, and
-the sensitivity order's stable top-k.
+the sensitivity order's stable top-k and the samples it ranked on, and the transforms kept.
 """
 from __future__ import annotations
 
@@ -135,6 +138,7 @@ def main() -> None:
            "raised": r["raised"], "configurations": r["configurations"], "engine_calls": r["engine_calls"],
            "stable_top_k": (r.get("sensitivity") or {}).get("stable_top_k"),
            "sensitivity_units": len((r.get("sensitivity") or {}).get("rows", [])),
+           "sensitivity_samples": (r.get("ratio_search") or {}).get("sensitivity_samples"),
            "transforms_chosen": (r.get("transforms") or {}).get("chosen")}
     print(json.dumps(out, indent=1))
     if args.out:

@@ -27,12 +27,12 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    the start's cost together). The start with them raised is the search's floor.
    **Sensitivity**: each other unit is lowered alone from the reference to its start level; the
    loss, each sample's change counted as a loss (step 6 says why: a unit whose lowering happens
-   to help the bad cases must not rank last), in rounds (:func:`.ranking.rank_in_rounds`): on
-   the four evaluation samples the reference scores worst, and on the others too only when the
-   units the search likely needs (:func:`.ranking.needed`: the fewest whose losses left out fit
-   the reference's margin) are not a settled set there (or, with ``sensitivity_samples``, on
-   that many the reference scores worst: a ranking only orders a search, which measures every
-   step on all samples).
+   to help the bad cases must not rank last), on every evaluation sample (or, with
+   ``sensitivity_samples``, on the few the reference scores worst: a ranking only orders a
+   search, which measures every step on all samples; ``"auto"``: in rounds,
+   :func:`.ranking.rank_in_rounds`, on the four the reference scores worst, and on the others
+   too only when the units the search likely needs, :func:`.ranking.needed`, are not a settled
+   set there; on PP-OCRv4 det they are not, and the second round makes it cost more).
 4. **Ratio search** (:func:`.search.ratio_search`): the guide's binary search on the
    share of units raised to their reference level, from the floor, in order of loss per cost
    added (:func:`.search.by_loss_per_cost`, AIMET's Pareto order: a large convolution
@@ -175,9 +175,9 @@ class TunePass(Pass):
     search, the cheapest that meets was among the best four on PP-OCRv4 det), ``max_rounds`` (of
     the greedy refinement and of pruning each: they refine a configuration the ratio search found),
     ``sensitivity_samples`` (the ranking runs on that many of the worst evaluation samples, as
-    hmct ranks on one sample and QuantAnalysis on a bad case; None, the default: in rounds, all
-    of them unless the four worst settle the units the search needs (step 3). On PP-OCRv4 det a
-    ranking on the 2 worst left the stem's output at int8, which cost an unseen image 0.06),
+    hmct ranks on one sample and QuantAnalysis on a bad case; None, the default: all of them;
+    ``"auto"``: in rounds, step 3. On PP-OCRv4 det a ranking on the 2 worst left the stem's
+    output at int8, which cost an unseen image 0.06),
     ``verify``, ``integer`` (also run the result at the march's integer level), ``check_data``
     (samples the search never sees: the verified result is run on them too and the report says
     whether it holds there, :func:`.verify.check_unseen`), ``store`` (a
@@ -196,13 +196,15 @@ class TunePass(Pass):
     def __init__(self, target: Any, eval_data: Any, *, calib_data: Any = None, march: str = "nash-e",
                  allow_float: bool = False, eval_num: int | None = None, runtime: str = Runtime.ORT,
                  threads: int | None = None, points: int = 1, batch: int = 4, max_rounds: int = 12,
-                 sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
+                 sensitivity_samples: int | str | None = None, verify: bool = True, integer: bool = True,
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True,
                  latency_table: LatencyTable | None = None,
                  transforms: Sequence[str] | None = DEFAULT_TRANSFORMS, split: bool = True,
                  price: str = DEFAULT_PRICE) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
+        if sensitivity_samples not in (None, "auto") and not (isinstance(sensitivity_samples, int) and sensitivity_samples > 0):
+            raise InputError(f"sensitivity_samples must be a positive number or 'auto', got {sensitivity_samples!r}")
         if points < 1 or batch < 1 or max_rounds < 1:
             raise InputError("points, batch and max_rounds must each be at least 1")
         self.eval_data, self.calib_data, self.allow_float, self.eval_num = eval_data, calib_data, allow_float, eval_num
@@ -500,11 +502,11 @@ class TunePass(Pass):
     def _sensitivity(self, ev: Evaluator, space: Space, reference: Config, found: TuneState) -> dict[int, float]:
         """Unit -> the loss when it alone goes back to its start level from ``reference``, each
         sample's change counted as a loss, for every unit not cheap, measured on the
-        ``sensitivity_samples`` samples that ``reference`` scores worst (the bad cases; in rounds
-        when None, step 3)."""
+        ``sensitivity_samples`` samples that ``reference`` scores worst (the bad cases; all samples
+        when None; in rounds when ``"auto"``, step 3)."""
         units = [i for i in space.searchable() if reference.levels[i] > 0 and i not in found.cheap]
         lowered = [space.move(reference, {i: 0}) for i in units]
-        if self.sensitivity_samples is None:  # (in rounds: :func:`.ranking.rank_in_rounds`)
+        if self.sensitivity_samples == "auto":  # (in rounds: :func:`.ranking.rank_in_rounds`)
             scores, found.sensitivity_samples, found.ranking = rank_in_rounds(
                 ev, reference, lowered, units, space.names(units), lambda a, b: per_image_loss(ev.target, a, b))
             return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
@@ -518,7 +520,7 @@ class TunePass(Pass):
         """Pruning's screen (:func:`.search.prune`): single losses estimated on the
         ``sensitivity_samples`` samples the configuration scores worst (:data:`SCREEN_SAMPLES` when
         the ranking used every sample; None, no screen, when that is all of them)."""
-        n = self.sensitivity_samples or SCREEN_SAMPLES
+        n = self.sensitivity_samples if isinstance(self.sensitivity_samples, int) else SCREEN_SAMPLES
         if n >= len(ev.samples):
             return None
 

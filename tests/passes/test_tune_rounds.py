@@ -65,3 +65,18 @@ def test_an_unsettled_order_is_ranked_on_every_sample_as_a_plain_evaluation_scor
     assert ranking.confidence.samples == len(EVAL)
     plain.close()
     ev.close()
+
+
+def test_tune_ranks_in_rounds_on_request_and_refuses_a_bad_count():
+    from qir.errors import InputError
+    from qir.passes import get_pass
+
+    ir = calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA, "mse")
+    with pytest.raises(InputError, match="positive number or 'auto'"):
+        get_pass("tune", target="cosine>=0.99", eval_data=EVAL, sensitivity_samples=0)
+    result = get_pass("tune", target="cosine>=0.9999", eval_data=EVAL, calib_data=DIGITS_DATA, progress=False,
+                      transforms=None, sensitivity_samples="auto", verify=False)(ir)
+    report = result.report
+    picked = report["ratio_search"]["sensitivity_samples"]
+    assert report["sensitivity"] is not None  # (ranked: on the 4 worst, or on every sample)
+    assert picked is not None and len(picked) in (4, len(EVAL)) and report["sensitivity"]["samples"] == len(picked)
