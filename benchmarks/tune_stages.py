@@ -78,17 +78,28 @@ def _timed(times: dict[str, list[float]], name: str, fn, active: list[str]):
     return wrapper
 
 
-def instrument() -> dict[str, list[float]]:
+def instrument() -> tuple[dict[str, list[float]], dict[str, int]]:
+    """The stages' times, and per stage the samples the search ran whole (a configuration on one
+    sample, one onnxruntime run: a count the machine's load does not move)."""
     import importlib
 
     times: dict[str, list[float]] = {}
+    runs: dict[str, int] = {}
     active: list[str] = []
     for name, (where, attr) in STAGES.items():
         module, _, cls = where.partition(".TunePass")
         owner = importlib.import_module(module)
         owner = getattr(owner, "TunePass") if where.endswith("TunePass") else owner
         setattr(owner, attr, _timed(times, name, getattr(owner, attr), active))
-    return times
+    evaluator = importlib.import_module("qir.passes.tune.evaluator")
+    whole = evaluator.run_whole
+
+    def counted(*args, **kwargs):
+        stage = active[-1] if active else "other"
+        runs[stage] = runs.get(stage, 0) + 1
+        return whole(*args, **kwargs)
+    evaluator.run_whole = counted
+    return times, runs
 
 
 def main() -> None:
@@ -115,7 +126,7 @@ def main() -> None:
         _calibrate(ir, str(data["calib"]), args.march, "mse", 99.99)
         qir.save(ir, calibrated)
     ir = qir.load(calibrated)
-    times = instrument()
+    times, runs = instrument()
     transforms = {} if args.transforms == "default" else {
         "transforms": None if args.transforms == "none" else args.transforms.split(",")}
     tune = get_pass("tune", target=args.target, eval_data=str(data["eval"]), calib_data=str(data["calib"]),
@@ -133,6 +144,7 @@ def main() -> None:
     unseen = r.get("unseen") or {}
     out = {"target": args.target, "seconds": round(total, 1), "cpu_seconds": round(total_cpu, 1),
            "stages (wall s, cpu s)": {k: [round(v[0], 2), round(v[1], 2)] for k, v in times.items()},
+           "whole runs (samples)": runs,
            "reached": r["reached"], "cost_vs_int16": r["final"]["cost_vs_int16"], "eval_mean": r["final"]["mean"],
            "eval_worst": r["final"]["worst"], "unseen_mean": unseen.get("mean"), "unseen_worst": unseen.get("worst"),
            "raised": r["raised"], "configurations": r["configurations"], "engine_calls": r["engine_calls"],
