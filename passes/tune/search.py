@@ -225,11 +225,10 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
     measuring every raised unit first. ``screen``: unknown and stale losses are measured there
     first (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
-    the end is then "every remaining unit misses by its estimate or its measure". A lowering
-    that misses is decided on the samples that settle it (:meth:`.Evaluator.meets`). ``max_rounds``
-    bounds the engine calls (the configuration reached by then is returned: it meets the target
-    like every one before it). ``path``: a list each configuration it lowers to is appended to, with
-    the score it counts at."""
+    the end is then "every remaining unit misses by its estimate or its measure". A miss is decided on
+    the samples that settle it (:meth:`.Evaluator.meets`). ``max_rounds`` bounds the engine calls (the
+    configuration reached by then is returned: it meets the target like every one before it). ``path``:
+    a list each configuration it lowers to is appended to, with the score it counts at."""
     space, target = ev.space, ev.target
 
     def judge(counted_parent: Score, parent: Score, child: Score) -> Score:
@@ -267,10 +266,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
 
         measured = ev.score([current], stage)[0]
         for n in sizes:  # the largest that meets: a smaller one is measured only when it misses (each runs whole)
-            if not as_measured and not ev.meets(lowered(n), stage, current, lambda s: judge(now, measured, s), measured):
-                continue  # (a miss, decided on the samples that settle it)
-            judged = judge(now, measured, ev.score([lowered(n)], stage, current)[0])
-            if target.met(judged):
+            hopeful = as_measured or ev.meets(lowered(n), stage, current, lambda s: judge(now, measured, s), measured)
+            if hopeful and target.met(judged := judge(now, measured, ev.score([lowered(n)], stage, current)[0])):
                 break
         else:  # stale or estimated losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]

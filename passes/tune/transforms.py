@@ -257,16 +257,8 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
         raise InputError("tune's transforms need a calibrated model with weight calibration nodes")
     floats = float_outputs(ir, samples, target.values)
     captures: dict[str, np.ndarray] = {}  # (the float model's values on a calibration sample: rebuild's)
-
-    def int8_score(model: QIR) -> Score:
-        return _score(_configured(model, space_of), target, samples, floats, runtime)
-
-    def bounds(model: QIR) -> tuple[Score, Score]:  # the upper bound, the float function
-        return (_score(_configured(model, space_of, upper=True), target, samples, floats, runtime),
-                _score(model, target, samples, floats, runtime, level=Level.FLOAT))
-
-    int8 = int8_score(ir)
-    upper = _score(_configured(ir, space_of, upper=True), target, samples, floats, runtime)
+    on = (target, samples, floats, runtime)
+    int8, upper = _score(_configured(ir, space_of), *on), _score(_configured(ir, space_of, upper=True), *on)
     exact = Score(*sample_values(ir, target, floats, floats))  # (the model's float function is its own)
     base = TransformTrial((), int8.mean, target.worst(int8.samples)[1], 0.0,
                           float_mean=exact.mean, float_worst=target.worst(exact.samples)[1],
@@ -295,9 +287,10 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
         nan = Score(float("nan"), ())
         try:
             model, sites = rebuild(ir, transforms, calib_data, march=march, captures=captures)
-            got = int8_score(model)
-            gains = target.gain(got, than) > target.tolerance(than.mean)
-            high, bound = bounds(model) if gains else (nan, nan)  # (they decide only for a candidate that gains)
+            got = _score(_configured(model, space_of), *on)
+            gains = target.gain(got, than) > target.tolerance(than.mean)  # (the bound and function decide only then)
+            high, bound = (_score(_configured(model, space_of, upper=True), *on),
+                           _score(model, *on, level=Level.FLOAT)) if gains else (nan, nan)
         except (QirError, ValueError) as exc:  # a transform that cannot run here is reported, not fatal
             stage.trials.append(TransformTrial(transforms, float("nan"), float("nan"), float("nan"),
                                                seconds=time.perf_counter() - began, error=str(exc)))
