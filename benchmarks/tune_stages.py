@@ -1,7 +1,8 @@
 """``qir tune`` on PP-OCRv4 det stage by stage: where its time goes, and what it ends with on the
 unseen images (issue 35).
 
-    python benchmarks/tune_stages.py [--data DIR] [--target "cosine>=0.99,worst>=0.98"] [--out FILE.json]
+    python benchmarks/tune_stages.py [--data DIR] [--target "cosine>=0.99,worst>=0.98"] [--transforms none]
+        [--out FILE.json] [--profile FILE.prof]
 
 The data and model are ``benchmarks/tune_peers.py``'s (8 calibration, 8 evaluation and 16 unseen
 text images, the model's input fixed at 1x3x640x640), built under ``--data`` when missing. The
@@ -10,13 +11,16 @@ timed part is ``TunePass`` on that calibrated model, one thread, as ``qir tune -
 it, with the calibration data for the clipping stage and the unseen images as check data. Each
 stage's wall and CPU time (the process's: on a shared machine the steadier of the two, one
 thread) are measured by wrapping the pass's stage methods (nested calls counted once, in the
-outer stage, except the clipping statistics: also inside ``bounds``); the JSON holds the times,
+outer stage, except the clipping statistics: also inside ``bounds``), the transforms stage
+(tune's default candidates, or ``--transforms``) included; ``--profile`` also writes a cProfile
+of the timed part (it slows the run by about a tenth); the JSON holds the times,
 the result's cost against all-int16, its score on the evaluation and on the unseen images, and
-the sensitivity order's stable top-k.
+the sensitivity order's stable top-k and the samples it ranked on, and the transforms kept.
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import sys
@@ -30,6 +34,7 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
 STAGES = {  # stage -> (module, attribute) wrapped
+    "transforms": ("qir.passes.tune", "choose_transforms"),
     "clipping statistics": ("qir.passes.tune", "clipping_fixes"),
     "bounds": ("qir.passes.tune.TunePass", "_bounds"),
     "sensitivity": ("qir.passes.tune.TunePass", "_sensitivity"),
@@ -73,17 +78,28 @@ def _timed(times: dict[str, list[float]], name: str, fn, active: list[str]):
     return wrapper
 
 
-def instrument() -> dict[str, list[float]]:
+def instrument() -> tuple[dict[str, list[float]], dict[str, int]]:
+    """The stages' times, and per stage the samples the search ran whole (a configuration on one
+    sample, one onnxruntime run: a count the machine's load does not move)."""
     import importlib
 
     times: dict[str, list[float]] = {}
+    runs: dict[str, int] = {}
     active: list[str] = []
     for name, (where, attr) in STAGES.items():
         module, _, cls = where.partition(".TunePass")
         owner = importlib.import_module(module)
         owner = getattr(owner, "TunePass") if where.endswith("TunePass") else owner
         setattr(owner, attr, _timed(times, name, getattr(owner, attr), active))
-    return times
+    evaluator = importlib.import_module("qir.passes.tune.evaluator")
+    whole = evaluator.run_whole
+
+    def counted(*args, **kwargs):
+        stage = active[-1] if active else "other"
+        runs[stage] = runs.get(stage, 0) + 1
+        return whole(*args, **kwargs)
+    evaluator.run_whole = counted
+    return times, runs
 
 
 def main() -> None:
@@ -91,7 +107,10 @@ def main() -> None:
     p.add_argument("--data", default=None, help="folder of the data and models (default: a temp dir)")
     p.add_argument("--target", default="cosine>=0.99,worst>=0.98")
     p.add_argument("--march", default="nash-e")
+    p.add_argument("--transforms", default="default", help="'none', or the transforms stage's candidates, "
+                   "comma-separated (default: tune's default)")
     p.add_argument("--out", default=None, help="also write the numbers to this JSON file")
+    p.add_argument("--profile", default=None, help="also write a cProfile of the timed part to this file")
     args = p.parse_args()
     import tune_peers
 
@@ -107,20 +126,32 @@ def main() -> None:
         _calibrate(ir, str(data["calib"]), args.march, "mse", 99.99)
         qir.save(ir, calibrated)
     ir = qir.load(calibrated)
-    times = instrument()
+    times, runs = instrument()
+    transforms = {} if args.transforms == "default" else {
+        "transforms": None if args.transforms == "none" else args.transforms.split(",")}
+    tune = get_pass("tune", target=args.target, eval_data=str(data["eval"]), calib_data=str(data["calib"]),
+                    march=args.march, threads=1, check_data=str(data["held"]), progress=False, **transforms)
+    profiler = cProfile.Profile() if args.profile else None
     start, cpu = _clocks()
-    result = get_pass("tune", target=args.target, eval_data=str(data["eval"]), calib_data=str(data["calib"]),
-                      march=args.march, threads=1, check_data=str(data["held"]), progress=False)(ir)
+    if profiler:
+        profiler.enable()
+    result = tune(ir)
     total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
     r = result.report
     unseen = r.get("unseen") or {}
     out = {"target": args.target, "seconds": round(total, 1), "cpu_seconds": round(total_cpu, 1),
            "stages (wall s, cpu s)": {k: [round(v[0], 2), round(v[1], 2)] for k, v in times.items()},
+           "whole runs (samples)": runs,
            "reached": r["reached"], "cost_vs_int16": r["final"]["cost_vs_int16"], "eval_mean": r["final"]["mean"],
            "eval_worst": r["final"]["worst"], "unseen_mean": unseen.get("mean"), "unseen_worst": unseen.get("worst"),
            "raised": r["raised"], "configurations": r["configurations"], "engine_calls": r["engine_calls"],
            "stable_top_k": (r.get("sensitivity") or {}).get("stable_top_k"),
-           "sensitivity_units": len((r.get("sensitivity") or {}).get("rows", []))}
+           "sensitivity_units": len((r.get("sensitivity") or {}).get("rows", [])),
+           "sensitivity_samples": (r.get("ratio_search") or {}).get("sensitivity_samples"),
+           "transforms_chosen": (r.get("transforms") or {}).get("chosen")}
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))

@@ -133,7 +133,7 @@ def reproduce_commands(calibrated: QIR, tuned: QIR, source: Path, out: Outputs, 
 def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str = "nash-e", allow_float: bool = False,
          method: str = "max", percentile: float = 99.99, save_dir: str | Path | None = None, overwrite: bool = False,
          resume: bool = False, input_shapes: Any = None, eval_num: int | None = None, threads: int | None = None,
-         sensitivity_samples: int | None = None, integer: bool = True, check_data: Any = None,
+         sensitivity_samples: int | str | None = None, integer: bool = True, check_data: Any = None,
          latency_table: str | Path | None = None, transforms: Sequence[str] | None = DEFAULT_TRANSFORMS,
          price: str = DEFAULT_PRICE, progress: bool = True) -> TuneReport:
     """Tune ``model`` (a float or calibrated model: file, ModelProto or QIR, not changed) to the

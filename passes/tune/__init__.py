@@ -29,7 +29,10 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    loss, each sample's change counted as a loss (step 6 says why: a unit whose lowering happens
    to help the bad cases must not rank last), on every evaluation sample (or, with
    ``sensitivity_samples``, on the few the reference scores worst: a ranking only orders a
-   search, which measures every step on all samples).
+   search, which measures every step on all samples; ``"auto"``: in rounds,
+   :func:`.ranking.rank_in_rounds`, on the four the reference scores worst, and on the others
+   too only when the units the search likely needs, :func:`.ranking.needed`, are not a settled
+   set there; on PP-OCRv4 det they are not, and the second round makes it cost more).
 4. **Ratio search** (:func:`.search.ratio_search`): the guide's binary search on the
    share of units raised to their reference level, from the floor, in order of loss per cost
    added (:func:`.search.by_loss_per_cost`, AIMET's Pareto order: a large convolution
@@ -89,7 +92,7 @@ from qir.passes.lib.latency_table import LatencyTable
 from qir.passes.tune.clip import clipping_fixes
 from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.integer_repair import integer_gaps, integer_repair
-from qir.passes.tune.ranking import rank_units
+from qir.passes.tune.ranking import rank_in_rounds, rank_units
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.tune.space import DEFAULT_PRICE, PRICES, Config, Space, constrained_splits
@@ -172,9 +175,9 @@ class TunePass(Pass):
     search, the cheapest that meets was among the best four on PP-OCRv4 det), ``max_rounds`` (of
     the greedy refinement and of pruning each: they refine a configuration the ratio search found),
     ``sensitivity_samples`` (the ranking runs on that many of the worst evaluation samples, as
-    hmct ranks on one sample and QuantAnalysis on a bad case; None, the default: all of them. On
-    PP-OCRv4 det a ranking on the 2 worst left the stem's output at int8, which cost an unseen
-    image 0.06),
+    hmct ranks on one sample and QuantAnalysis on a bad case; None, the default: all of them;
+    ``"auto"``: in rounds, step 3. On PP-OCRv4 det a ranking on the 2 worst left the stem's
+    output at int8, which cost an unseen image 0.06),
     ``verify``, ``integer`` (also run the result at the march's integer level), ``check_data``
     (samples the search never sees: the verified result is run on them too and the report says
     whether it holds there, :func:`.verify.check_unseen`), ``store`` (a
@@ -193,13 +196,15 @@ class TunePass(Pass):
     def __init__(self, target: Any, eval_data: Any, *, calib_data: Any = None, march: str = "nash-e",
                  allow_float: bool = False, eval_num: int | None = None, runtime: str = Runtime.ORT,
                  threads: int | None = None, points: int = 1, batch: int = 4, max_rounds: int = 12,
-                 sensitivity_samples: int | None = None, verify: bool = True, integer: bool = True,
+                 sensitivity_samples: int | str | None = None, verify: bool = True, integer: bool = True,
                  check_data: Any = None, store: MutableMapping[str, Any] | None = None, progress: bool = True,
                  latency_table: LatencyTable | None = None,
                  transforms: Sequence[str] | None = DEFAULT_TRANSFORMS, split: bool = True,
                  price: str = DEFAULT_PRICE) -> None:
         self.target = parse_target(target)
         self.profile = get_profile(march)
+        if sensitivity_samples not in (None, "auto") and not (isinstance(sensitivity_samples, int) and sensitivity_samples > 0):
+            raise InputError(f"sensitivity_samples must be a positive number or 'auto', got {sensitivity_samples!r}")
         if points < 1 or batch < 1 or max_rounds < 1:
             raise InputError("points, batch and max_rounds must each be at least 1")
         self.eval_data, self.calib_data, self.allow_float, self.eval_num = eval_data, calib_data, allow_float, eval_num
@@ -337,7 +342,7 @@ class TunePass(Pass):
             met = below = floor  # the cheap raises alone meet it
         else:
             met, below, _ = ratio_search(ev, floor, order, {i: reference.levels[i] for i in order},
-                                         points=self.points, counted=counted)
+                                         points=self.points, counted=counted, parent=ev.memo[reference])
         found.order, found.loss, found.ratio_config = order, loss, (met if met is not None else below)
         stages.update(1)
         # a cheaper way past the last failing ratio, with moves up to the level each unit has in the reference;
@@ -430,7 +435,8 @@ class TunePass(Pass):
         final = found.final
         order = [i for i in found.order or space.searchable() if final.levels[i] < reference.levels[i]]
         met, _, _ = ratio_search(ev, final, order, {i: reference.levels[i] for i in order}, points=self.points,
-                                 counted=self._counted(ev, reference), upward=True) if order else (None, None, None)
+                                 counted=self._counted(ev, reference), upward=True, parent=ev.memo[reference]) \
+            if order else (None, None, None)
         found.reached = met is not None
         found.final = met if met is not None else final
         return found
@@ -497,9 +503,13 @@ class TunePass(Pass):
         """Unit -> the loss when it alone goes back to its start level from ``reference``, each
         sample's change counted as a loss, for every unit not cheap, measured on the
         ``sensitivity_samples`` samples that ``reference`` scores worst (the bad cases; all samples
-        when None)."""
+        when None; in rounds when ``"auto"``, step 3)."""
         units = [i for i in space.searchable() if reference.levels[i] > 0 and i not in found.cheap]
         lowered = [space.move(reference, {i: 0}) for i in units]
+        if self.sensitivity_samples == "auto":  # (in rounds: :func:`.ranking.rank_in_rounds`)
+            scores, found.sensitivity_samples, found.ranking = rank_in_rounds(
+                ev, reference, lowered, units, space.names(units), lambda a, b: per_image_loss(ev.target, a, b))
+            return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
         found.sensitivity_samples = picked = self._bad_cases(ev, reference, self.sensitivity_samples)
         scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
         loss = {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
@@ -510,7 +520,7 @@ class TunePass(Pass):
         """Pruning's screen (:func:`.search.prune`): single losses estimated on the
         ``sensitivity_samples`` samples the configuration scores worst (:data:`SCREEN_SAMPLES` when
         the ranking used every sample; None, no screen, when that is all of them)."""
-        n = self.sensitivity_samples or SCREEN_SAMPLES
+        n = self.sensitivity_samples if isinstance(self.sensitivity_samples, int) else SCREEN_SAMPLES
         if n >= len(ev.samples):
             return None
 
@@ -519,20 +529,11 @@ class TunePass(Pass):
             return scores[0], scores[1:]
         return screen
 
-    def _on_bad_cases(self, ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
+    @staticmethod
+    def _on_bad_cases(ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
                       stage: str, around: Config | None = None) -> list:
         """Scores of ``configs`` (near ``around``) on the evaluation samples ``picked`` (None: all)."""
-        if picked is None or len(picked) == len(ev.samples):
-            return ev.score(configs, stage, around)
-        sub = Evaluator(ev.base, space, ev.target, [ev.samples[i] for i in picked], store=ev.store,
-                        prefix=f"samples {picked}: ", progress=self.progress, costs=ev.costs,
-                        floats=[ev.floats()[i] for i in picked] if ev.whole_runs or ev.reference else None,
-                        reference=ev.reference, **ev.engine_options)
-        try:
-            return sub.score(configs, stage, around)
-        finally:
-            sub.close()
-            ev.calls += sub.calls
+        return ev.on_samples(picked, configs, stage, around)
 
     def _trim_thresholds(self, ev: Evaluator, space: Space, found: TuneState) -> None:
         """Fixed thresholds of units left at their start level that gain nothing are dropped
@@ -572,4 +573,3 @@ class TunePass(Pass):
         scores = self._on_bad_cases(ev, space, picked, [final] + undo, "attribution", around=final)
         found.gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
         found.per_image = {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])}
-

@@ -64,7 +64,7 @@ class _Stats:
             self.lost += float(np.sum(np.square(x[x > self.hi] - self.hi, dtype=np.float64)))
         if bottom < self.lo:
             self.lost += float(np.sum(np.square(x[x < self.lo] - self.lo, dtype=np.float64)))
-        self.nonzero += int(np.count_nonzero(x))
+        self.nonzero += int(np.count_nonzero(x != 0))  # (on the mask: several times faster than on floats)
         self.amax = max(self.amax, top, -bottom)
 
 

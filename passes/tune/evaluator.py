@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import time
-from typing import Any, MutableMapping, Sequence
+from typing import Any, Callable, MutableMapping, Sequence
 
 import numpy as np
 
@@ -83,6 +83,8 @@ class Evaluator:
             self.engine = self._new_engine({})
         self._engines: dict[Config, Engine] = {}  # around -> the engine whose reference it is
         self._start_ran = False  # whether the start's engine has run (built its sessions)
+        #: Configurations :meth:`meets` found to miss before running every sample: how many it ran.
+        self.missed: dict[Config, int] = {}
 
     def _new_engine(self, reference_changes: dict[str, str]) -> Engine:
         """An engine whose reference is the start with ``reference_changes``: compared with
@@ -139,8 +141,78 @@ class Evaluator:
                 self._record(c, s, todo[c])
         return [self.memo[c] for c in configs]
 
+    def on_samples(self, picked: Sequence[int] | None, configs: Sequence[Config], stage: str,
+                   around: Config | None = None) -> list[Score]:
+        """Scores of ``configs`` (near ``around``) on the samples ``picked`` (None: all, as
+        :meth:`score`), by an evaluator of those samples sharing :attr:`store` (its keys prefixed
+        by them). A configuration already scored on every sample is not run again: its score there
+        is those samples' values (the engine's mean over samples is their mean)."""
+        if picked is None or len(picked) == len(self.samples):
+            return self.score(configs, stage, around)
+        picked = list(picked)
+        known = {c: on_samples(self.memo[c], picked) for c in configs if c in self.memo}
+        todo = [c for c in configs if c not in known]
+        if not todo:
+            return [known[c] for c in configs]
+        sub = Evaluator(self.base, self.space, self.target, [self.samples[i] for i in picked], store=self.store,
+                        prefix=f"samples {picked}: ", progress=self.progress, costs=self.costs,
+                        floats=[self.floats()[i] for i in picked] if self.whole_runs or self.reference else None,
+                        reference=self.reference, **self.engine_options)
+        try:
+            scored = dict(zip(todo, sub.score(todo, stage, around)))
+        finally:
+            sub.close()
+            self.calls += sub.calls
+        return [known[c] if c in known else scored[c] for c in configs]
+
+    def adopt(self, config: Config, score: Score, stage: str) -> None:
+        """Record ``score``, on every sample, measured elsewhere (pieces on other evaluators'
+        samples), unless ``config`` is scored already."""
+        if config not in self.memo:
+            self.store[self.prefix + config_key(config)] = {"mean": score.mean, "samples": list(score.samples)}
+            self._record(config, score, stage)
+
     def met(self, config: Config) -> bool:
         return self.target.met(self.memo[config])
+
+    def meets(self, config: Config, stage: str, around: Config | None, counted: Callable[[Score], Score],
+              parent: Score) -> bool:
+        """Whether ``config`` meets the target as ``counted`` (a score -> what it counts at, no
+        better where a sample scores as in ``parent``, the best it can: each sample's change from
+        ``parent`` counted as a loss, :func:`.search.changes_as_losses`). A configuration that runs
+        whole runs one sample at a time, those ``parent`` scores worst first, and stops at the first
+        that decides a miss: with every sample not run yet taken as ``parent`` has it, it already
+        misses. A miss decided early is not scored (:attr:`missed`); anything else is, as by
+        :meth:`score`."""
+        if config in self.missed:
+            return False
+        single = config in self.memo or self.prefix + config_key(config) in self.store or not self.whole_runs or \
+            (self._units_changed(config, around) <= WHOLE_FROM and self._has_engine(around))
+        if single:
+            return self.target.met(counted(self.score([config], stage, around)[0]))
+        model = configured_clone(self.base, "quantized", self.space.changes(config))
+        rt, compared, floats = self._whole_runtime(), self.target.compared(model), self.floats()
+        sign = 1.0 if self.target.higher_is_better else -1.0
+        outs: dict[int, dict] = {}
+        for i in sorted(range(len(self.samples)), key=lambda i: sign * parent.samples[i] if parent.samples[i] == parent.samples[i]
+                        else -math.inf):
+            outs[i] = run_whole(model, self.samples[i], compared, rt)
+            if len(outs) == len(self.samples):
+                break
+            known = sorted(outs)
+            _, values = sample_values(self.base, self.target, [floats[k] for k in known], [outs[k] for k in known])
+            hopeful = dict(enumerate(parent.samples)) | dict(zip(known, values))
+            best = tuple(hopeful[k] for k in range(len(self.samples)))
+            kept = [v for v in best if v == v]
+            if not self.target.met(counted(Score(float(np.mean(kept)) if kept else math.nan, best))):
+                self.missed[config] = len(outs)
+                logger.debug("tune: %s%s: a miss decided on %d of %d samples", self.prefix, stage, len(outs), len(self.samples))
+                return False
+        self.calls += 1
+        score = Score(*sample_values(self.base, self.target, floats, [outs[k] for k in range(len(self.samples))]))
+        self.store[self.prefix + config_key(config)] = {"mean": score.mean, "samples": list(score.samples)}
+        self._record(config, score, stage)
+        return self.target.met(counted(score))
 
     def _record(self, config: Config, score: Score, stage: str) -> None:
         self.memo[config] = score
@@ -222,14 +294,17 @@ class Evaluator:
         """Each configuration a clone of the base run whole in onnxruntime (fake quantization,
         written as the engine writes it: ``layout_stable``), against the float model's outputs,
         averaged as the engine averages (:func:`.tune_verify.sample_values`)."""
-        rt = get_runtime(Runtime.ORT, level=Level.FAKEQUANT, threads=self.engine_options.get("threads"),
-                         optimization=self.engine.optimization, layout_stable=True)
+        rt = self._whole_runtime()
         out = []
         for c in configs:
             model = configured_clone(self.base, "quantized", self.space.changes(c))
             outs = [run_whole(model, s, self.target.compared(model), rt) for s in self.samples]
             out.append(Score(*sample_values(self.base, self.target, self.floats(), outs)))
         return out
+
+    def _whole_runtime(self):
+        return get_runtime(Runtime.ORT, level=Level.FAKEQUANT, threads=self.engine_options.get("threads"),
+                           optimization=self.engine.optimization, layout_stable=True)
 
     def _plain_scores(self, configs: list[Config]) -> list[Score]:
         """A task metric: each configuration a clone of the base run whole on onnxruntime."""
@@ -240,6 +315,13 @@ class Evaluator:
             values = [float(self.target.metric(rt.run(model, sample), i)) for i, sample in enumerate(self.samples)]
             out.append(Score(float(np.nanmean(values)) if any(v == v for v in values) else math.nan, tuple(values)))
         return out
+
+
+def on_samples(score: Score, picked: Sequence[int]) -> Score:
+    """``score`` on the samples ``picked`` only (NaN ones left out of its mean, as the engine's)."""
+    values = tuple(score.samples[i] for i in picked)
+    kept = [v for v in values if v == v]
+    return Score(float(np.mean(kept)) if kept else math.nan, values)
 
 
 def _row_value(row: dict, metric: str) -> float:

@@ -58,7 +58,8 @@ def by_loss_per_cost(space: Space, base: Config, step: Mapping[int, int], loss: 
 
 def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mapping[int, int], *,
                  points: int = 7, counted: Callable[[Score], Score] = _as_measured,
-                 upward: bool = False, around: Config | None = None) -> tuple[Config | None, Config, int | None]:
+                 upward: bool = False, around: Config | None = None,
+                 parent: Score | None = None) -> tuple[Config | None, Config, int | None]:
     """The smallest ``k`` whose ``config(k)`` (``base`` with ``order[:k]`` raised to their ``step``
     level) meets the target: ``(config(k) or None, the largest failing config below it, k)``.
     ``base`` itself must miss the target. ``counted``: the score a configuration counts at
@@ -66,22 +67,30 @@ def ratio_search(ev: Evaluator, base: Config, order: Sequence[int], step: Mappin
     (``k`` = 1, 2, 4, ... one at a time), for a ``base`` that likely needs few raises: a probe in the
     middle can miss where fewer raises meet (the counted score is not monotone in ``k``).
     ``around``: the configuration every call is scored around (default: the bracket's lower end,
-    a new engine reference each round; a fixed one builds one, where that costs more than cones)."""
+    a new engine reference each round; a fixed one builds one, where that costs more than cones).
+    ``parent``: the score ``counted`` counts changes from (no sample counts better than there),
+    so that a configuration's miss is decided on the samples that settle it
+    (:meth:`.Evaluator.meets`); its configurations are then measured one at a time."""
     def config(k: int) -> Config:
         return ev.space.move(base, {i: max(base.levels[i], step[i]) for i in order[:k]})
+
+    def meeting(ks: Sequence[int], lo: int) -> list[int]:
+        near = around if around is not None else config(lo)
+        if parent is not None:
+            return [k for k in ks if ev.meets(config(k), "ratio search", near, counted, parent)]
+        return [k for k, s in zip(ks, ev.score([config(k) for k in ks], "ratio search", near)) if ev.target.met(counted(s))]
 
     n = len(order)
     lo, hi = 0, None
     k = 1
     while upward and k < n:
-        if ev.target.met(counted(ev.score([config(k)], "ratio search", around if around is not None else config(lo))[0])):
+        if meeting([k], lo):
             hi = k
             break
         lo, k = k, 2 * k
     ks = sorted(set(spread(0, n, points - 1)) | {n}) if not upward else (spread(lo, hi, points) if hi else [n])
     while ks:
-        scores = ev.score([config(k) for k in ks], "ratio search", around if around is not None else config(lo))
-        met = [k for k, s in zip(ks, scores) if ev.target.met(counted(s))]
+        met = meeting(ks, lo)
         if met:
             hi = min(met)
             lo = max([lo] + [k for k in ks if k < hi])
@@ -216,10 +225,10 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
     ``prior``: unit -> an estimate of its loss (its sensitivity), taken as a stale loss instead of
     measuring every raised unit first. ``screen``: unknown and stale losses are measured there
     first (fewer samples, a cheaper estimate), on every sample only when the units it lets through miss;
-    the end is then "every remaining unit misses by its estimate or its measure". ``max_rounds``
-    bounds the engine calls (the configuration reached by then is returned: it meets the target
-    like every one before it). ``path``: a list each configuration it lowers to is appended to, with
-    the score it counts at."""
+    the end is then "every remaining unit misses by its estimate or its measure". A miss is decided on
+    the samples that settle it (:meth:`.Evaluator.meets`). ``max_rounds`` bounds the engine calls (the
+    configuration reached by then is returned: it meets the target like every one before it). ``path``:
+    a list each configuration it lowers to is appended to, with the score it counts at."""
     space, target = ev.space, ev.target
 
     def judge(counted_parent: Score, parent: Score, child: Score) -> Score:
@@ -257,8 +266,8 @@ def prune(ev: Evaluator, config: Config, floor: Config, *, stage: str = "pruning
 
         measured = ev.score([current], stage)[0]
         for n in sizes:  # the largest that meets: a smaller one is measured only when it misses (each runs whole)
-            judged = judge(now, measured, ev.score([lowered(n)], stage, current)[0])
-            if target.met(judged):
+            hopeful = as_measured or ev.meets(lowered(n), stage, current, lambda s: judge(now, measured, s), measured)
+            if hopeful and target.met(judged := judge(now, measured, ev.score([lowered(n)], stage, current)[0])):
                 break
         else:  # stale or estimated losses were too hopeful: measure the first few again
             again = [i for i in order[:batch] if i not in fresh]

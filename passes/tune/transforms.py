@@ -31,7 +31,9 @@ Rules:
 2. The helpful ones combined greedily, best first: a candidate joins when the combination
    with it beats the combination without it. Two modes of one transform never go together.
 3. The best combination (or the model as given, when none helps) is what the precision search
-   then works on. Every trial is reported (score, gain, sites changed, seconds).
+   then works on. Every trial is reported (score, gain, sites changed, seconds; its upper bound
+   and float function only where they decide, for a candidate whose all-int8 score gains: NaN
+   otherwise).
 """
 from __future__ import annotations
 
@@ -135,9 +137,13 @@ def _steps(transforms: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     return steps
 
 
-def rebuild(ir: QIR, transforms: Sequence[str], calib_data: Any, *, march: str) -> tuple[QIR, dict[str, int]]:
+def rebuild(ir: QIR, transforms: Sequence[str], calib_data: Any, *, march: str,
+            captures: dict[str, np.ndarray] | None = None) -> tuple[QIR, dict[str, int]]:
     """The calibrated ``ir`` rebuilt with ``transforms`` (see the module docstring). Returns it
-    and the number of sites each transform changed.
+    and the number of sites each transform changed. The transforms do not measure their own
+    all-int8 error (``measure`` off: a report-only figure, which tune's stage measures itself on
+    the evaluation data); ``captures``: a mapping in which the float model's values on the first
+    calibration sample are kept between calls on one ``ir`` (they are the same for every transform).
 
     Without a float transform, the calibrated transforms run on a copy of ``ir``. With one, the
     float model is transformed, ``insert-calibration`` puts the calibration nodes back, and only
@@ -154,16 +160,17 @@ def rebuild(ir: QIR, transforms: Sequence[str], calib_data: Any, *, march: str) 
         original = float_model(ir)
         model = original.clone()
         for name, options in before:
-            result = get_pass(name, **{"data": calib_data, "march": march, **options})(model)
+            result = get_pass(name, **{"data": calib_data, "march": march, "measure": False, **options})(model)
             sites[name] = len(result.report.get("changed", []))
-        _recalibrated(ir, original, model, calib_data, march)
+        _recalibrated(ir, original, model, calib_data, march, captures)
     for name, options in after:
         result = get_pass(name, **{"data": calib_data, "march": march, "measure": False, **options})(model)
         sites[name] = len(result.report.get("changed", []))
     return model, sites
 
 
-def _recalibrated(ir: QIR, original: QIR, model: QIR, calib_data: Any, march: str) -> None:
+def _recalibrated(ir: QIR, original: QIR, model: QIR, calib_data: Any, march: str,
+                  captures: dict[str, np.ndarray] | None = None) -> None:
     """``model`` (``original``'s float model, transformed) calibrated: its activation nodes on
     values the transforms left as they were take ``ir``'s state, the others are calibrated with
     ``ir``'s method on ``calib_data``."""
@@ -172,7 +179,7 @@ def _recalibrated(ir: QIR, original: QIR, model: QIR, calib_data: Any, march: st
     given = {c.name: c for c in ir.calibrations(CalibRole.ACTIVATION)}
     nodes = [c for c in model.calibrations(CalibRole.ACTIVATION)
              if c.name in given and given[c.name].input == c.input and not given[c.name].fixed]
-    same = _unchanged(original, model, calib_data, sorted({c.input for c in nodes}))
+    same = _unchanged(original, model, calib_data, sorted({c.input for c in nodes}), captures)
     kept = [c for c in nodes if c.input in same]
     for c in kept:
         g = given[c.name]
@@ -188,11 +195,17 @@ def _recalibrated(ir: QIR, original: QIR, model: QIR, calib_data: Any, march: st
     logger.debug("tune: transforms changed %d of %d calibrated values", len(nodes) - len(kept), len(nodes))
 
 
-def _unchanged(original: QIR, model: QIR, calib_data: Any, values: Sequence[str]) -> set[str]:
-    """``values`` the float ``model`` computes as ``original`` does on the first calibration sample."""
+def _unchanged(original: QIR, model: QIR, calib_data: Any, values: Sequence[str],
+               captures: dict[str, np.ndarray] | None = None) -> set[str]:
+    """``values`` the float ``model`` computes as ``original`` does on the first calibration sample
+    (``original``'s taken from ``captures`` where it holds them, and kept there)."""
     if not values:
         return set()
-    a, b = (next(float_captures(m, calib_data, list(values), limit=1)) for m in (original, model))
+    captures = {} if captures is None else captures
+    missing = [v for v in values if v not in captures]
+    if missing:
+        captures.update(next(float_captures(original, calib_data, missing, limit=1)))
+    a, b = captures, next(float_captures(model, calib_data, list(values), limit=1))
     same = set()
     for v in values:
         x, y = np.asarray(a[v], np.float64), np.asarray(b[v], np.float64)
@@ -201,11 +214,11 @@ def _unchanged(original: QIR, model: QIR, calib_data: Any, values: Sequence[str]
     return same
 
 
-def _bounds(ir: QIR, space_of) -> tuple[QIR, QIR]:
-    """``ir`` all-int8 (every unit at its first level) and at the upper bound (every unit at its
-    last integer level), each with its calibrated thresholds."""
+def _configured(ir: QIR, space_of, upper: bool = False) -> QIR:
+    """``ir`` all-int8 (every unit at its first level), or at the upper bound (every unit at its
+    last integer level), with its calibrated thresholds."""
     space = space_of(ir)
-    return space.apply(ir.clone(), space.plain_start()), space.apply(ir.clone(), space.upper())
+    return space.apply(ir.clone(), space.upper() if upper else space.plain_start())
 
 
 def _folds_activation_error(transform: str) -> bool:
@@ -243,13 +256,10 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     if not ir.calibrations(CalibRole.WEIGHT):
         raise InputError("tune's transforms need a calibrated model with weight calibration nodes")
     floats = float_outputs(ir, samples, target.values)
-
-    def scores(model: QIR) -> tuple[Score, Score, Score]:  # all-int8, the upper bound, the float function
-        low, high = _bounds(model, space_of)
-        return (_score(low, target, samples, floats, runtime), _score(high, target, samples, floats, runtime),
-                _score(model, target, samples, floats, runtime, level=Level.FLOAT))
-
-    int8, upper, exact = scores(ir)
+    captures: dict[str, np.ndarray] = {}  # (the float model's values on a calibration sample: rebuild's)
+    on = (target, samples, floats, runtime)
+    int8, upper = _score(_configured(ir, space_of), *on), _score(_configured(ir, space_of, upper=True), *on)
+    exact = Score(*sample_values(ir, target, floats, floats))  # (the model's float function is its own)
     base = TransformTrial((), int8.mean, target.worst(int8.samples)[1], 0.0,
                           float_mean=exact.mean, float_worst=target.worst(exact.samples)[1],
                           upper_mean=upper.mean, upper_worst=target.worst(upper.samples)[1])
@@ -274,15 +284,19 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     def trial(transforms: tuple[str, ...], than: Score) -> bool:
         """Build and score ``transforms``; whether they beat ``than`` all-int8 and keep the bound."""
         began = time.perf_counter()
+        nan = Score(float("nan"), ())
         try:
-            model, sites = rebuild(ir, transforms, calib_data, march=march)
-            got, high, bound = scores(model)
+            model, sites = rebuild(ir, transforms, calib_data, march=march, captures=captures)
+            got = _score(_configured(model, space_of), *on)
+            gains = target.gain(got, than) > target.tolerance(than.mean)  # (the bound and function decide only then)
+            high, bound = (_score(_configured(model, space_of, upper=True), *on),
+                           _score(model, *on, level=Level.FLOAT)) if gains else (nan, nan)
         except (QirError, ValueError) as exc:  # a transform that cannot run here is reported, not fatal
             stage.trials.append(TransformTrial(transforms, float("nan"), float("nan"), float("nan"),
                                                seconds=time.perf_counter() - began, error=str(exc)))
             logger.info("tune: transforms %s could not be tried: %s", ",".join(transforms), exc)
             return False
-        helps = target.gain(got, than) > target.tolerance(than.mean) and keeps_the_bound(transforms, high, bound)
+        helps = gains and keeps_the_bound(transforms, high, bound)
         stage.trials.append(TransformTrial(transforms, got.mean, target.worst(got.samples)[1], target.gain(got, int8),
                                            tuple(sorted(sites.items())), time.perf_counter() - began,
                                            float_mean=bound.mean, float_worst=target.worst(bound.samples)[1],

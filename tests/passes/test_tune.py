@@ -426,6 +426,31 @@ def test_the_ratio_search_judged_by_changes_as_losses_raises_at_least_as_many_an
     assert target.met(changes_as_losses(target, before, after))
 
 
+def test_a_ratio_search_that_knows_its_parent_decides_misses_on_fewer_samples_and_finds_the_same():
+    ir = _calibrated("mse")
+    space = Space(ir, get_profile("nash-e"))
+    base, upper = space.apply(ir.clone(), space.start()), space.upper()
+    before = _plain_score(space.apply(ir.clone(), upper))
+    target = parse_target(f"cosine>={before.mean - 5e-5!r}")
+    order = [i for i in space.searchable() if upper.levels[i] > 0]
+    found, evs = {}, {}
+    for early in (False, True):
+        ev = evs[early] = Evaluator(base, space, target, EVAL, progress=False)
+        ref = ev.score([upper], "test")[0]
+        found[early] = ratio_search(ev, space.start(), order, {i: upper.levels[i] for i in order}, points=1,
+                                    counted=lambda s, ref=ref: changes_as_losses(target, ref, s),
+                                    parent=ref if early else None)
+        ev.close()
+    assert found[True] == found[False]
+    missed = evs[True].missed
+    assert missed and all(n < len(EVAL) for n in missed.values())  # each miss settled before the last sample
+    assert all(c not in evs[True].memo and c in evs[False].memo for c in missed)
+    for c in missed:  # (a miss as the full run counts it)
+        assert not target.met(changes_as_losses(target, evs[False].memo[upper], evs[False].memo[c]))
+    met = found[True][0]
+    assert evs[True].memo[met] == evs[False].memo[met]  # a configuration that meets is scored on every sample
+
+
 def test_the_ratio_search_upward_finds_the_bracket_from_one_raise():
     ir = _calibrated("mse")
     space = Space(ir, get_profile("nash-e"))

@@ -28,6 +28,16 @@ def parse_transforms(text: str) -> list[str]:
     return [name + ("{" + ",".join(f"{k}={v}" for k, v in opts.items()) + "}" if opts else "") for name, opts in steps]
 
 
+def _samples(text: str) -> int | str:
+    """``--sensitivity-samples``: a positive number, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number or auto, got {text!r}") from None
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from qir.tools.cli.options import parse_input_shapes, resolve_shapes
     from qir.tools.reports.tune import outcome
@@ -78,9 +88,10 @@ def add_commands(sub) -> None:
                    help="calibration method for a float model (default max)")
     p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
     p.add_argument("-d", "--data-num", type=positive_int, help="use at most N evaluation samples")
-    p.add_argument("--sensitivity-samples", type=positive_int,
+    p.add_argument("--sensitivity-samples", type=_samples,
                    help="rank the quantizers on this many of the evaluation samples the upper bound scores worst "
-                        "(default: all of them)")
+                        "(default: all of them; auto: the 4 worst, then all of them unless the quantizers the search "
+                        "needs are a settled set on those 4)")
     p.add_argument("--threads", type=positive_int, help="cores to use (default: all)")
     p.add_argument("--no-integer", dest="integer", action="store_false",
                    help="skip running the result at the march's integer level (what the NPU computes; by default it "
