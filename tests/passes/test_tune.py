@@ -407,13 +407,20 @@ def test_pruning_counts_each_samples_change_as_a_loss_so_no_luck_pays_for_the_ta
     assert space.cost(results[True]) < space.cost(results[False])
 
 
-def test_the_ratio_search_judged_by_changes_as_losses_raises_at_least_as_many_and_holds_so():
+def _just_below_the_upper_bound():
+    """The mse-calibrated digits model, its space, the start as an IR, the upper bound and its plain
+    score, a target just below it, and the units the upper bound raises."""
     ir = _calibrated("mse")
     space = Space(ir, get_profile("nash-e"))
     base, upper = space.apply(ir.clone(), space.start()), space.upper()
     before = _plain_score(space.apply(ir.clone(), upper))
     target = parse_target(f"cosine>={before.mean - 5e-5!r}")
     order = [i for i in space.searchable() if upper.levels[i] > 0]
+    return ir, space, base, upper, before, target, order
+
+
+def test_the_ratio_search_judged_by_changes_as_losses_raises_at_least_as_many_and_holds_so():
+    ir, space, base, upper, before, target, order = _just_below_the_upper_bound()
     ev = Evaluator(base, space, target, EVAL, progress=False)
     ref = ev.score([upper], "test")[0]
     found = {}
@@ -427,12 +434,7 @@ def test_the_ratio_search_judged_by_changes_as_losses_raises_at_least_as_many_an
 
 
 def test_a_ratio_search_that_knows_its_parent_decides_misses_on_fewer_samples_and_finds_the_same():
-    ir = _calibrated("mse")
-    space = Space(ir, get_profile("nash-e"))
-    base, upper = space.apply(ir.clone(), space.start()), space.upper()
-    before = _plain_score(space.apply(ir.clone(), upper))
-    target = parse_target(f"cosine>={before.mean - 5e-5!r}")
-    order = [i for i in space.searchable() if upper.levels[i] > 0]
+    ir, space, base, upper, before, target, order = _just_below_the_upper_bound()
     found, evs = {}, {}
     for early in (False, True):
         ev = evs[early] = Evaluator(base, space, target, EVAL, progress=False)
