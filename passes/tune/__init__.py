@@ -63,7 +63,8 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    failing that, the ratio search goes on from the result, on the units it left lower, for the target tightened
    by the gap between the two (:data:`INTEGER_GAP_FACTOR`; the mean's threshold by the mean's
    gap, a floor by the worst sample's), at most :data:`INTEGER_RETRIES` times; the report names
-   that ``search_target``.
+   that ``search_target``. A result that misses in onnxruntime by a hair (the search met the
+   target; :func:`.integer_repair.onnxruntime_gaps`) is raised further the same way.
 8. **Attribution**: each change of the verified result undone alone (the cheap units together),
    on the evaluation samples it scores worst; the loss is its measured gain. Each change's reason is
    ``clipping`` (a fixed threshold), ``cheap``, ``rounding`` (raised by the ratio search) or
@@ -91,7 +92,7 @@ from qir.passes.layer_compare import CLIP_SQNR_DB
 from qir.passes.lib.latency_table import LatencyTable
 from qir.passes.tune.clip import clipping_fixes
 from qir.passes.tune.evaluator import Evaluator
-from qir.passes.tune.integer_repair import integer_gaps, integer_repair
+from qir.passes.tune.integer_repair import integer_gaps, integer_repair, onnxruntime_gaps
 from qir.passes.tune.ranking import rank_in_rounds, rank_units
 from qir.passes.tune.report import summarize
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
@@ -260,6 +261,9 @@ class TunePass(Pass):
                 if checked and checked.get(Level.INTEGER) and not checked[Level.INTEGER]["complete"]:  # (stopped early)
                     found.score, checked = self._verified(ev, space, ir, samples, found.final)
                 gaps = integer_gaps(self.target, checked)
+                where = f"at {self.profile.name}'s integer level"
+                if gaps is None and (gaps := onnxruntime_gaps(self.target, checked, found.score)) is not None:
+                    where = "in onnxruntime"
                 if not found.reached or gaps is None or attempt == INTEGER_RETRIES:
                     break
                 tighter = ev.target.tightened(*(INTEGER_GAP_FACTOR * g for g in gaps))
@@ -267,9 +271,8 @@ class TunePass(Pass):
                     ev.score([found.ceiling], "bounds")  # (not needed until now)
                 if not any(tighter.met(ev.memo[c]) for c in (found.upper, found.ceiling)):
                     break  # beyond every bound: the integer level loses more than any configuration can make up
-                logger.info("tune: the result meets %s in fake quantization but not at %s's integer level (%.6g lower "
-                            "on the mean, %.6g on the worst sample): raising it further for %s", ev.target.text,
-                            self.profile.name, *gaps, tighter.text)
+                logger.info("tune: the result meets %s in the search but not %s (%.6g lower on the mean, %.6g on the "
+                            "worst sample): raising it further for %s", ev.target.text, where, *gaps, tighter.text)
                 ev.target = tighter
             ev.target = self.target
             self._attribute(ev, space, found)

@@ -72,3 +72,43 @@ def test_the_repair_says_so_when_no_raise_meets_the_target(model):
     finally:
         ev.close()
     assert repair.config is None and repair.after is None and not repair.to_json(target)["found"]
+
+
+def test_an_onnxruntime_miss_gives_the_gap_to_the_search_only_when_the_search_met_the_target():
+    from qir.passes.tune.integer_repair import onnxruntime_gaps
+
+    target = Target("cosine-similarity", ">=", 0.99, 0.98)
+    searched = Score(0.9901, (0.9902, 0.9900, 0.9850))
+    missed = {"meets": False, "roundtrip": [], "mean": 0.98995, "worst": 0.9849}
+    assert onnxruntime_gaps(target, missed, searched) == pytest.approx((0.9901 - 0.98995, 0.9850 - 0.9849))
+    assert onnxruntime_gaps(target, dict(missed, meets=True), searched) is None  # it passed there
+    assert onnxruntime_gaps(target, dict(missed, roundtrip=["x_calib"]), searched) is None  # another failure
+    assert onnxruntime_gaps(target, missed, Score(0.9899, (0.99, 0.99, 0.9898))) is None  # the search missed too
+    assert onnxruntime_gaps(Target("cosine-similarity", ">=", 0.99), missed, searched) == pytest.approx(
+        (0.9901 - 0.98995, 0.0))  # no floor: the worst sample's gap does not count
+
+
+def test_a_miss_in_onnxruntime_raises_the_result_further_for_a_tighter_target(monkeypatch, model):
+    from qir.passes import get_pass
+    from qir.passes import tune as tune_pass
+    from qir.passes.tune.target import parse_target
+
+    real, checked = tune_pass.verify, []
+
+    def verify(ir, samples, target, searched, **options):  # the first result misses in onnxruntime by `gap`
+        out = real(ir, samples, target, searched, **options)
+        checked.append(out)
+        if len(checked) == 1:
+            gap = out["margin"] + 1e-6
+            out = dict(out, mean=out["mean"] - gap, margin=out["margin"] - gap, meets=False, agrees=False,
+                       onnxruntime_agrees=False)
+        return out
+
+    monkeypatch.setattr(tune_pass, "verify", verify)
+    ir, space = model
+    start, upper = _integer_score(ir, space, space.start()).mean, _integer_score(ir, space, space.upper()).mean
+    target = f"cosine>={(start + upper) / 2!r}"
+    report = get_pass("tune", target=target, eval_data=EVAL, calib_data=DIGITS_DATA, progress=False,
+                      transforms=None)(ir.clone()).report
+    assert len(checked) == 2 and report["reached"] and report["verification"]["agrees"]
+    assert parse_target(report["search_target"]).threshold > parse_target(target).threshold
