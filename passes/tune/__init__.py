@@ -497,10 +497,7 @@ class TunePass(Pass):
     @staticmethod
     def _bad_cases(ev: Evaluator, config: Config, n: int | None) -> list[int]:
         """The ``n`` evaluation samples that ``config`` scores worst (all when None)."""
-        values = ev.memo[config].samples
-        worst_first = sorted((i for i, v in enumerate(values) if v == v),
-                             key=lambda i: values[i] if ev.target.higher_is_better else -values[i])
-        return sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
+        return ev.target.bad_cases(ev.memo[config].samples, n)
 
     def _sensitivity(self, ev: Evaluator, space: Space, reference: Config, found: TuneState) -> dict[int, float]:
         """Unit -> the loss when it alone goes back to its start level from ``reference``, each

@@ -100,9 +100,7 @@ def _single_gains(whole: Evaluator, make, before, final: Config, units: list[int
     """Unit -> the integer level's gain on the target's margin when it alone goes up to ``step``
     from ``final``, on the :data:`SCREEN_SAMPLES` samples ``before`` scores worst."""
     target = whole.target
-    sign = 1.0 if target.higher_is_better else -1.0
-    worst = sorted((i for i, v in enumerate(before.samples) if v == v), key=lambda i: sign * before.samples[i])
-    picked = sorted(worst[:SCREEN_SAMPLES]) if len(worst) > SCREEN_SAMPLES else list(range(len(before.samples)))
+    picked = target.bad_cases(before.samples, SCREEN_SAMPLES)
     singles = [whole.space.move(final, {i: step[i]}) for i in units]
     if len(picked) == len(before.samples):
         scores = whole.score(singles, "integer repair", final)
@@ -126,12 +124,7 @@ def integer_gaps(target: Target, checked: Verification | None) -> tuple[float, f
     integer = (checked or {}).get(Level.INTEGER)
     if not integer or integer["meets"] or not checked["onnxruntime_agrees"]:
         return None
-    sign = 1.0 if target.higher_is_better else -1.0
-    gaps = [sign * (checked[key] - integer[key]) for key in ("mean", "worst")]
-    gaps = [g if g > 0 and math.isfinite(g) else 0.0 for g in gaps]
-    if target.floor is None:
-        gaps[1] = 0.0
-    return (gaps[0], gaps[1]) if any(gaps) else None
+    return _gaps(target, (checked["mean"], checked["worst"]), (integer["mean"], integer["worst"]))
 
 
 def onnxruntime_gaps(target: Target, checked: Verification | None, searched: Score | None) -> tuple[float, float] | None:
@@ -143,8 +136,14 @@ def onnxruntime_gaps(target: Target, checked: Verification | None, searched: Sco
     (on PP-OCRv4 det at 320x320, 0.98998 against 0.99)."""
     if not checked or checked["meets"] or checked["roundtrip"] or searched is None or not target.met(searched):
         return None
+    return _gaps(target, (searched.mean, target.worst(searched.samples)[1]), (checked["mean"], checked["worst"]))
+
+
+def _gaps(target: Target, better: tuple[float, float], worse: tuple[float, float]) -> tuple[float, float] | None:
+    """How much ``worse`` (mean, worst sample) scores below ``better``, each at least 0 and the
+    worst sample's 0 without a floor; None when neither loses."""
     sign = 1.0 if target.higher_is_better else -1.0
-    gaps = [sign * (searched.mean - checked["mean"]), sign * (target.worst(searched.samples)[1] - checked["worst"])]
+    gaps = [sign * (b - w) for b, w in zip(better, worse)]
     gaps = [g if g > 0 and math.isfinite(g) else 0.0 for g in gaps]
     if target.floor is None:
         gaps[1] = 0.0

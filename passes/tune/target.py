@@ -151,6 +151,13 @@ class Target:
         pick = min if self.higher_is_better else max
         return pick(finite, key=lambda iv: iv[1])
 
+    def bad_cases(self, values: Sequence[float], n: int | None) -> list[int]:
+        """The indices of the ``n`` samples of ``values`` that score worst, in sample order (NaN
+        entries skipped); every index when ``n`` is None or leaves none out."""
+        worst_first = sorted((i for i, v in enumerate(values) if v == v),
+                             key=lambda i: values[i] if self.higher_is_better else -values[i])
+        return sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
+
     def tightened(self, by: float, floor_by: float | None = None) -> Target:
         """The same target ``by`` (>= 0) further on the good side, its floor ``floor_by`` (default:
         ``by`` too)."""
