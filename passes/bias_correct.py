@@ -20,6 +20,7 @@ from qir.passes.lib.repair import (
     Site,
     Skipped,
     all_int8_error,
+    check_repair_options,
     finished,
     float_captures,
     note_change,
@@ -89,14 +90,7 @@ class BiasCorrectPass(Pass):
     def __init__(self, data: Any = None, op_types: tuple[str, ...] | list[str] = OP_TYPES, *,
                  mode: str = "weights", runtime: str = Runtime.ORT, limit: int | None = None,
                  measure: bool = True, march: str = DEFAULT_MARCH) -> None:
-        if data is None:
-            raise InputError("bias-correct needs calibration data (a folder, .npz, .npy or samples) to measure "
-                             "output shifts; give it data=...")
-        unknown = set(op_types) - set(OP_TYPES)
-        if unknown:
-            raise InputError(f"bias-correct: unknown op types {sorted(unknown)}; choose from {', '.join(OP_TYPES)}")
-        if mode not in MODES:
-            raise InputError(f"bias-correct: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        check_repair_options(self.name, data, "output shifts", op_types, OP_TYPES, mode=(mode, MODES))
         self.data, self.op_types, self.mode = data, tuple(op_types), mode
         self.runtime, self.limit, self.measure, self.march = runtime, limit, bool(measure), march
         self.options = {"op_types": list(self.op_types), "mode": mode, "runtime": runtime}

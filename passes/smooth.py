@@ -19,6 +19,7 @@ from qir.passes.lib.repair import (
     Site,
     Skipped,
     all_int8_error,
+    check_repair_options,
     finished,
     float_captures,
     note_change,
@@ -88,9 +89,7 @@ class SmoothPass(Pass):
     def __init__(self, data: Any = None, alphas: tuple[float, ...] | list[float] = ALPHAS, *,
                  march: str = DEFAULT_MARCH, runtime: str = Runtime.ORT, limit: int | None = None,
                  measure: bool = True, max_rows: int = 4096) -> None:
-        if data is None:
-            raise InputError("smooth needs calibration data (a folder, .npz, .npy or samples) to measure "
-                             "activation ranges; give it data=...")
+        check_repair_options(self.name, data, "activation ranges")
         self.alphas = tuple(float(a) for a in alphas)
         if not self.alphas or not all(0.0 <= a <= 1.0 for a in self.alphas):
             raise InputError(f"smooth: alphas must be numbers in [0, 1], got {alphas!r}")

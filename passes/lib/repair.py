@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Union
 import numpy as np
 
 from qir.data import model_samples
+from qir.errors import InputError
 from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole
@@ -138,6 +139,22 @@ def all_int8_error(ir: QIR, data: Any, *, march: str, runtime: str = Runtime.ORT
 
 
 JsonValue = Union[float, int, str, bool, None, list, dict]  # what a note holds: it is saved as JSON metadata
+
+
+def check_repair_options(name: str, data: Any, purpose: str, op_types: Any = (), allowed: tuple[str, ...] = (),
+                         **choices: tuple[Any, tuple[str, ...]]) -> None:
+    """One clear error for a repair pass built without calibration data (needed to measure
+    ``purpose``), with op types outside ``allowed``, or with a choice (``name=(value, allowed
+    values)``) outside its allowed values."""
+    if data is None:
+        raise InputError(f"{name} needs calibration data (a folder, .npz, .npy or samples) to measure {purpose}; "
+                         "give it data=...")
+    unknown = set(op_types) - set(allowed)
+    if unknown:
+        raise InputError(f"{name}: unknown op types {sorted(unknown)}; choose from {', '.join(allowed)}")
+    for what, (value, options) in choices.items():
+        if value not in options:
+            raise InputError(f"{name}: unknown {what} {value!r}; choose one of {', '.join(options)}")
 
 
 def note_change(ir: QIR, op: OpRecord, transform: str, detail: Mapping[str, JsonValue]) -> None:

@@ -18,7 +18,16 @@ from qir.execution import DEFAULT_MARCH, Level, Runtime
 from qir.graph import QIR
 from qir.kinds import CalibRole
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.repair import RepairReport, Site, Skipped, all_int8_error, finished, note_change, run_step
+from qir.passes.lib.repair import (
+    RepairReport,
+    Site,
+    Skipped,
+    all_int8_error,
+    check_repair_options,
+    finished,
+    note_change,
+    run_step,
+)
 from qir.passes.round_weights.layers import OP_TYPES, Layer, find_layers, rows
 from qir.passes.round_weights.solve import (
     QMAX,
@@ -101,15 +110,8 @@ class RoundWeightsPass(Pass):
                  time_budget_s: float | None = None, store: MutableMapping[str, Any] | None = None,
                  memory_mb: int = 256, seed: int = 0, runtime: str = Runtime.ORT, limit: int | None = None,
                  measure: bool = True, march: str = DEFAULT_MARCH) -> None:
-        if data is None:
-            raise InputError("round-weights needs calibration data (a folder, .npz, .npy or samples) to measure "
-                             "each layer's output error; give it data=...")
-        unknown = set(op_types) - set(OP_TYPES)
-        if unknown:
-            raise InputError(f"round-weights: unknown op types {sorted(unknown)}; choose from {', '.join(OP_TYPES)}")
-        for what, value, allowed in (("method", method, METHODS), ("inputs", inputs, INPUTS)):
-            if value not in allowed:
-                raise InputError(f"round-weights: unknown {what} {value!r}; choose one of {', '.join(allowed)}")
+        check_repair_options(self.name, data, "each layer's output error", op_types, OP_TYPES,
+                             method=(method, METHODS), inputs=(inputs, INPUTS))
         if min(rows, iterations, batch) < 1 or not factors or min(factors) <= 0 or max(factors) > 1:
             raise InputError("round-weights: rows, iterations and batch must be >= 1, and factors in (0, 1]")
         torch = load_torch() if method != "threshold" else None
