@@ -1,10 +1,12 @@
-"""``fuse``: mark the march's fusion groups (Conv+Relu, Conv+Add+Relu, ...) and keep them whole."""
+"""``fuse``: mark the march's fusion groups (Conv+Relu, Conv+Add+Relu, ...) and composites (a
+spelled-out LayerNorm or GELU) and keep them whole."""
 from __future__ import annotations
 
 import logging
 
 from qir.graph import QIR
 from qir.passes.base import Pass, PassResult, register_pass
+from qir.passes.lib.composites import find_composites
 from qir.passes.lib.fusion import META_KEY, fusion_groups, match_pattern
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.march import get_profile
@@ -23,9 +25,14 @@ class FusePass(Pass):
     1. A pattern is a chain of op types from the march profile (longest first), e.g.
        Conv→Add→Relu: each op's output must be read only by the next op of the chain and must
        not be a graph output (for Add, the chain value may be either input).
-    2. Every member gets ``meta["fusion"] = <head op name>``; the groups are listed in
+    2. Then the march's ``composites`` (:mod:`qir.passes.lib.composites`: a LayerNorm or an
+       erf-form GELU written op by op), each matched as one group, its members in topological
+       order, the op writing its output last; ``ir.meta["composites"]`` maps each group's head to
+       its kind, and each member's ``meta["composite"]`` holds it (the integer level reports the
+       members it emulates in float as a composite, not as a CPU fallback).
+    3. Every member gets ``meta["fusion"] = <head op name>``; the groups are listed in
        ``ir.meta["fusion_groups"]``. Ops keep their names; the graph does not change shape.
-    3. Calibration nodes on values inside a group are removed: the fused kernel never writes
+    4. Calibration nodes on values inside a group are removed: the fused kernel never writes
        those values, so quantizing them would emulate an error the NPU does not make.
        ``insert-calibration`` skips such values too.
     """
@@ -51,6 +58,17 @@ class FusePass(Pass):
                     groups[op.name] = [m.name for m in members]
                     removed += self._drop_inner_calibrations(ir, members)
                     break
+        composites = dict(ir.meta.get("composites", {}))
+        for match in find_composites(ir, self.profile.composites):
+            members = [ir.op(m) for m in match.members]
+            for m in members:
+                m.meta[META_KEY] = match.head
+                m.meta["composite"] = match.kind
+            groups[match.head] = list(match.members)
+            composites[match.head] = match.kind
+            removed += self._drop_inner_calibrations(ir, members)
+        if composites:
+            ir.meta["composites"] = composites
         added = len(groups) - len(fusion_groups(ir))
         ir.meta["fusion_groups"] = groups
         modified = bool(added or removed)
@@ -58,7 +76,7 @@ class FusePass(Pass):
             ir.touch()
         logger.info("fuse (%s): %d group(s), %d inner calibration node(s) removed",
                     self.profile.name, len(groups), len(removed))
-        return PassResult(ir, modified, {"groups": groups, "removed_calibrations": removed})
+        return PassResult(ir, modified, {"groups": groups, "composites": composites, "removed_calibrations": removed})
 
     @staticmethod
     def _drop_inner_calibrations(ir: QIR, members: list[OpRecord]) -> list[str]:

@@ -171,7 +171,7 @@ def export_onnx(ir: QIR, *, lower_calibration: CalibLowering | None = None,
 # BatchNormalization wrote, under the BN output's name in the source model), the march the
 # calibration nodes were inserted for (``insert-calibration``) and how they were calibrated
 # (``calibrate``: method, number of samples), which reports state
-SAVED_META = ("fusion_groups", "value_aliases", "march", "calibration")
+SAVED_META = ("fusion_groups", "composites", "value_aliases", "march", "calibration")
 
 
 def export_subgraph(ir: QIR, records, inputs: list[str], outputs: list[str], *,

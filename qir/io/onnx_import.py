@@ -203,10 +203,13 @@ def _restore_modules(ir: QIR) -> None:
                 ir.meta[key] = json.loads(text)
         except json.JSONDecodeError:
             logger.warning("ignoring unreadable qir.%s metadata", key)
+    composites = ir.meta.get("composites", {})
     for head, members in ir.meta.get("fusion_groups", {}).items():
         for m in members:
             if ir.has_node(m) and isinstance(ir.node(m), OpRecord):
                 ir.node(m).meta["fusion"] = head
+                if head in composites:
+                    ir.node(m).meta["composite"] = composites[head]
     text = ir.metadata_props.pop(MODULES_KEY, None)
     if not text:
         return

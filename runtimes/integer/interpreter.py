@@ -407,7 +407,8 @@ class IntegerRuntime:
                 result = kernel(OpCall(rec, args, kwargs, fn, plan.targets.get(rec.name), arith))
                 if result is not None:
                     return result
-            arith.stats.fell_back(rec.op_type, rec.name, composite=rec.op_type in FLOAT_COMPOSITES)
+            arith.stats.fell_back(rec.op_type, rec.name,
+                                  composite=rec.op_type in FLOAT_COMPOSITES or "composite" in rec.meta)
             args = [dequantize(a) for a in args]
         if rec.name in plan.fused:  # a GEMM with its Add fused, in float: the GEMM, then the Add
             return fn(*args[:3], **kwargs) + args[3]

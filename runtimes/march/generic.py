@@ -38,6 +38,7 @@ GENERIC = make_profile(
     fusions=S((("Conv", "Relu"), ("Conv", "Clip"), ("ConvTranspose", "Relu"),
                ("Gemm", "Relu"), ("Gemm", "Clip"), ("MatMul", "Relu")), A,
               "activations folded into the quantized range, as onnxruntime's quantizer does"),
+    composites=S((), A, "every op of a spelled-out LayerNorm or GELU quantized on its own, as the graph has it"),
     quant_round=S("half_to_even", D, _ONNX),
     scale_divisor=S("qmax", A, "T/127, T/32767 (hmct convention)"),
     consistency_level=S(0, A, "no power-of-two scales"),

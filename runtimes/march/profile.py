@@ -56,7 +56,7 @@ from qir.runtimes.numerics import ROUNDING
 
 __all__ = [
     "Status", "Provenance", "ItemProvenance", "FrozenMap", "LutInt8", "LutInt16",
-    "MarchProfile", "PARAM_FIELDS", "PAIR_FIELDS", "PATTERN_FIELDS",
+    "MarchProfile", "PARAM_FIELDS", "PAIR_FIELDS", "PATTERN_FIELDS", "COMPOSITE_KINDS",
     "normalize_dtype", "rounding_function",
     "ROUND_MODES", "SHIFT_ROUND_MODES", "SCALE_DIVISORS", "REQUANT_MODES", "ACC_OVERFLOW",
     "FP16_LEVELS", "LUT_MODES", "DTYPES", "QRANGES", "TUNE_LEVELS",
@@ -255,6 +255,10 @@ def rounding_function(mode: str) -> Callable:
 PAIR_FIELDS = ("gemm_dtype_pairs", "matmul_act_act_pairs")
 _DTYPE_TUPLE_FIELDS = ("int_dtypes", "gemm_output", "elementwise_dtypes")
 PATTERN_FIELDS = ("fusions", "int8_only_fusions")
+#: Ops an exporter spells out op by op that a march may run as one unit (``composites``; found by
+#: :mod:`qir.passes.lib.composites`): a LayerNorm (ReduceMean, Sub, Pow, ..., Div, [Mul, Add]) and
+#: an erf-form GELU.
+COMPOSITE_KINDS = ("LayerNorm", "Gelu")
 
 
 @dataclass(frozen=True)
@@ -293,6 +297,7 @@ class MarchProfile:
     fp16_compute: str                    # internal precision of fp16 ops ("fp32" | "fp16")
     fp16_saturate: bool                  # overflow to +-65504 instead of +-inf
     fusions: tuple[tuple[str, ...], ...]  # fusion patterns, longest first per head op
+    composites: tuple[str, ...]          # spelled-out ops run as one unit (COMPOSITE_KINDS)
     # quantize / requantize arithmetic
     quant_round: str                     # float -> int rounding (see ROUND_MODES)
     scale_divisor: str                   # scale = threshold / divisor when *we* calibrate
@@ -359,7 +364,7 @@ class MarchProfile:
         put("memory_gbps", float(self.memory_gbps))
         put("op_overhead_us", float(self.op_overhead_us))
         put("free_ops", tuple(str(o) for o in self.free_ops))
-        for f in ("int8_only_inputs", "int8_only_outputs", "fp16_documented_ops"):
+        for f in ("int8_only_inputs", "int8_only_outputs", "fp16_documented_ops", "composites"):
             put(f, tuple(str(o) for o in getattr(self, f)))
         if self.integer_ops is not None:
             put("integer_ops", tuple(str(o) for o in self.integer_ops))
@@ -384,6 +389,7 @@ class MarchProfile:
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{self.name}: {f}={getattr(self, f)!r}; expected one of {allowed}")
         _check_tune(self)
+        _check_composites(self)
         check_rates(self)
         if self.lut_int16.divide_strategy not in ("evenly", "curvature"):
             raise ValueError(f"{self.name}: lut_int16.divide_strategy must be 'evenly' or 'curvature'")
@@ -526,6 +532,12 @@ def _check_tune(p: "MarchProfile") -> None:
 
 PARAM_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(MarchProfile)
                                       if f.name != "provenance")
+
+
+def _check_composites(profile: MarchProfile) -> None:
+    unknown = [c for c in profile.composites if c not in COMPOSITE_KINDS]
+    if unknown:
+        raise ValueError(f"{profile.name}: composites {unknown} are not known; expected some of {COMPOSITE_KINDS}")
 
 
 def _item_keys(field_name: str, value: Any) -> list:

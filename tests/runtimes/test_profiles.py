@@ -320,7 +320,8 @@ def test_the_assumed_parameters_are_pinned():
                    "fp16_saturate", "fusions", "quant_round", "scale_divisor", "requant_mode",
                    "requant_multiplier_bits", "requant_shift_round", "intermediate_sat16",
                    "acc_bits", "acc_overflow", "bias_round", "lut_mode", "lut_int16", "softmax_mode",
-                   "integer_ops", "tune_costs", "peak_tops", "memory_gbps", "op_overhead_us", "free_ops"}
+                   "integer_ops", "tune_costs", "peak_tops", "memory_gbps", "op_overhead_us", "free_ops",
+                   "composites"}
     assert set(NASH_E.assumed_fields()) == nash_common | {"gemm_dtype_pairs", "saturate", "tune_ladder"}
     assert set(NASH_M.assumed_fields()) == nash_common | {"saturate"}
     assert set(NASH_P.assumed_fields()) == (nash_common - {"matmul_act_act_pairs"}) | {
