@@ -99,6 +99,21 @@ def test_bias_correction_is_kept_before_precision_and_saves_the_raises():
     assert "bias-correct" in tuned.metadata_props.get("qir.repairs", "") and qir.verify(tuned) == []
 
 
+def test_a_candidate_that_meets_the_target_all_int8_ends_the_stage():
+    calib, evaluation = samples(4), [{"x": s["x"] + 0.01} for s in samples(3)]
+    ir = calibrate_for_nash_e(depthwise(), calib)
+    corrected, _ = rebuild(ir, ["bias-correct"], calib, march="nash-e")
+    before, after = _cosine(ir, evaluation), _cosine(corrected, evaluation)
+    met, unmet = parse_target(f"cosine>={(before + after) / 2!r}"), parse_target(f"cosine>={after + (1 - after) / 2!r}")
+    _, stage = choose_transforms(ir, calib, evaluation, met, march="nash-e", space_of=_space,
+                                 candidates=("bias-correct", "equalize"), progress=False)
+    assert [t.transforms for t in stage.trials] == [("bias-correct",)] and stage.chosen == ("bias-correct",)
+    assert stage.stopped.startswith("bias-correct meets the target") and stage.to_json()["stopped"] == stage.stopped
+    _, stage = choose_transforms(ir, calib, evaluation, unmet, march="nash-e", space_of=_space,
+                                 candidates=("bias-correct", "equalize"), progress=False)
+    assert [t.transforms for t in stage.trials] == [("bias-correct",), ("equalize",)] and stage.stopped is None
+
+
 def test_a_start_that_meets_the_target_tries_nothing():
     data = samples()
     ir = calibrate_for_nash_e(depthwise(), data)

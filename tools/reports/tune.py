@@ -148,6 +148,8 @@ def _transform_lines(r: TuneReport) -> list[str]:
         lines.append(f"  {name:<48}{t['mean']:>12.6g}{t['worst']:>12.6g}{t['gain']:>12.4g}{t['upper_bound']['mean']:>12.6g}"
                      f"{t['upper_bound']['worst']:>12.6g}{t['float']['mean']:>12.6g}{t['seconds']:>8.1f}  "
                      f"{'yes' if t['helps'] else 'no':<5}  {sites}")
+    if stage.get("stopped"):
+        lines.append(f"stopped early: {stage['stopped']}")
     lines.append(f"kept: {', '.join(stage['chosen']) or 'none (no transform beat the model as given)'}; "
                  f"{stage['seconds']:.1f} s; the search below worked on " +
                  ("the transformed model (transformed_model.onnx)" if stage["chosen"] else "the model as given"))
