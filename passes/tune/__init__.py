@@ -188,8 +188,8 @@ class TunePass(Pass):
     (a precision per consumer: a calibration node one reader keeps at int8 while another could go
     to int16 is split for the search, :func:`.space.constrained_splits`; copies that end where
     their node does are merged back, so the result keeps only the requantizes it needs), ``price``
-    (what the search minimises: ``"latency"``, the estimated time, or ``"flops"``, the
-    FLOP-weighted cost, the default: :data:`.space.DEFAULT_PRICE` says why; the report gives both).
+    (what the search minimises: ``"latency"``, the estimated time, the default, or ``"flops"``, the
+    FLOP-weighted cost: :data:`.space.DEFAULT_PRICE` says why; the report gives both).
     """
 
     name = "tune"

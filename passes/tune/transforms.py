@@ -317,22 +317,18 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
             helped.append((target.gain(models[(text,)][1], int8), text))
         bar.update(1)
         if helped and target.met(models[(helped[-1][1],)][1]):  # (rule 3)
-            stage.stopped = f"{text} meets the target all-int8: no configuration costs less, so the rest were not tried"
-            helped = helped[-1:]
+            stage.stopped, helped = f"{text} meets the target all-int8: nothing costs less, the rest were not tried", helped[-1:]
             break
     bar.close()
     helped.sort(key=lambda x: -x[0])
     chosen: tuple[str, ...] = (helped[0][1],) if helped else ()
     for _, text in helped[1:]:
-        if target.met(models[chosen][1]):  # (rule 3)
-            break
-        if parse_pipeline(text)[0][0] in {parse_pipeline(t)[0][0] for t in chosen}:
-            continue  # (one mode of a transform at most)
+        if target.met(models[chosen][1]) or parse_pipeline(text)[0][0] in {parse_pipeline(t)[0][0] for t in chosen}:
+            continue  # (rule 3: nothing cheaper to find; one mode of a transform at most)
         combined = _ordered(chosen + (text,), candidates)
         if trial(combined, models[chosen][1]):
             chosen = combined
-    stage.chosen = chosen
-    stage.seconds = time.perf_counter() - start
+    stage.chosen, stage.seconds = chosen, time.perf_counter() - start
     logger.info("tune: transforms kept: %s (all-int8 %s -> %s)", ", ".join(chosen) or "none", target.shown(int8),
                 target.shown(models[chosen][1]))
     return models[chosen][0], stage

@@ -164,7 +164,8 @@ def test_cost_is_the_latency_models_time_of_the_configuration():
     assert space.cost(raised) > space.cost(space.start())
     assert space.cost(space.upper()) > space.cost(space.level_named(space.start(), "int16")) > space.cost(space.start())
     # price="flops": the search minimises the FLOP-weighted cost instead; the time is still there
-    by_flops = Space(ir, profile)  # (the default price)
+    assert Space(ir, profile).price == "latency"  # (the default price)
+    by_flops = Space(ir, profile, price="flops")
     assert by_flops.cost(raised) == by_flops.flop_cost(raised) and by_flops.time_us(raised) == space.cost(raised)
     with pytest.raises(InputError, match="unknown price 'bytes'"):
         Space(ir, profile, price="bytes")
