@@ -2,8 +2,8 @@
 that cross memory around each group, and each op's precision in a calibrated IR.
 
 **Groups.** The fusion groups ``fuse`` marked (``ir.meta["fusion_groups"]``) when there are any;
-else the profile's fusion patterns matched here the way ``fuse`` matches them (longest first, an
-op in one group at most), without changing the IR. Every other op is a group of its own.
+else the profile's fusion patterns and composites matched here the way ``fuse`` matches them
+(longest first, an op in one group at most), without changing the IR. Every other op is a group of its own.
 
 **Traffic of a group** (element counts; the precision turns them into bytes):
 
@@ -27,6 +27,7 @@ from typing import Mapping
 
 from qir.graph import QIR
 from qir.kinds import CalibRole, NodeKind
+from qir.passes.lib.composites import find_composites
 from qir.passes.lib.fusion import fusion_groups, match_pattern
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.engine.cost import elements, op_flops
@@ -60,7 +61,7 @@ class Group:
 
     name: str                 # the head op's name
     ops: tuple[str, ...]
-    op_type: str              # member types joined with "+": "Conv+Add+Relu"
+    op_type: str              # member types joined with "+": "Conv+Add+Relu"; a composite's kind: "LayerNorm"
     flops: int
     gemm: bool                # the head is a GEMM (it runs on the MAC array)
     inputs: int
@@ -91,6 +92,10 @@ def fused_units(ir: QIR, profile: MarchProfile) -> list[list[OpRecord]]:
                     heads[op.name] = members
                     claimed.update({m.name: op.name for m in members})
                     break
+        for match in find_composites(ir, profile.composites):
+            if not any(m in claimed for m in match.members):
+                heads[match.head] = [ir.op(m) for m in match.members]
+                claimed.update({m: match.head for m in match.members})
     units = []
     for op in ir.ops():
         if op.name not in claimed:
@@ -123,7 +128,7 @@ def _leaves(ir: QIR, value: str, members: set[str]) -> bool:
     return False
 
 
-def _group(ir: QIR, unit: list[OpRecord], profile: MarchProfile) -> Group:
+def _group(ir: QIR, unit: list[OpRecord], profile: MarchProfile, kind: str | None = None) -> Group:
     names = {op.name for op in unit}
     seen: set[str] = set()
     inputs = outputs = weights = bias = consts = 0
@@ -149,7 +154,7 @@ def _group(ir: QIR, unit: list[OpRecord], profile: MarchProfile) -> Group:
                 inputs += elements(ir, value)
         outputs += sum(elements(ir, o) for o in op.outputs if o and _leaves(ir, o, names))
     head = unit[0]
-    return Group(head.name, tuple(op.name for op in unit), "+".join(op.op_type for op in unit),
+    return Group(head.name, tuple(op.name for op in unit), kind or "+".join(op.op_type for op in unit),
                  sum(op_flops(ir, op) for op in unit), op_class(head.op_type) is OpClass.GEMM,
                  inputs, outputs, weights, bias, consts,
                  free=len(unit) == 1 and head.op_type in profile.free_ops)
@@ -157,7 +162,10 @@ def _group(ir: QIR, unit: list[OpRecord], profile: MarchProfile) -> Group:
 
 def build_groups(ir: QIR, profile: MarchProfile) -> list[Group]:
     """The :class:`Group` of every unit of :func:`fused_units`."""
-    return [_group(ir, unit, profile) for unit in fused_units(ir, profile)]
+    kinds = ir.meta.get("composites") if fusion_groups(ir) else \
+        {c.head: c.kind for c in find_composites(ir, profile.composites)}  # (a composite's name: LayerNorm)
+    return [_group(ir, unit, profile, (kinds or {}).get(unit[0].name) if len(unit) > 1 else None)
+            for unit in fused_units(ir, profile)]
 
 
 @dataclass(frozen=True)

@@ -124,3 +124,20 @@ def test_a_near_miss_is_left_op_by_op(edit):
     ir = qir.load(model_from_text(text, WEIGHTS, seed=3))
     kinds = sorted(c.kind for c in find_composites(ir))
     assert kinds == (["LayerNorm"] if edit == "GELU without its half" else ["Gelu"])
+
+
+def test_the_latency_model_prices_a_composite_as_one_unit():
+    """A LayerNorm group reads x once and writes n once: nothing between its ops crosses memory;
+    the same on the float model (matched on the fly) and on the fused one (marked by fuse)."""
+    from qir.passes.lib.latency_groups import build_groups
+    from qir.runtimes.march import get_profile
+
+    float_ir = qir.load(_model())
+    fused, _ = _calibrated("nash-e", _data(2))
+    for ir in (float_ir, fused):
+        groups = {g.op_type: g for g in build_groups(ir, get_profile("nash-e"))}
+        assert {"LayerNorm", "Gelu"} <= set(groups)
+        ln, gelu = groups["LayerNorm"], groups["Gelu"]
+        assert (ln.inputs, ln.outputs) == (16 * 32, 16 * 32) and (gelu.inputs, gelu.outputs) == (16 * 64, 16 * 64)
+    op_by_op = {g.op_type for g in build_groups(float_ir, get_profile("generic"))}
+    assert "LayerNorm" not in op_by_op and "Sqrt" in op_by_op
