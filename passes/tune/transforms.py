@@ -155,7 +155,8 @@ def rebuild(ir: QIR, transforms: Sequence[str], calib_data: Any, *, march: str,
     float model is transformed, ``insert-calibration`` puts the calibration nodes back, and only
     those whose value the float transforms changed are calibrated again (as ``ir`` was: its
     method, on ``calib_data``); every other node keeps ``ir``'s state, since the transforms keep
-    the float function and its value is the same (checked on the first calibration sample)."""
+    the float function and its value is the same (checked on the first calibration sample). Float
+    transforms that changed no site leave a copy of ``ir`` (nothing is calibrated again)."""
     steps = _steps(transforms)
     before = [(n, o) for n, o in steps if n not in AFTER_CALIBRATION]
     after = [(n, o) for n, o in steps if n in AFTER_CALIBRATION]
@@ -168,7 +169,10 @@ def rebuild(ir: QIR, transforms: Sequence[str], calib_data: Any, *, march: str,
         for name, options in before:
             result = get_pass(name, **{"data": calib_data, "march": march, "measure": False, **options})(model)
             sites[name] = len(result.report.get("changed", []))
-        _recalibrated(ir, original, model, calib_data, march, captures)
+        if any(sites.values()):
+            _recalibrated(ir, original, model, calib_data, march, captures)
+        else:  # (they changed nothing: the calibrated model as given, not calibrated again)
+            model = ir.clone()
     for name, options in after:
         result = get_pass(name, **{"data": calib_data, "march": march, "measure": False, **options})(model)
         sites[name] = len(result.report.get("changed", []))
@@ -293,7 +297,7 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
         nan = Score(float("nan"), ())
         try:
             model, sites = rebuild(ir, transforms, calib_data, march=march, captures=captures)
-            got = _score(_configured(model, space_of), *on)
+            got = int8 if len(transforms) == 1 and not any(sites.values()) else _score(_configured(model, space_of), *on)
             gains = target.gain(got, than) > target.tolerance(than.mean)  # (the bound and function decide only then)
             high, bound = (_score(_configured(model, space_of, upper=True), *on),
                            _score(model, *on, level=Level.FLOAT)) if gains else (nan, nan)

@@ -114,6 +114,25 @@ def test_a_candidate_that_meets_the_target_all_int8_ends_the_stage():
     assert [t.transforms for t in stage.trials] == [("bias-correct",), ("equalize",)] and stage.stopped is None
 
 
+def test_a_transform_that_changes_nothing_is_neither_recalibrated_nor_scored(monkeypatch):
+    """equalize finds no Conv pair in the depthwise model: the trial is the model as given."""
+    from qir.passes.tune import transforms
+
+    calls = []
+    real_recalibrated, real_score = transforms._recalibrated, transforms._score
+    monkeypatch.setattr(transforms, "_recalibrated", lambda *a, **k: calls.append("calibrate") or real_recalibrated(*a, **k))
+    monkeypatch.setattr(transforms, "_score", lambda *a, **k: calls.append("score") or real_score(*a, **k))
+    data = samples(4)
+    ir = calibrate_for_nash_e(depthwise(), data)
+    model, sites = rebuild(ir, ["equalize"], data, march="nash-e")
+    assert sites == {"equalize": 0} and calls == [] and model is not ir
+    assert {c.name: c.threshold for c in model.calibrations()}.keys() == {c.name for c in ir.calibrations()}
+    _, stage = choose_transforms(ir, data, data, parse_target("cosine>=0.999999"), march="nash-e", space_of=_space,
+                                 candidates=("equalize",), progress=False)
+    assert calls == ["score", "score"]  # (the model as given, all-int8 and at its upper bound: nothing for equalize)
+    assert stage.trials[0].gain == 0 and stage.trials[0].mean == stage.baseline.mean and not stage.trials[0].helps
+
+
 def test_a_start_that_meets_the_target_tries_nothing():
     data = samples()
     ir = calibrate_for_nash_e(depthwise(), data)
