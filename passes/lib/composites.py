@@ -120,11 +120,14 @@ def _closed(ir: QIR, members: list[OpRecord]) -> bool:
     return True
 
 
-def _last_axis_mean(op: OpRecord | None) -> bool:
+def _last_axis_mean(ir: QIR, op: OpRecord | None) -> bool:
+    """``op`` is a ReduceMean over the last axis (``-1``, or ``rank - 1`` where the rank is known)
+    that keeps its dimensions."""
     if op is None or len(op.inputs) != 1:  # (axes as an input: opset 18; not matched)
         return False
-    axes = op.attrs.get("axes")
-    return axes is not None and list(axes) == [-1] and op.attrs.get("keepdims", 1) == 1
+    axes, shape = op.attrs.get("axes"), ir.value(op.inputs[0]).shape
+    last = [-1] + ([len(shape) - 1] if shape else [])
+    return axes is not None and len(axes) == 1 and int(axes[0]) in last and op.attrs.get("keepdims", 1) == 1
 
 
 def _layer_norm(ir: QIR, sub: OpRecord) -> list[OpRecord] | None:
@@ -133,7 +136,7 @@ def _layer_norm(ir: QIR, sub: OpRecord) -> list[OpRecord] | None:
         return None
     x = _source(ir, sub.inputs[0])
     mean = _made_by(ir, sub.inputs[1], "ReduceMean")
-    if not _last_axis_mean(mean) or _source(ir, mean.inputs[0]) != x:
+    if not _last_axis_mean(ir, mean) or _source(ir, mean.inputs[0]) != x:
         return None
     readers = {r.op_type: r for r in _readers(ir, sub) if isinstance(r, OpRecord)}
     if len(_readers(ir, sub)) != 2 or set(readers) != {"Pow", "Div"}:
@@ -142,7 +145,7 @@ def _layer_norm(ir: QIR, sub: OpRecord) -> list[OpRecord] | None:
     if _source(ir, pow_.inputs[0]) != sub.outputs[0] or not _constant(ir, pow_.inputs[1]):
         return None
     var = _single_reader(ir, pow_, "ReduceMean")
-    if not _last_axis_mean(var):
+    if not _last_axis_mean(ir, var):
         return None
     add = _single_reader(ir, var, "Add")
     if add is None or not _constant(ir, _other(ir, add, var.outputs[0]) or ""):

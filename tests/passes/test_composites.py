@@ -112,6 +112,12 @@ def test_the_integer_level_emulates_a_composite_by_design(tmp_path):
     assert cosine_similarity(got["y"], fake["y"]) > 0.999
 
 
+def test_the_last_axis_may_be_named_by_its_index():
+    text = BLOCK.replace("ReduceMean <axes=[-1]> (x)", "ReduceMean <axes=[2]> (x)").replace(
+        "ReduceMean <axes=[-1]> (p)", "ReduceMean <axes=[2]> (p)")
+    assert sorted(c.kind for c in find_composites(qir.load(model_from_text(text, WEIGHTS, seed=3)))) == ["Gelu", "LayerNorm"]
+
+
 @pytest.mark.parametrize("edit", ["d also an output", "mean over another axis", "GELU without its half"])
 def test_a_near_miss_is_left_op_by_op(edit):
     text = BLOCK
