@@ -364,7 +364,7 @@ class TunePass(Pass):
         prior = {i: v for i, v in loss.items() if best.levels[i] - 1 == floor.levels[i]}
         found.path = [(best, counted(ev.memo[best]))]  # what pruning went through, each meeting the target as it counts
         found.final = prune(ev, best, floor, prior=prior, counted=counted, max_rounds=self.max_rounds,
-                               screen=self._screen(ev, space), path=found.path)
+                               screen=self._screen(ev), path=found.path)
         found.reached = True
         stages.update(1)
         self._trim_thresholds(ev, space, found)
@@ -511,12 +511,12 @@ class TunePass(Pass):
                 ev, reference, lowered, units, space.names(units), lambda a, b: per_image_loss(ev.target, a, b))
             return {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
         found.sensitivity_samples = picked = self._bad_cases(ev, reference, self.sensitivity_samples)
-        scores = self._on_bad_cases(ev, space, picked, [reference] + lowered, "sensitivity", around=reference)
+        scores = ev.on_samples(picked, [reference] + lowered, "sensitivity", around=reference)
         loss = {i: per_image_loss(ev.target, scores[0], s) for i, s in zip(units, scores[1:])}
         found.ranking = rank_units(scores[0], scores[1:], units, space.names(units), [loss[i] for i in units])
         return loss
 
-    def _screen(self, ev: Evaluator, space: Space):
+    def _screen(self, ev: Evaluator):
         """Pruning's screen (:func:`.search.prune`): single losses estimated on the
         ``sensitivity_samples`` samples the configuration scores worst (:data:`SCREEN_SAMPLES` when
         the ranking used every sample; None, no screen, when that is all of them)."""
@@ -525,15 +525,9 @@ class TunePass(Pass):
             return None
 
         def screen(current: Config, configs: list[Config]) -> tuple[Score, list[Score]]:
-            scores = self._on_bad_cases(ev, space, self._bad_cases(ev, current, n), [current, *configs], "pruning", current)
+            scores = ev.on_samples(self._bad_cases(ev, current, n), [current, *configs], "pruning", current)
             return scores[0], scores[1:]
         return screen
-
-    @staticmethod
-    def _on_bad_cases(ev: Evaluator, space: Space, picked: list[int] | None, configs: list[Config],
-                      stage: str, around: Config | None = None) -> list:
-        """Scores of ``configs`` (near ``around``) on the evaluation samples ``picked`` (None: all)."""
-        return ev.on_samples(picked, configs, stage, around)
 
     def _trim_thresholds(self, ev: Evaluator, space: Space, found: TuneState) -> None:
         """Fixed thresholds of units left at their start level that gain nothing are dropped
@@ -545,7 +539,7 @@ class TunePass(Pass):
             return
         configs = [final] + [final.with_thresholds({name: None}) for name in alone]
         picked = self._bad_cases(ev, final, ATTRIBUTION_SAMPLES)
-        scores = self._on_bad_cases(ev, space, picked, configs, "attribution", around=final)
+        scores = ev.on_samples(picked, configs, "attribution", around=final)
         useless = {name: None for name, s in zip(alone, scores[1:]) if ev.target.gain(scores[0], s) <= 0}
         if useless:
             trimmed = final.with_thresholds(useless)
@@ -570,6 +564,6 @@ class TunePass(Pass):
             undo.append(space.move(final, {i: start.levels[i] for i in cheap}))
             keys.append(("cheap", None))
         found.attribution_samples = picked = self._bad_cases(ev, final, ATTRIBUTION_SAMPLES)
-        scores = self._on_bad_cases(ev, space, picked, [final] + undo, "attribution", around=final)
+        scores = ev.on_samples(picked, [final] + undo, "attribution", around=final)
         found.gains = {k: ev.target.gain(scores[0], s) for k, s in zip(keys, scores[1:])}
         found.per_image = {k: per_image_loss(ev.target, scores[0], s) for k, s in zip(keys, scores[1:])}

@@ -192,19 +192,15 @@ class Evaluator:
             return self.target.met(counted(self.score([config], stage, around)[0]))
         model = configured_clone(self.base, "quantized", self.space.changes(config))
         rt, compared, floats = self._whole_runtime(), self.target.compared(model), self.floats()
-        sign = 1.0 if self.target.higher_is_better else -1.0
         outs: dict[int, dict] = {}
-        for i in sorted(range(len(self.samples)), key=lambda i: sign * parent.samples[i] if parent.samples[i] == parent.samples[i]
-                        else -math.inf):
+        for i in self.target.worst_first(parent.samples):
             outs[i] = run_whole(model, self.samples[i], compared, rt)
             if len(outs) == len(self.samples):
                 break
             known = sorted(outs)
             _, values = sample_values(self.base, self.target, [floats[k] for k in known], [outs[k] for k in known])
             hopeful = dict(enumerate(parent.samples)) | dict(zip(known, values))
-            best = tuple(hopeful[k] for k in range(len(self.samples)))
-            kept = [v for v in best if v == v]
-            if not self.target.met(counted(Score(float(np.mean(kept)) if kept else math.nan, best))):
+            if not self.target.met(counted(_mean_score(tuple(hopeful[k] for k in range(len(self.samples)))))):
                 self.missed[config] = len(outs)
                 logger.debug("tune: %s%s: a miss decided on %d of %d samples", self.prefix, stage, len(outs), len(self.samples))
                 return False
@@ -319,7 +315,11 @@ class Evaluator:
 
 def on_samples(score: Score, picked: Sequence[int]) -> Score:
     """``score`` on the samples ``picked`` only (NaN ones left out of its mean, as the engine's)."""
-    values = tuple(score.samples[i] for i in picked)
+    return _mean_score(tuple(score.samples[i] for i in picked))
+
+
+def _mean_score(values: tuple[float, ...]) -> Score:
+    """The score of per-sample ``values``: their mean, NaN ones left out (as the engine's)."""
     kept = [v for v in values if v == v]
     return Score(float(np.mean(kept)) if kept else math.nan, values)
 

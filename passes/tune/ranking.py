@@ -79,8 +79,7 @@ def rank_in_rounds(ev: Evaluator, reference: Config, lowered: Sequence[Config], 
     every sample. Returns the scores (``reference``'s first), the samples ranked on, the ranking."""
     configs = [reference, *lowered]
     values = ev.memo[reference].samples
-    sign = 1.0 if ev.target.higher_is_better else -1.0
-    order = sorted(range(len(values)), key=lambda i: sign * values[i] if values[i] == values[i] else -math.inf)
+    order = ev.target.worst_first(values)
     head, rest = sorted(order[:first]), sorted(order[first:])
     scores = ev.on_samples(head, configs, "sensitivity", reference)
     if rest:

@@ -151,11 +151,16 @@ class Target:
         pick = min if self.higher_is_better else max
         return pick(finite, key=lambda iv: iv[1])
 
+    def worst_first(self, values: Sequence[float]) -> list[int]:
+        """Every index of ``values``, the worst sample first (NaN entries first of all: a sample
+        that could not be measured is not taken as a good one); ties in sample order."""
+        sign = 1.0 if self.higher_is_better else -1.0
+        return sorted(range(len(values)), key=lambda i: sign * values[i] if values[i] == values[i] else -math.inf)
+
     def bad_cases(self, values: Sequence[float], n: int | None) -> list[int]:
         """The indices of the ``n`` samples of ``values`` that score worst, in sample order (NaN
         entries skipped); every index when ``n`` is None or leaves none out."""
-        worst_first = sorted((i for i, v in enumerate(values) if v == v),
-                             key=lambda i: values[i] if self.higher_is_better else -values[i])
+        worst_first = [i for i in self.worst_first(values) if values[i] == values[i]]
         return sorted(worst_first[:n]) if n is not None and 0 < n < len(worst_first) else list(range(len(values)))
 
     def tightened(self, by: float, floor_by: float | None = None) -> Target:
