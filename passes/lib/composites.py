@@ -138,8 +138,9 @@ def _layer_norm(ir: QIR, sub: OpRecord) -> list[OpRecord] | None:
     mean = _made_by(ir, sub.inputs[1], "ReduceMean")
     if not _last_axis_mean(ir, mean) or _source(ir, mean.inputs[0]) != x:
         return None
-    readers = {r.op_type: r for r in _readers(ir, sub) if isinstance(r, OpRecord)}
-    if len(_readers(ir, sub)) != 2 or set(readers) != {"Pow", "Div"}:
+    centred = _readers(ir, sub)
+    readers = {r.op_type: r for r in centred if isinstance(r, OpRecord)}
+    if len(centred) != 2 or set(readers) != {"Pow", "Div"}:
         return None
     pow_, div = readers["Pow"], readers["Div"]
     if _source(ir, pow_.inputs[0]) != sub.outputs[0] or not _constant(ir, pow_.inputs[1]):

@@ -74,7 +74,13 @@ class Group:
 
 def fused_units(ir: QIR, profile: MarchProfile) -> list[list[OpRecord]]:
     """The ops of ``ir`` in groups, in op order (see the module docstring)."""
+    return _units(ir, profile)[0]
+
+
+def _units(ir: QIR, profile: MarchProfile) -> tuple[list[list[OpRecord]], dict[str, str]]:
+    """:func:`fused_units`, and the kind (``LayerNorm``, ``Gelu``) of each composite's head."""
     marked = fusion_groups(ir)
+    kinds: dict[str, str] = dict(ir.meta.get("composites") or {}) if marked else {}
     claimed: dict[str, str] = {}
     heads: dict[str, list[OpRecord]] = {}
     if marked:
@@ -96,13 +102,14 @@ def fused_units(ir: QIR, profile: MarchProfile) -> list[list[OpRecord]]:
             if not any(m in claimed for m in match.members):
                 heads[match.head] = [ir.op(m) for m in match.members]
                 claimed.update({m: match.head for m in match.members})
+                kinds[match.head] = match.kind
     units = []
     for op in ir.ops():
         if op.name not in claimed:
             units.append([op])
         elif claimed[op.name] == op.name:
             units.append(heads[op.name])
-    return units
+    return units, kinds
 
 
 def _source(ir: QIR, value: str) -> str:
@@ -162,10 +169,8 @@ def _group(ir: QIR, unit: list[OpRecord], profile: MarchProfile, kind: str | Non
 
 def build_groups(ir: QIR, profile: MarchProfile) -> list[Group]:
     """The :class:`Group` of every unit of :func:`fused_units`."""
-    kinds = ir.meta.get("composites") if fusion_groups(ir) else \
-        {c.head: c.kind for c in find_composites(ir, profile.composites)}  # (a composite's name: LayerNorm)
-    return [_group(ir, unit, profile, (kinds or {}).get(unit[0].name) if len(unit) > 1 else None)
-            for unit in fused_units(ir, profile)]
+    units, kinds = _units(ir, profile)
+    return [_group(ir, unit, profile, kinds.get(unit[0].name) if len(unit) > 1 else None) for unit in units]
 
 
 @dataclass(frozen=True)
