@@ -25,7 +25,7 @@ from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point, r
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["ROUNDING", "fake_quant", "apply_calibration", "clip_only", "apply_implied_clip", "fold_batchnorm"]
+__all__ = ["ROUNDING", "fake_quant", "apply_calibration", "clip_only", "apply_implied_clip", "fold_affine", "fold_batchnorm"]
 
 def _half_up(v: np.ndarray) -> np.ndarray:
     return np.floor(v + np.asarray(0.5, v.dtype))
@@ -96,8 +96,17 @@ def fold_batchnorm(weight: np.ndarray, bias: np.ndarray | None, scale: np.ndarra
     B' = (B - mean) * a + beta (B = 0 when absent). Computed in float64, returned in W's dtype.
     """
     a = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + float(epsilon))
+    return fold_affine(weight, bias, a, np.asarray(beta, np.float64) - np.asarray(mean, np.float64) * a, axis)
+
+
+def fold_affine(weight: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, shift: np.ndarray, axis: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Weights and bias of a Conv/Gemm/MatMul followed by ``y * scale + shift`` per output channel:
+    W' = W * scale (along ``axis``), B' = B * scale + shift (B = 0 when absent). Computed in
+    float64, returned in W's dtype."""
+    a = np.asarray(scale, np.float64)
     b = np.zeros_like(a) if bias is None else np.asarray(bias, np.float64)
     shape = [1] * weight.ndim
     shape[axis] = -1
     w = (np.asarray(weight, np.float64) * a.reshape(shape)).astype(weight.dtype)
-    return w, ((b - np.asarray(mean, np.float64)) * a + np.asarray(beta, np.float64)).astype(weight.dtype)
+    return w, (b * a + np.asarray(shift, np.float64)).astype(weight.dtype)

@@ -21,7 +21,7 @@ def unit_of(ir: QIR, op: OpRecord) -> list[OpRecord]:
 
 
 def unit_type(ir: QIR, op: OpRecord) -> str:
-    """``op``'s type, its composite's kind (``LayerNorm``, ``Gelu``: ``fuse`` rule 2) when it ends
+    """``op``'s type, its composite's kind (``LayerNorm``, ``Gelu``: ``fuse`` rule 3) when it ends
     one, or its fusion group's types joined with ``+`` (``Conv+Relu``)."""
     unit = unit_of(ir, op)
     kind = ir.meta.get("composites", {}).get(unit[0].name) if len(unit) > 1 else None

@@ -3,7 +3,10 @@ that cross memory around each group, and each op's precision in a calibrated IR.
 
 **Groups.** The fusion groups ``fuse`` marked (``ir.meta["fusion_groups"]``) when there are any;
 else the profile's fusion patterns and composites matched here the way ``fuse`` matches them
-(longest first, an op in one group at most), without changing the IR. Every other op is a group of its own.
+(longest first, an op in one group at most), without changing the IR. A Mul or Add by a
+per-channel constant that reads a Conv / ConvTranspose / Gemm / MatMul's output straight (no
+quantizer between; :mod:`qir.passes.lib.affine`) joins that op's group, as a compiler folds it
+into the weights (``fold-bn`` folds it in qir's own models). Every other op is a group of its own.
 
 **Traffic of a group** (element counts; the precision turns them into bytes):
 
@@ -27,6 +30,7 @@ from typing import Mapping
 
 from qir.graph import QIR
 from qir.kinds import CalibRole, NodeKind
+from qir.passes.lib.affine import joins_linear
 from qir.passes.lib.composites import find_composites
 from qir.passes.lib.fusion import fusion_groups, match_pattern
 from qir.records import CalibRecord, OpRecord
@@ -103,12 +107,21 @@ def _units(ir: QIR, profile: MarchProfile) -> tuple[list[list[OpRecord]], dict[s
                 heads[match.head] = [ir.op(m) for m in match.members]
                 claimed.update({m: match.head for m in match.members})
                 kinds[match.head] = match.kind
-    units = []
+    units: list[list[OpRecord]] = []
+    unit_of: dict[str, list[OpRecord]] = {}
+    joined: dict[str, str] = {}  # (a per-channel Mul / Add folded into a linear op -> that op)
     for op in ir.ops():
-        if op.name not in claimed:
+        linear = joins_linear(ir, op, joined) if op.name not in claimed else None
+        if linear is not None:
+            joined[op.name] = linear
+            unit_of[linear].append(op)
+            unit_of[op.name] = unit_of[linear]
+        elif op.name not in claimed:
             units.append([op])
+            unit_of[op.name] = units[-1]
         elif claimed[op.name] == op.name:
             units.append(heads[op.name])
+            unit_of.update({m.name: units[-1] for m in units[-1]})
     return units, kinds
 
 

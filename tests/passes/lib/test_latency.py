@@ -92,6 +92,31 @@ def test_a_fused_conv_add_relu_moves_only_what_enters_and_leaves_it():
     assert apart.total_us > model.estimate("int8").total_us + 2
 
 
+AFFINE = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[1, 16, 8, 8] x) => (float[1, 32, 8, 8] y) {
+    c = Conv <pads = [1, 1, 1, 1]> (x, w, b)
+    m = Mul(c, s)
+    a = Add(m, t)
+    y = Relu(a)
+}"""
+
+
+def test_a_per_channel_mul_and_add_after_a_conv_are_priced_as_folded_unless_a_quantizer_sits_between():
+    """A compiler folds a learnable affine block (Conv, then Mul and Add by constants) into the
+    Conv: in a model that leaves it unfolded and unquantized it moves no bytes of its own and
+    launches nothing; where a quantizer sits between, the model asked for that value and pays."""
+    weights = {"w": (32, 16, 3, 3), "b": (32,), "s": (1,), "t": (1, 32, 1, 1)}
+    ir = _load(AFFINE, weights)
+    groups = LatencyModel(ir, PROFILE).estimate("int8").groups
+    assert [g.group.op_type for g in groups] == ["Conv+Mul+Add", "Relu"]
+    assert groups[0].bytes == 16 * 64 + 32 * 64 + 32 * 16 * 9 + 32 * 4 + 1 + 32  # x, a, w, bias, s, t: not c or m
+    calibrated = _load(AFFINE, weights)
+    qir.passes.get_pass("insert-calibration", march="nash-e")(calibrated)
+    apart = LatencyModel(calibrated, PROFILE).estimate("int8")
+    assert [g.group.op_type for g in apart.groups] == ["Conv", "Mul", "Add", "Relu"]
+    assert apart.total_us > LatencyModel(ir, PROFILE).estimate("int8").total_us + 2
+
+
 def test_a_calibrated_model_is_priced_at_its_own_precisions(digits_calibrated):
     ir = digits_calibrated.clone()
     own = precisions_of(ir)
