@@ -12,10 +12,21 @@ exporter gives, per LayerNorm and per GELU, a small graph:
 
       y = Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)   (the two Muls in either order)
 
-An NPU compiler maps each to one LayerNorm or GELU kernel, built from int16 lookup tables and
-integer arithmetic (``horizon-semantics.md`` §2.4: "Softmax/Div/LayerNorm ... are composed of
-int16 LUTs and integer ops"; the plugin's default ``GEMMToLayerNormInt16Template``): the values
-between its ops never reach memory at int8. Rules:
+* **HardSwish** (Paddle's and older PyTorch exporters' form, or with ONNX's HardSigmoid)::
+
+      y = Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)   (or Mul by 1/6)
+      y = Mul(x, HardSigmoid(x))
+
+* **SiLU** (swish; YOLOv8's activation)::
+
+      y = Mul(x, Sigmoid(x))
+
+An NPU compiler maps each to one kernel: a LayerNorm built from int16 lookup tables and integer
+arithmetic (``horizon-semantics.md`` §2.4: "Softmax/Div/LayerNorm ... are composed of int16 LUTs
+and integer ops"; the plugin's default ``GEMMToLayerNormInt16Template``), a GELU, HardSwish or SiLU
+as one lookup table (each a function of one input; OpenVINO's HSwishFusion and onnxruntime's QNN
+EP fuse the HardSwish forms the same way): the values between its ops never reach memory at int8.
+Rules:
 
 1. A match starts at the op that reads the composite's input and ends at the op that writes its
    output; every value between two members is read only by members (through at most one
@@ -189,6 +200,45 @@ def _gelu(ir: QIR, div: OpRecord) -> list[OpRecord] | None:
     return members if _closed(ir, members) else None
 
 
+def _hard_swish(ir: QIR, op: OpRecord) -> list[OpRecord] | None:
+    """The HardSwish that starts at ``op``: ``Add(x, 3)``, ``Clip(0, 6)``, ``Mul`` by x, then
+    ``Div`` by 6 or ``Mul`` by 1/6; or ``HardSigmoid(x)`` then ``Mul`` by x; else None."""
+    if op.op_type == "HardSigmoid":
+        x, members = _source(ir, op.inputs[0]), [op]
+    else:
+        constants = [v for v in op.inputs if _constant(ir, v)]
+        if len(op.inputs) != 2 or len(constants) != 1:
+            return None
+        x = _source(ir, next(v for v in op.inputs if v not in constants))
+        clip = _single_reader(ir, op, "Clip")
+        if clip is None or not all(_constant(ir, v) for v in clip.inputs[1:] if v):
+            return None
+        members = [op, clip]
+    mul = _single_reader(ir, members[-1], "Mul")
+    other = mul and _other(ir, mul, members[-1].outputs[0])
+    if other is None or _source(ir, other) != x:
+        return None
+    members.append(mul)
+    if op.op_type != "HardSigmoid":  # (then the division by 6)
+        scale = _single_reader(ir, mul, "Div") or _single_reader(ir, mul, "Mul")
+        divisor = scale and _other(ir, scale, mul.outputs[0])
+        if divisor is None or not _constant(ir, divisor) or (
+                scale.op_type == "Div" and _source(ir, scale.inputs[0]) != mul.outputs[0]):
+            return None
+        members.append(scale)
+    return members if _closed(ir, members) else None
+
+
+def _silu(ir: QIR, sigmoid: OpRecord) -> list[OpRecord] | None:
+    """The SiLU (swish) ``Mul(x, Sigmoid(x))`` whose Sigmoid is ``sigmoid``, or None."""
+    mul = _single_reader(ir, sigmoid, "Mul")
+    other = mul and _other(ir, mul, sigmoid.outputs[0])
+    if other is None or _source(ir, other) != _source(ir, sigmoid.inputs[0]):
+        return None
+    members = [sigmoid, mul]
+    return members if _closed(ir, members) else None
+
+
 def find_composites(ir: QIR, kinds: tuple[str, ...] = COMPOSITE_KINDS) -> list[Composite]:
     """Every match of ``kinds`` in ``ir`` that overlaps no fusion group, in topological order."""
     found: list[Composite] = []
@@ -202,6 +252,10 @@ def find_composites(ir: QIR, kinds: tuple[str, ...] = COMPOSITE_KINDS) -> list[C
             members, kind = _layer_norm(ir, op), "LayerNorm"
         elif "Gelu" in kinds and op.op_type == "Div":
             members, kind = _gelu(ir, op), "Gelu"
+        elif "HardSwish" in kinds and op.op_type in ("Add", "HardSigmoid"):
+            members, kind = _hard_swish(ir, op), "HardSwish"
+        elif "Silu" in kinds and op.op_type == "Sigmoid":
+            members, kind = _silu(ir, op), "Silu"
         if members and not taken & {m.name for m in members}:
             members = sorted(members, key=lambda m: order[m.name])
             taken |= {m.name for m in members}

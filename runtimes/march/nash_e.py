@@ -135,12 +135,17 @@ NASH_E = make_profile(
     fp16_compute=S("fp32", A, "cast inputs to fp16, compute in fp32, round the result to fp16"),
     fp16_saturate=S(False, A, "fp16 overflow goes to +-inf (IEEE); saturation to +-65504 unknown"),
     fusions=S(_NASH_FUSIONS, D, "", items=_NASH_FUSION_ITEMS),
-    composites=S(("LayerNorm", "Gelu"), D,
+    composites=S(("LayerNorm", "Gelu", "HardSwish", "Silu"), D,
                  "LayerNorm, Softmax and GELU run as composites of int16 lookup tables and integer ops, "
                  "not op by op (horizon-semantics 2.4; the plugin's default GEMMToLayerNormInt16Template); "
-                 "that the compiler maps an ONNX graph's spelled-out LayerNorm/GELU to them is assumed",
+                 "that the compiler maps an ONNX graph's spelled-out LayerNorm/GELU/HardSwish/SiLU to them is assumed",
                  items={"LayerNorm": (D, "LayerNorm built from int16 lookups [doc]"),
-                        "Gelu": (A, "GELU is a lookup-table op [doc]; its erf form mapped to it (assumed)")}),
+                        "Gelu": (A, "GELU is a lookup-table op [doc]; its erf form mapped to it (assumed)"),
+                        "HardSwish": (A, "HardSwish is a lookup-table op (a function of one input); its "
+                                         "x*clip(x+3,0,6)/6 and x*HardSigmoid(x) forms mapped to it (assumed; OpenVINO's "
+                                         "HSwishFusion and onnxruntime's QNN EP fuse the same forms)"),
+                        "Silu": (A, "SiLU (x*sigmoid(x), a function of one input) as one lookup-table op, as "
+                                    "Sigmoid is (assumed)")}),
     quant_round=S("half_to_even", A, "plugin default QuantRoundMode.HALF_TO_EVEN [source]; that "
                                      "nash hardware rounds float->int this way is assumed"),
     scale_divisor=S("qmax", A, "options qmax (T/127, hmct [source]), half_range (T/127.5, plugin "

@@ -256,9 +256,9 @@ PAIR_FIELDS = ("gemm_dtype_pairs", "matmul_act_act_pairs")
 _DTYPE_TUPLE_FIELDS = ("int_dtypes", "gemm_output", "elementwise_dtypes")
 PATTERN_FIELDS = ("fusions", "int8_only_fusions")
 #: Ops an exporter spells out op by op that a march may run as one unit (``composites``; found by
-#: :mod:`qir.passes.lib.composites`): a LayerNorm (ReduceMean, Sub, Pow, ..., Div, [Mul, Add]) and
-#: an erf-form GELU.
-COMPOSITE_KINDS = ("LayerNorm", "Gelu")
+#: :mod:`qir.passes.lib.composites`): a LayerNorm (ReduceMean, Sub, Pow, ..., Div, [Mul, Add]), an
+#: erf-form GELU, a HardSwish (Add, Clip, Mul, Div; or HardSigmoid, Mul) and a SiLU (Sigmoid, Mul).
+COMPOSITE_KINDS = ("LayerNorm", "Gelu", "HardSwish", "Silu")
 
 
 @dataclass(frozen=True)

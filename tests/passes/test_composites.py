@@ -147,3 +147,42 @@ def test_the_latency_model_prices_a_composite_as_one_unit():
         assert (ln.inputs, ln.outputs) == (16 * 32, 16 * 32) and (gelu.inputs, gelu.outputs) == (16 * 64, 16 * 64)
     op_by_op = {g.op_type for g in build_groups(float_ir, get_profile("generic"))}
     assert "LayerNorm" not in op_by_op and "Sqrt" in op_by_op
+
+
+ACTIVATIONS = """
+<ir_version: 8, opset_import: ["" : 14]>
+g (float[1,4,8,8] x) => (float[1,4,8,8] y, float[1,4,8,8] z, float[1,4,8,8] u, float[1,4,8,8] v) {
+    three = Constant <value = float {3.0}> ()
+    zero = Constant <value = float {0.0}> ()
+    six = Constant <value = float {6.0}> ()
+    a = Add(x, three)
+    c = Clip(a, zero, six)
+    m = Mul(x, c)
+    y = Div(m, six)
+    s = Sigmoid(x)
+    z = Mul(s, x)
+    hs = HardSigmoid <alpha = 0.1666667, beta = 0.5> (x)
+    u = Mul(x, hs)
+    r = Relu(x)
+    s2 = Sigmoid(x)
+    v = Mul(r, s2)
+}
+"""
+
+
+def test_hardswish_and_silu_spelled_out_are_one_unit_each_and_a_mul_by_another_value_is_not():
+    """x * Clip(x + 3, 0, 6) / 6, x * HardSigmoid(x) (HardSwish) and x * Sigmoid(x) (SiLU) are
+    functions of one input, one lookup table on nash-e; Relu(x) * Sigmoid(x) is not of that form."""
+    ir = qir.load(model_from_text(ACTIVATIONS))
+    found = {c.kind: [ir.op(m).outputs[0] for m in c.members] for c in find_composites(ir)}
+    assert sorted(c.kind for c in find_composites(ir)) == ["HardSwish", "HardSwish", "Silu"]
+    assert found["Silu"] == ["s", "z"]
+    heads = sorted(tuple(ir.op(m).outputs[0] for m in c.members) for c in find_composites(ir) if c.kind == "HardSwish")
+    assert heads == [("a", "c", "m", "y"), ("hs", "u")]
+    assert not find_composites(ir, ("LayerNorm", "Gelu"))  # (only the kinds asked for)
+    data = [{"x": np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32) * 4}]
+    PassManager("fuse{march=nash-e},insert-calibration{march=nash-e},calibrate{method='max',progress=False}",
+                context=PipelineContext(data=data, measure=False)).run(ir)
+    # (graph outputs stay float; nothing between a composite's ops is quantized, Relu(x) and its Sigmoid are)
+    assert {c.input for c in ir.calibrations(CalibRole.ACTIVATION)} == {"x", "r", "s2"}
+    assert unit_type(ir, ir.producer("y")) == "HardSwish" and unit_type(ir, ir.producer("z")) == "Silu"
