@@ -34,7 +34,10 @@ Rules:
 2. Constants (eps, the exponent 2, sqrt 2, 1, 0.5, gamma, beta) are weights, read directly or
    through a weight calibration node; their values are not checked beyond their being constant
    (an edited eps or a smoothed gamma is still a LayerNorm).
-3. Members are listed in topological order, the output op last (what
+3. A GELU, HardSwish or SiLU takes in the Muls and Adds by a scalar constant that follow it
+   : a function of one input followed by a scalar affine is
+   still one, and one table.
+4. Members are listed in topological order, the output op last (what
    :func:`qir.passes.lib.fusion.unit_of` expects of a fusion group).
 """
 from __future__ import annotations
@@ -196,8 +199,30 @@ def _gelu(ir: QIR, div: OpRecord) -> list[OpRecord] | None:
     # x * (1 + erf), then * 0.5 (the form ``(x * 0.5) * (1 + erf)`` is left unmatched)
     if _source(ir, other) != x or not _constant(ir, _other(ir, second, first.outputs[0]) or ""):
         return None
-    members = [div, erf, add, first, second]
+    members = _scalar_tail(ir, [div, erf, add, first, second])
     return members if _closed(ir, members) else None
+
+
+def _scalar_tail(ir: QIR, members: list[OpRecord]) -> list[OpRecord]:
+    """``members`` of a function of one input (GELU, HardSwish, SiLU: one lookup table) with the
+    Muls and Adds by a scalar constant that follow it: still a function of one input,
+    the same table (rule 3; PPLCNetV3's learnable affine block after its HardSwish)."""
+    while True:
+        readers = _readers(ir, members[-1])
+        nxt = readers[0] if len(readers) == 1 else None
+        if not (isinstance(nxt, OpRecord) and nxt.op_type in ("Mul", "Add") and not nxt.domain
+                and META_KEY not in nxt.meta and len(nxt.outputs) == 1):
+            return members
+        other = _other(ir, nxt, members[-1].outputs[0])
+        if other is None or not _constant(ir, other) or ir.value(_weight(ir, other)).data.size != 1:
+            return members
+        members = [*members, nxt]
+
+
+def _weight(ir: QIR, value: str) -> str:
+    """The constant behind ``value`` (itself, or what its weight calibration node reads)."""
+    producer = ir.producer(value)
+    return producer.input if isinstance(producer, CalibRecord) else value
 
 
 def _hard_swish(ir: QIR, op: OpRecord) -> list[OpRecord] | None:
@@ -226,6 +251,7 @@ def _hard_swish(ir: QIR, op: OpRecord) -> list[OpRecord] | None:
                 scale.op_type == "Div" and _source(ir, scale.inputs[0]) != mul.outputs[0]):
             return None
         members.append(scale)
+    members = _scalar_tail(ir, members)
     return members if _closed(ir, members) else None
 
 
@@ -235,7 +261,7 @@ def _silu(ir: QIR, sigmoid: OpRecord) -> list[OpRecord] | None:
     other = mul and _other(ir, mul, sigmoid.outputs[0])
     if other is None or _source(ir, other) != _source(ir, sigmoid.inputs[0]):
         return None
-    members = [sigmoid, mul]
+    members = _scalar_tail(ir, [sigmoid, mul])
     return members if _closed(ir, members) else None
 
 

@@ -158,9 +158,14 @@ g (float[1,4,8,8] x) => (float[1,4,8,8] y, float[1,4,8,8] z, float[1,4,8,8] u, f
     a = Add(x, three)
     c = Clip(a, zero, six)
     m = Mul(x, c)
-    y = Div(m, six)
+    y0 = Div(m, six)
+    k = Constant <value = float {0.5}> ()
+    y1 = Mul(k, y0)
+    y = Add(y1, three)
     s = Sigmoid(x)
-    z = Mul(s, x)
+    z0 = Mul(s, x)
+    kc = Constant <value = float[1,4,1,1] {1.0, 2.0, 3.0, 4.0}> ()
+    z = Mul(z0, kc)
     hs = HardSigmoid <alpha = 0.1666667, beta = 0.5> (x)
     u = Mul(x, hs)
     r = Relu(x)
@@ -172,17 +177,18 @@ g (float[1,4,8,8] x) => (float[1,4,8,8] y, float[1,4,8,8] z, float[1,4,8,8] u, f
 
 def test_hardswish_and_silu_spelled_out_are_one_unit_each_and_a_mul_by_another_value_is_not():
     """x * Clip(x + 3, 0, 6) / 6, x * HardSigmoid(x) (HardSwish) and x * Sigmoid(x) (SiLU) are
-    functions of one input, one lookup table on nash-e; Relu(x) * Sigmoid(x) is not of that form."""
+    functions of one input, one lookup table on nash-e, and so with a Mul and an Add by scalars
+    after them; a Mul by a per-channel constant is not, nor is Relu(x) * Sigmoid(x)."""
     ir = qir.load(model_from_text(ACTIVATIONS))
     found = {c.kind: [ir.op(m).outputs[0] for m in c.members] for c in find_composites(ir)}
     assert sorted(c.kind for c in find_composites(ir)) == ["HardSwish", "HardSwish", "Silu"]
-    assert found["Silu"] == ["s", "z"]
+    assert found["Silu"] == ["s", "z0"]
     heads = sorted(tuple(ir.op(m).outputs[0] for m in c.members) for c in find_composites(ir) if c.kind == "HardSwish")
-    assert heads == [("a", "c", "m", "y"), ("hs", "u")]
+    assert heads == [("a", "c", "m", "y0", "y1", "y"), ("hs", "u")]
     assert not find_composites(ir, ("LayerNorm", "Gelu"))  # (only the kinds asked for)
     data = [{"x": np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32) * 4}]
     PassManager("fuse{march=nash-e},insert-calibration{march=nash-e},calibrate{method='max',progress=False}",
                 context=PipelineContext(data=data, measure=False)).run(ir)
     # (graph outputs stay float; nothing between a composite's ops is quantized, Relu(x) and its Sigmoid are)
-    assert {c.input for c in ir.calibrations(CalibRole.ACTIVATION)} == {"x", "r", "s2"}
-    assert unit_type(ir, ir.producer("y")) == "HardSwish" and unit_type(ir, ir.producer("z")) == "Silu"
+    assert {c.input for c in ir.calibrations(CalibRole.ACTIVATION)} == {"x", "z0", "r", "s2"}
+    assert unit_type(ir, ir.producer("y")) == "HardSwish" and unit_type(ir, ir.producer("z0")) == "Silu"
