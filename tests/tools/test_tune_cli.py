@@ -167,3 +167,16 @@ def test_a_margin_within_two_standard_errors_is_reached_with_a_caution():
     thin, wide = outcome(report(0.5 * error)), outcome(report(2.5 * error))
     assert thin.startswith("reached:") and "CAUTION: the margin" in thin and "0.5 standard error(s)" in thin
     assert "CAUTION" not in wide
+
+
+def test_the_verification_section_says_onnxruntime_agrees_when_only_the_integer_level_misses():
+    from qir.tools.reports.tune import _verification_lines
+
+    ver = {"runtime": "onnxruntime", "mean": 0.997, "worst": 0.9916, "worst_sample": 0, "margin": 0.0066,
+           "searched": 0.997, "difference": 0.0, "tolerance": 6e-5, "roundtrip": [], "agrees": False,
+           "onnxruntime_agrees": True, "integer": {"march": "nash-e", "mean": 0.995, "worst": 0.976,
+                                                   "margin": -0.0085, "meets": False}}
+    ort_line, integer_line = _verification_lines(ver)[2:]
+    assert ort_line.endswith("agrees") and "DISAGREES" not in ort_line
+    assert integer_line.endswith("MISSES the target")
+    assert _verification_lines({**ver, "onnxruntime_agrees": False})[2].endswith("DISAGREES")

@@ -184,22 +184,29 @@ def format_report(report: TuneReport) -> str:
               f"  {'node':<48}{'change':<{wide}}{'reason':<13}{'gain':>12}{'per image':>12}"]
     lines += [f"  {c['node']:<48}{c['change']:<{wide}}{c['reason']:<13}{c['gain']:>12.4g}{c['per_image']:>12.4g}"
               for c in r["changes"]]
-    ver = r.get("verification")
-    if ver:
-        lines += ["", "== verification", f"  {ver['runtime']}: mean {ver['mean']:.6g}, worst {ver['worst']:.6g} "
-                  f"(sample {ver['worst_sample']}), margin {ver['margin']:.4g}; search {ver['searched']:.6g}, "
-                  f"difference {ver['difference']:.3g} (tolerance {ver['tolerance']:.3g}): "
-                  + ("agrees" if ver["agrees"] else "DISAGREES")]
-        if ver["roundtrip"]:
-            lines.append("  re-import: " + "; ".join(ver["roundtrip"]))
-        if ver.get(Level.INTEGER):
-            i = ver[Level.INTEGER]
-            lines.append(f"  integer level ({i['march']}, assumed arithmetic): mean {i['mean']:.6g}, worst {i['worst']:.6g}, "
-                         f"margin {i['margin']:.4g}: " + ("meets the target" if i["meets"] else "MISSES the target"))
+    lines += _verification_lines(r.get("verification"))
     if r.get("commands"):
         lines += ["", "== reproduce from the calibrated model"] + [f"  {c}" for c in r["commands"]]
     lines += ["", f"{r['configurations']} configurations in {r['engine_calls']} engine call(s), {r.get('seconds', 0)} s"]
     return "\n".join(lines) + "\n"
+
+
+def _verification_lines(ver: dict[str, Any] | None) -> list[str]:
+    """The report's verification section: onnxruntime's row says whether the emitted model agrees
+    with the search there (``onnxruntime_agrees``: the integer level has its own row)."""
+    if not ver:
+        return []
+    lines = ["", "== verification", f"  {ver['runtime']}: mean {ver['mean']:.6g}, worst {ver['worst']:.6g} "
+             f"(sample {ver['worst_sample']}), margin {ver['margin']:.4g}; search {ver['searched']:.6g}, "
+             f"difference {ver['difference']:.3g} (tolerance {ver['tolerance']:.3g}): "
+             + ("agrees" if ver.get("onnxruntime_agrees", ver["agrees"]) else "DISAGREES")]
+    if ver["roundtrip"]:
+        lines.append("  re-import: " + "; ".join(ver["roundtrip"]))
+    if ver.get(Level.INTEGER):
+        i = ver[Level.INTEGER]
+        lines.append(f"  integer level ({i['march']}, assumed arithmetic): mean {i['mean']:.6g}, worst {i['worst']:.6g}, "
+                     f"margin {i['margin']:.4g}: " + ("meets the target" if i["meets"] else "MISSES the target"))
+    return lines
 
 
 def _figure(report: TuneReport):
