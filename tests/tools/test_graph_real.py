@@ -27,30 +27,33 @@ from .browser import chromium, click_node, panel_state
 pytestmark = pytest.mark.slow
 
 FACTOR = 300.0
-PLANTED = "planted_unscale_mul"
+PLANTED = "planted_conv"  # (the Conv that reads the widened channel: its output is where the error shows)
 
 
 def plant_outlier_channel(model: onnx.ModelProto, factor: float = FACTOR) -> tuple[str, int]:
-    """Scale one output channel (the one with the largest weights) of the middle Conv by
-    ``factor`` and undo it with a Mul by ``1/factor`` on that channel right after: the same
-    function, one channel ``factor`` times wider. Returns the Conv's name and the channel."""
+    """Widen one input channel (the one with the largest weights) of the middle Conv ``factor``
+    times with a Mul just before it, and undo it in that Conv's weights: the same function, one
+    channel of the Conv's quantized input ``factor`` times wider, so the Conv's other input
+    channels lose their int8 resolution and its output (the Conv, renamed ``PLANTED``) is where the
+    error shows. (The Mul follows a SiLU, which nothing folds it into; a Mul after the Conv would
+    be folded into its weights by ``fold-bn``.) Returns the Conv's name and the channel."""
     g = model.graph
     inits = {i.name: i for i in g.initializer}
-    convs = [n for n in g.node if n.op_type == "Conv" and len(n.input) == 3]
+    convs = [n for n in g.node if n.op_type == "Conv" and len(n.input) == 3 and int(
+        next((a.i for a in n.attribute if a.name == "group"), 1)) == 1]
     conv = convs[len(convs) // 2]
-    w, b = (numpy_helper.to_array(inits[conv.input[k]]).copy() for k in (1, 2))
-    c = int(np.argmax(np.abs(w).reshape(w.shape[0], -1).max(1)))
-    w[c] *= factor
-    b[c] *= factor
-    for k, arr in ((1, w), (2, b)):
-        inits[conv.input[k]].CopyFrom(numpy_helper.from_array(arr, conv.input[k]))
-    scale = np.ones((1, w.shape[0], 1, 1), np.float32)
-    scale[0, c] = 1 / factor
-    out = conv.output[0]
-    conv.output[0] = out + "_planted"
-    g.initializer.append(numpy_helper.from_array(scale, "planted_unscale"))
-    g.node.insert(list(g.node).index(conv) + 1, helper.make_node("Mul", [out + "_planted", "planted_unscale"], [out],
-                                                                   name=PLANTED))
+    w = numpy_helper.to_array(inits[conv.input[1]]).copy()
+    c = int(np.argmax(np.abs(w).transpose(1, 0, 2, 3).reshape(w.shape[1], -1).max(1)))
+    w[:, c] /= factor
+    inits[conv.input[1]].CopyFrom(numpy_helper.from_array(w, conv.input[1]))
+    scale = np.ones((1, w.shape[1], 1, 1), np.float32)
+    scale[0, c] = factor
+    x = conv.input[0]
+    conv.input[0] = x + "_planted"
+    g.initializer.append(numpy_helper.from_array(scale, "planted_scale"))
+    g.node.insert(list(g.node).index(conv), helper.make_node("Mul", [x, "planted_scale"], [x + "_planted"],
+                                                               name="planted_scale_mul"))
+    conv.name = PLANTED
     return conv.name, c
 
 

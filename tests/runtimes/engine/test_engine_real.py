@@ -65,7 +65,9 @@ def test_engine_equals_plain_evaluation_on_real_models(case, reference, mode):
         row = next(r for r in result.rows if r["variant"] == v.name)
         for out in ir.outputs:
             scale = float(np.abs(plain[out]).max())
-            assert float(np.abs(got[out] - plain[out]).max()) <= 1e-6 * scale, (name, v.name, out)
+            # (float kernels in a cone session and the whole-graph session differ in the last bits:
+            # measured up to 2.6e-6 on det's sigmoid map since its HardSwish units run in float)
+            assert float(np.abs(got[out] - plain[out]).max()) <= 5e-6 * scale, (name, v.name, out)
             expected = qmetrics.compute(result.metrics, baseline[out], plain[out])
             for m, value in expected.items():  # the rows evaluate() wrote
                 assert row["values"][out][m] == pytest.approx(value, abs=1e-6), (name, v.name, out, m)
