@@ -115,7 +115,7 @@ def main() -> None:
     import tune_peers
 
     folder = Path(args.data or tempfile.mkdtemp(prefix="tune_stages_"))
-    data, models = tune_peers.build_data(folder), tune_peers.build_models(folder)
+    data, models = tune_peers.build_data(folder, "ppocrv4_det"), tune_peers.build_models(folder, "ppocrv4_det")
     import qir
     from qir.passes import get_pass
     from qir.tools.tune import _calibrate
