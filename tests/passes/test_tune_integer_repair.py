@@ -115,3 +115,40 @@ def test_a_miss_in_onnxruntime_raises_the_result_further_for_a_tighter_target(mo
                       transforms=None, price="flops")(ir.clone()).report
     assert len(checked) == 2 and report["reached"] and report["verification"]["agrees"]
     assert parse_target(report["search_target"]).threshold > parse_target(target).threshold
+
+
+@pytest.mark.parametrize("gap, searched_there", [(1e-6, False), (10.0, True)], ids=["retry-makes-it-up", "beyond-bounds"])
+def test_a_miss_at_the_integer_level_only_is_raised_further_first_and_searched_there_last(monkeypatch, model, gap,
+                                                                                          searched_there):
+    """Step 7's order: a small gap is made up by the cheap fake-quant retry, and the search at the
+    integer level never runs; a gap no tightened target can make up goes to that search, from
+    the first result."""
+    from qir.passes import get_pass
+    from qir.passes import tune as tune_pass
+
+    real_verify, real_repair, checked, repaired = tune_pass.verify, tune_pass.integer_repair, [], []
+
+    def verify(ir, samples, target, searched, **options):  # the first result misses at the integer level by `gap`
+        out = real_verify(ir, samples, target, searched, **options)
+        checked.append(out)
+        if len(checked) == 1:
+            integer = dict(out["integer"], mean=out["mean"] - gap, worst=out["worst"] - gap, meets=False,
+                           margin=out["margin"] - gap, complete=True)
+            out = dict(out, agrees=False, integer=integer)
+        return out
+
+    def repair(ev, space, found, **options):
+        repaired.append(found.final)
+        return real_repair(ev, space, found, **options)
+
+    monkeypatch.setattr(tune_pass, "verify", verify)
+    monkeypatch.setattr(tune_pass, "integer_repair", repair)
+    monkeypatch.setattr(tune_pass.TunePass, "_backtrack", lambda *a: None)  # (nothing goes back)
+    ir, space = model
+    start, upper = _integer_score(ir, space, space.start()).mean, _integer_score(ir, space, space.upper()).mean
+    report = get_pass("tune", target=f"cosine>={(start + upper) / 2!r}", eval_data=EVAL, calib_data=DIGITS_DATA,
+                      progress=False, transforms=None, price="flops")(ir.clone()).report
+    assert bool(repaired) is searched_there
+    assert ("search_target" in report) is not searched_there  # (the retry's tightened target)
+    if searched_there:
+        assert report["integer_repair"]["candidates"] >= 0 and len(repaired) == 1
