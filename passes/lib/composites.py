@@ -34,9 +34,8 @@ Rules:
 2. Constants (eps, the exponent 2, sqrt 2, 1, 0.5, gamma, beta) are weights, read directly or
    through a weight calibration node; their values are not checked beyond their being constant
    (an edited eps or a smoothed gamma is still a LayerNorm).
-3. A GELU, HardSwish or SiLU takes in the Muls and Adds by a scalar constant that follow it
-   : a function of one input followed by a scalar affine is
-   still one, and one table.
+3. A GELU, HardSwish or SiLU takes in the Muls and Adds by a scalar constant that follow it: a
+   function of one input followed by a scalar affine is still one, and one table.
 4. Members are listed in topological order, the output op last (what
    :func:`qir.passes.lib.fusion.unit_of` expects of a fusion group).
 """
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 
 from qir.graph import QIR
 from qir.kinds import CalibRole
+from qir.passes.lib.affine import constant_of
 from qir.passes.lib.fusion import META_KEY
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.march.profile import COMPOSITE_KINDS
@@ -214,15 +214,10 @@ def _scalar_tail(ir: QIR, members: list[OpRecord]) -> list[OpRecord]:
                 and META_KEY not in nxt.meta and len(nxt.outputs) == 1):
             return members
         other = _other(ir, nxt, members[-1].outputs[0])
-        if other is None or not _constant(ir, other) or ir.value(_weight(ir, other)).data.size != 1:
+        const = constant_of(ir, other) if other is not None else None
+        if const is None or ir.value(const).data is None or ir.value(const).data.size != 1:
             return members
         members = [*members, nxt]
-
-
-def _weight(ir: QIR, value: str) -> str:
-    """The constant behind ``value`` (itself, or what its weight calibration node reads)."""
-    producer = ir.producer(value)
-    return producer.input if isinstance(producer, CalibRecord) else value
 
 
 def _hard_swish(ir: QIR, op: OpRecord) -> list[OpRecord] | None:
