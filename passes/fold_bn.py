@@ -3,16 +3,16 @@ spelled out), into the Conv / ConvTranspose / Gemm / MatMul before it."""
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import numpy as np
 
 from qir.graph import QIR
-from qir.kinds import NodeKind
 from qir.naming import fresh_name
 from qir.passes.base import Pass, PassResult, register_pass
-from qir.passes.lib.affine import LAST_AXIS_OPS, per_channel
+from qir.passes.lib.affine import LAST_AXIS_OPS, constant_of, per_channel
 from qir.records import OpRecord
-from qir.runtimes.numerics import fold_affine, fold_batchnorm
+from qir.runtimes.numerics import batchnorm_affine, fold_affine
 
 __all__ = ["FoldBatchNormPass"]
 
@@ -63,8 +63,8 @@ class FoldBatchNormPass(Pass):
         for op in list(ir.ops()):  # (topological order: a chain's second step sees the first folded)
             site = _affine_site(ir, op) if op.op_type in ("Mul", "Add") and not op.domain else None
             if site is not None:
-                _fold_affine(ir, op, *site)
-                affine.append({op.op_type.lower(): op.name, "into": site[0].name})
+                _fold_affine(ir, op, site)
+                affine.append({op.op_type.lower(): op.name, "into": site.linear.name})
         if folded or affine:
             logger.info("folded %d BatchNormalization node(s) and %d per-channel Mul/Add", len(folded), len(affine))
         return PassResult(ir, bool(folded or affine), {"folded": folded, "affine": affine})
@@ -82,29 +82,15 @@ class FoldBatchNormPass(Pass):
         if any(o and (ir.uses(o) or o in ir.outputs) for o in bn.outputs[1:]):
             return None
         constants = [v for v in (*op.inputs[1:], *bn.inputs[1:5]) if v]
-        if len(op.inputs) < 2 or not all(ir.value(v).kind is NodeKind.WEIGHT for v in constants):
+        if len(op.inputs) < 2 or not all(_constant(ir, v) for v in constants):
             return None
         return op
 
     @staticmethod
     def _fold(ir: QIR, op: OpRecord, bn: OpRecord) -> None:
-        w_name = op.inputs[1]
-        b_name = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] else None
-        weight = ir.weight_array(w_name)
-        bias = ir.weight_array(b_name) if b_name else None
-        if op.op_type == "Gemm":
-            axis = 0 if op.attrs.get("transB", 0) else 1
-            alpha, beta = float(op.attrs.get("alpha", 1.0)), float(op.attrs.get("beta", 1.0))
-            weight = weight * weight.dtype.type(alpha)
-            bias = None if bias is None else bias * bias.dtype.type(beta)
-            op.attrs.update(alpha=1.0, beta=1.0)
-            op.attr_types.update(alpha=1, beta=1)  # AttributeProto.FLOAT
-        else:
-            axis = 0 if op.op_type == "Conv" else 1
-        new_w, new_b = fold_batchnorm(weight, bias, *(ir.weight_array(n) for n in bn.inputs[1:5]),
-                                      epsilon=bn.attrs.get("epsilon", 1e-5), axis=axis)
-        _write_weight(ir, op, 1, w_name, new_w, f"{op.name}.weight")
-        _write_weight(ir, op, 2, b_name, new_b, f"{op.name}.bias")
+        a, shift = batchnorm_affine(*(ir.weight_array(n) for n in bn.inputs[1:5]), bn.attrs.get("epsilon", 1e-5))
+        axis, count, _ = _channels(ir, op)
+        _scale_weights(ir, op, axis, count, a, shift, make_bias=True)
         ir.replace_uses(bn.outputs[0], op.outputs[0])
         # a new dict: clones share the old one
         ir.meta["value_aliases"] = {**ir.meta.get("value_aliases", {}), op.outputs[0]: bn.outputs[0]}
@@ -127,7 +113,9 @@ def _write_weight(ir: QIR, op: OpRecord, slot: int, current: str | None, array, 
 
 
 def _constant(ir: QIR, value: str) -> bool:
-    return bool(value) and value not in ir.inputs and ir.value(value).kind is NodeKind.WEIGHT
+    """``value`` is a constant read directly (not through a calibration node: a calibrated weight
+    is not folded)."""
+    return constant_of(ir, value) == value
 
 
 def _single_read(ir: QIR, value: str) -> bool:
@@ -153,9 +141,21 @@ def _channels(ir: QIR, op: OpRecord) -> tuple[int, int, int] | None:
     return None
 
 
-def _affine_site(ir: QIR, op: OpRecord) -> tuple[OpRecord, OpRecord | None, int] | None:
-    """Where a Mul / Add by a per-channel constant folds: ``(linear op, its bias Add or None,
-    slot of the constant in ``op``)``, else None."""
+class _Site(NamedTuple):
+    """Where a Mul / Add by a per-channel constant folds: the linear op, its weight's channel axis
+    and channel count, the MatMul's bias Add (None: none) and the slot of its constant, and the
+    slot of the constant in the Mul / Add."""
+
+    linear: OpRecord
+    axis: int
+    count: int
+    bias: OpRecord | None
+    bias_slot: int
+    slot: int
+
+
+def _affine_site(ir: QIR, op: OpRecord) -> _Site | None:
+    """Where the Mul / Add ``op`` folds (:class:`_Site`), else None."""
     if len(op.inputs) != 2 or len(op.outputs) != 1 or op.outputs[0] in ir.outputs:
         return None
     slots = [i for i, v in enumerate(op.inputs) if _constant(ir, v)]
@@ -165,54 +165,55 @@ def _affine_site(ir: QIR, op: OpRecord) -> tuple[OpRecord, OpRecord | None, int]
     producer = ir.producer(op.inputs[1 - slots[0]])
     if not isinstance(producer, OpRecord) or producer.domain:
         return None
-    bias = None
+    bias, bias_slot = None, -1
     if producer.op_type == "Add" and producer.outputs[0] not in ir.outputs:  # MatMul's bias Add, then this op
         inner = [i for i, v in enumerate(producer.inputs) if _constant(ir, v)]
         made = ir.producer(producer.inputs[1 - inner[0]]) if len(inner) == 1 and len(producer.inputs) == 2 else None
         if not (isinstance(made, OpRecord) and made.op_type == "MatMul" and _single_read(ir, made.outputs[0])):
             return None
-        bias, producer = producer, made
+        bias, bias_slot, producer = producer, inner[0], made
     elif producer.op_type == "MatMul" and op.op_type == "Add":
         return None  # (that Add is the MatMul's bias: nowhere to fold it)
     found = _channels(ir, producer)
     if found is None or not np.issubdtype(k.dtype, np.floating):
         return None
-    _, count, rank = found
+    axis, count, rank = found
     if not per_channel(k.shape, count, rank, last=producer.op_type in LAST_AXIS_OPS):
         return None
     if bias is not None:
-        c = ir.weight_array(bias.inputs[[i for i, v in enumerate(bias.inputs) if _constant(ir, v)][0]])
+        c = ir.weight_array(bias.inputs[bias_slot])
         if not np.issubdtype(c.dtype, np.floating) or not per_channel(c.shape, count, rank, last=True):
             return None
-    return producer, bias, slots[0]
+    return _Site(producer, axis, count, bias, bias_slot, slots[0])
 
 
-def _fold_affine(ir: QIR, op: OpRecord, linear: OpRecord, bias: OpRecord | None, slot: int) -> None:
-    """Fold ``op`` (Mul / Add by the constant in ``slot``) into ``linear`` (and its bias Add)."""
-    k = ir.weight_array(op.inputs[slot]).reshape(-1)
+def _fold_affine(ir: QIR, op: OpRecord, site: _Site) -> None:
+    """Fold ``op`` (Mul / Add by the constant in ``site.slot``) into ``site``'s linear op (and its
+    bias Add)."""
+    k = ir.weight_array(op.inputs[site.slot]).reshape(-1)
     scale = k if op.op_type == "Mul" else np.ones(1)
     shift = k if op.op_type == "Add" else np.zeros(1)
-    axis, count, _ = _channels(ir, linear)
-    if op.op_type == "Mul" or bias is None:
-        _scale_weights(ir, linear, axis, count, scale, shift if bias is None else np.zeros(1))
-    if bias is not None:
-        c_slot = [i for i, v in enumerate(bias.inputs) if _constant(ir, v)][0]
-        c = ir.weight_array(bias.inputs[c_slot])
-        folded = (np.asarray(c, np.float64).reshape(-1) * scale + shift) * np.ones(count)
-        _write_weight(ir, bias, c_slot, bias.inputs[c_slot], folded.reshape(
-            (1,) * (c.ndim - 1) + (count,) if c.ndim else (count,)).astype(c.dtype), f"{bias.name}.bias")
-    last = bias if bias is not None else linear
+    if op.op_type == "Mul" or site.bias is None:
+        shift_w = shift if site.bias is None else np.zeros(1)
+        _scale_weights(ir, site.linear, site.axis, site.count, scale, shift_w, make_bias=bool(np.any(shift_w)))
+    if site.bias is not None:
+        c = ir.weight_array(site.bias.inputs[site.bias_slot])
+        folded = (np.asarray(c, np.float64).reshape(-1) * scale + shift) * np.ones(site.count)
+        _write_weight(ir, site.bias, site.bias_slot, site.bias.inputs[site.bias_slot], folded.reshape(
+            (1,) * (c.ndim - 1) + (site.count,) if c.ndim else (site.count,)).astype(c.dtype), f"{site.bias.name}.bias")
+    last = site.bias if site.bias is not None else site.linear
     ir.replace_uses(op.outputs[0], last.outputs[0])
     ir.meta["value_aliases"] = {**ir.meta.get("value_aliases", {}), last.outputs[0]: op.outputs[0]}
-    constant = op.inputs[slot]
+    constant = op.inputs[site.slot]
     ir.remove_node(op.name)
     if not ir.uses(constant) and constant not in ir.outputs:
         ir.remove_value(constant)
 
 
-def _scale_weights(ir: QIR, op: OpRecord, axis: int, count: int, scale, shift) -> None:
-    """W' = W * scale along ``axis``; B' = B * scale + shift (B made where the op has none and a
-    shift is asked for; a MatMul has no bias slot and is given a zero shift)."""
+def _scale_weights(ir: QIR, op: OpRecord, axis: int, count: int, scale, shift, make_bias: bool) -> None:
+    """W' = W * scale along ``axis``; B' = B * scale + shift (B made where the op has none and
+    ``make_bias``; a MatMul has no bias slot and is given a zero shift). Gemm's ``alpha`` and
+    ``beta`` are folded first."""
     w_name = op.inputs[1]
     b_name = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] else None
     weight = ir.weight_array(w_name)
@@ -225,5 +226,5 @@ def _scale_weights(ir: QIR, op: OpRecord, axis: int, count: int, scale, shift) -
         op.attr_types.update(alpha=1, beta=1)  # AttributeProto.FLOAT
     new_w, new_b = fold_affine(weight, bias, np.broadcast_to(scale, (count,)), np.broadcast_to(shift, (count,)), axis)
     _write_weight(ir, op, 1, w_name, new_w, f"{op.name}.weight")
-    if op.op_type != "MatMul" and (b_name or np.any(shift)):
+    if op.op_type != "MatMul" and (b_name or make_bias):
         _write_weight(ir, op, 2, b_name, new_b, f"{op.name}.bias")

@@ -25,7 +25,8 @@ from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point, r
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["ROUNDING", "fake_quant", "apply_calibration", "clip_only", "apply_implied_clip", "fold_affine", "fold_batchnorm"]
+__all__ = ["ROUNDING", "fake_quant", "apply_calibration", "clip_only", "apply_implied_clip", "batchnorm_affine", "fold_affine",
+           "fold_batchnorm"]
 
 def _half_up(v: np.ndarray) -> np.ndarray:
     return np.floor(v + np.asarray(0.5, v.dtype))
@@ -95,8 +96,15 @@ def fold_batchnorm(weight: np.ndarray, bias: np.ndarray | None, scale: np.ndarra
     weights along the output-channel ``axis``, so W' = W * a (along ``axis``) and
     B' = (B - mean) * a + beta (B = 0 when absent). Computed in float64, returned in W's dtype.
     """
+    return fold_affine(weight, bias, *batchnorm_affine(scale, beta, mean, var, epsilon), axis)
+
+
+def batchnorm_affine(scale: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """BatchNormalization as a per-channel affine ``y * a + shift`` (float64): a = scale /
+    sqrt(var + eps), shift = beta - mean * a."""
     a = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + float(epsilon))
-    return fold_affine(weight, bias, a, np.asarray(beta, np.float64) - np.asarray(mean, np.float64) * a, axis)
+    return a, np.asarray(beta, np.float64) - np.asarray(mean, np.float64) * a
 
 
 def fold_affine(weight: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, shift: np.ndarray, axis: int

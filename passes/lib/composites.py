@@ -74,14 +74,8 @@ def _source(ir: QIR, value: str) -> str:
 
 
 def _constant(ir: QIR, value: str) -> bool:
-    producer = ir.producer(value)
-    if isinstance(producer, CalibRecord):
-        if producer.role is not CalibRole.WEIGHT:
-            return False
-        value = producer.input
-    elif producer is not None:
-        return False
-    return value not in ir.inputs and ir.value(value).data is not None
+    """``value`` is a constant, read directly or through a weight calibration node (rule 2)."""
+    return constant_of(ir, value) is not None
 
 
 def _made_by(ir: QIR, value: str, op_type: str) -> OpRecord | None:
