@@ -16,19 +16,10 @@ import argparse
 import time
 
 import numpy as np
-from real_cases import realmodels
+from real_cases import CASES as REAL_CASES
+from real_cases import VIT_CASE, calib_and_eval, realmodels
 
-CASES = {"ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640]), "ppocr_cls": ("ppocr_cls_input", [1, 3, 48, 192]),
-         "yolov8n_320": ("yolov8n_input", [1, 3, 320, 320]), "vit_s_focus": ("vit_input", [1, 3, 224, 224])}
-
-
-def data(rm, name: str, count: int) -> tuple[list[dict], list[dict]]:
-    prep, key = getattr(rm, CASES[name][0]), rm.MODELS[name][1]
-    if name == "ppocrv4_det":
-        calib, evaluation = rm.text_images(count, seed=0), rm.text_images(count, seed=1)
-    else:
-        calib, evaluation = rm.images(rm.CALIB)[:count], rm.images(rm.EVAL)[:count]
-    return [{key: prep(i)} for i in calib], [{key: prep(i)} for i in evaluation]
+CASES = {**{name: REAL_CASES[name] for name in ("ppocrv4_det", "ppocr_cls", "yolov8n_320")}, "vit_s_focus": VIT_CASE}
 
 
 def measure(rm, name: str, method: str, count: int) -> dict:
@@ -39,7 +30,7 @@ def measure(rm, name: str, method: str, count: int) -> dict:
     from qir.passes.tune.space import Space
     from qir.runtimes.march import get_profile
 
-    calib, evaluation = data(rm, name, count)
+    calib, evaluation = calib_and_eval(rm, name, CASES[name][0], count)
     key = rm.MODELS[name][1]
     base = qir.load(rm.model(name), input_shapes={key: CASES[name][1]})
     floats = [qir.run(base, s, runtime="ort", level="float") for s in evaluation]

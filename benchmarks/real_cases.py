@@ -12,6 +12,22 @@ CASES = {  # name -> (preprocessing function in realmodels, static input shape)
 }
 
 
+#: The ViT-S (``vit_s_focus``) the same way; not in :data:`CASES`, which the speed benchmarks run whole.
+VIT_CASE = ("vit_input", [1, 3, 224, 224])
+
+
+def calib_and_eval(rm, name: str, prep: str, count: int) -> tuple[list[dict], list[dict]]:
+    """``count`` calibration and ``count`` evaluation samples of model ``name`` (``prep``: its
+    preprocessing function in ``realmodels``): PP-OCRv4 det on text images (``text_images``, seed 0
+    to calibrate, 1 to evaluate; a text detector needs text), the others on the CALIB / EVAL photos."""
+    if name == "ppocrv4_det":
+        calib, evaluation = rm.text_images(count, seed=0), rm.text_images(count, seed=1)
+    else:
+        calib, evaluation = rm.images(rm.CALIB)[:count], rm.images(rm.EVAL)[:count]
+    key, fn = rm.MODELS[name][1], getattr(rm, prep)
+    return [{key: fn(i)} for i in calib], [{key: fn(i)} for i in evaluation]
+
+
 #: The one real image each model is timed on: a text page for the text models.
 SAMPLE_IMAGE = {"yolov8n_320": "motorcycle_right.png", "ppocrv4_det": "page.png", "ppocr_cls": "page.png"}
 

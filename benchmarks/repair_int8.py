@@ -18,9 +18,10 @@ import logging
 import time
 
 import numpy as np
-from real_cases import realmodels
+from real_cases import CASES as REAL_CASES
+from real_cases import VIT_CASE, calib_and_eval, realmodels
 
-CASES = {"vit_s_focus": ("vit_input", [1, 3, 224, 224]), "ppocrv4_det": ("ppocr_det_input", [1, 3, 640, 640])}
+CASES = {"vit_s_focus": VIT_CASE, "ppocrv4_det": REAL_CASES["ppocrv4_det"]}
 CONFIGS = {  # label -> (transforms before calibration, after calibration)
     "all-int8 (none)": ("", ""),
     "smooth": ("smooth", ""),
@@ -40,16 +41,6 @@ CONFIGS = {  # label -> (transforms before calibration, after calibration)
                                                    "time_budget_s=1200}"),
     "smooth,round-weights{threshold}": ("smooth", "round-weights{method='threshold'}"),
 }
-
-
-def data(rm, name: str, count: int) -> tuple[list[dict], list[dict]]:
-    prep = getattr(rm, CASES[name][0])
-    if name == "ppocrv4_det":
-        calib, evaluation = rm.text_images(count, seed=0), rm.text_images(count, seed=1)
-    else:
-        calib, evaluation = rm.images(rm.CALIB)[:count], rm.images(rm.EVAL)[:count]
-    key = rm.MODELS[name][1]
-    return [{key: prep(i)} for i in calib], [{key: prep(i)} for i in evaluation]
 
 
 def run_config(base, before: str, after: str, calib, evaluation, float_outputs) -> dict:
@@ -90,7 +81,7 @@ def main() -> None:
     print("| model | transforms | sites changed | all-int8 mean cosine | worst image | pipeline s |")
     print("|---|---|---|---|---|---|")
     for name in args.models:
-        calib, evaluation = data(rm, name, args.count)
+        calib, evaluation = calib_and_eval(rm, name, CASES[name][0], args.count)
         key = rm.MODELS[name][1]
         base = qir.load(rm.model(name), input_shapes={key: CASES[name][1]})
         float_outputs = [qir.run(base, s, runtime="ort", level="float") for s in evaluation]
