@@ -1,11 +1,12 @@
 """``qir tune`` on PP-OCRv4 det stage by stage: where its time goes, and what it ends with on the
 unseen images (issue 35).
 
-    python benchmarks/tune_stages.py [--data DIR] [--target "cosine>=0.99,worst>=0.98"] [--transforms none]
-        [--out FILE.json] [--profile FILE.prof]
+    python benchmarks/tune_stages.py [--data DIR] [--model ppocrv4_det] [--target "cosine>=0.99,worst>=0.98"]
+        [--transforms none] [--sensitivity-samples all] [--price latency] [--out FILE.json] [--profile FILE.prof]
 
 The data and model are ``benchmarks/tune_peers.py``'s (8 calibration, 8 evaluation and 16 unseen
-text images, the model's input fixed at 1x3x640x640), built under ``--data`` when missing. The
+text images, the model's input fixed at 1x3x640x640; ``--model vit_s_focus``: the ViT-S on its 8 + 8
++ 8 photos), built under ``--data`` when missing. The
 float model is calibrated once for nash-e with ``mse`` (``DATA/calibrated_mse.onnx``, kept); the
 timed part is ``TunePass`` on that calibrated model, one thread, as ``qir tune --threads 1`` runs
 it, with the calibration data for the clipping stage and the unseen images as check data. Each
@@ -14,7 +15,8 @@ thread) are measured by wrapping the pass's stage methods (nested calls counted 
 outer stage, except the clipping statistics: also inside ``bounds``), the transforms stage
 (tune's default candidates, or ``--transforms``) included; ``--profile`` also writes a cProfile
 of the timed part (it slows the run by about a tenth); the JSON holds the times,
-the result's cost against all-int16, its score on the evaluation and on the unseen images, and
+the result's cost against all-int16, its estimated time (ms) and FLOP cost against all-int8, its
+calibration nodes per mode and GEMMs per precision, its score on the evaluation and on the unseen images, and
 the sensitivity order's stable top-k and the samples it ranked on, and the transforms kept.
 """
 from __future__ import annotations
@@ -102,20 +104,30 @@ def instrument() -> tuple[dict[str, list[float]], dict[str, int]]:
     return times, runs
 
 
+def _samples(text: str) -> int | str | None:
+    return None if text == "all" else text if text == "auto" else int(text)
+
+
 def main() -> None:
+    import tune_peers
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=None, help="folder of the data and models (default: a temp dir)")
+    p.add_argument("--model", default="ppocrv4_det", choices=sorted(tune_peers.MODELS),
+                   help="which of tune_peers.py's models (default ppocrv4_det)")
     p.add_argument("--target", default="cosine>=0.99,worst>=0.98")
     p.add_argument("--march", default="nash-e")
     p.add_argument("--transforms", default="default", help="'none', or the transforms stage's candidates, "
                    "comma-separated (default: tune's default)")
+    p.add_argument("--sensitivity-samples", default="all", help="qir tune's --sensitivity-samples: 'all' (its "
+                   "default), 'auto', or a count of the worst evaluation samples")
+    p.add_argument("--price", default="latency", choices=["latency", "flops"], help="qir tune's --price")
     p.add_argument("--out", default=None, help="also write the numbers to this JSON file")
     p.add_argument("--profile", default=None, help="also write a cProfile of the timed part to this file")
     args = p.parse_args()
-    import tune_peers
 
     folder = Path(args.data or tempfile.mkdtemp(prefix="tune_stages_"))
-    data, models = tune_peers.build_data(folder, "ppocrv4_det"), tune_peers.build_models(folder, "ppocrv4_det")
+    data, models = tune_peers.build_data(folder, args.model), tune_peers.build_models(folder, args.model)
     import qir
     from qir.passes import get_pass
     from qir.tools.tune import _calibrate
@@ -130,7 +142,8 @@ def main() -> None:
     transforms = {} if args.transforms == "default" else {
         "transforms": None if args.transforms == "none" else args.transforms.split(",")}
     tune = get_pass("tune", target=args.target, eval_data=str(data["eval"]), calib_data=str(data["calib"]),
-                    march=args.march, threads=1, check_data=str(data["held"]), progress=False, **transforms)
+                    march=args.march, threads=1, check_data=str(data["held"]), progress=False,
+                    sensitivity_samples=_samples(args.sensitivity_samples), price=args.price, **transforms)
     profiler = cProfile.Profile() if args.profile else None
     start, cpu = _clocks()
     if profiler:
@@ -146,8 +159,10 @@ def main() -> None:
            "stages (wall s, cpu s)": {k: [round(v[0], 2), round(v[1], 2)] for k, v in times.items()},
            "whole runs (samples)": runs,
            "reached": r["reached"], "cost_vs_int16": r["final"]["cost_vs_int16"], "eval_mean": r["final"]["mean"],
+           "est_ms": round(r["final"]["time_us"] / 1000, 3), "flop_cost_vs_start": r["final"]["flop_cost_vs_start"],
            "eval_worst": r["final"]["worst"], "unseen_mean": unseen.get("mean"), "unseen_worst": unseen.get("worst"),
-           "raised": r["raised"], "configurations": r["configurations"], "engine_calls": r["engine_calls"],
+           "raised": r["raised"], "calibration_modes": r["calibration_modes"], "gemm_ops": r["gemm_ops"],
+           "configurations": r["configurations"], "engine_calls": r["engine_calls"],
            "stable_top_k": (r.get("sensitivity") or {}).get("stable_top_k"),
            "sensitivity_units": len((r.get("sensitivity") or {}).get("rows", [])),
            "sensitivity_samples": (r.get("ratio_search") or {}).get("sensitivity_samples"),

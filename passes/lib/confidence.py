@@ -124,7 +124,7 @@ def rank_confidence(per_sample: Mapping[str, Sequence[float]], *, descending: bo
     Rows scoring NaN everywhere rank last."""
     names = list(per_sample)
     values = np.array([np.asarray(per_sample[n], dtype=np.float64) for n in names], dtype=np.float64)
-    values = values.reshape(len(names), -1)
+    values = values.reshape(len(names), -1) if names else np.zeros((0, 0))  # (no rows: nothing ranked)
     n = values.shape[1]
     finite = np.isfinite(values)
     means = np.array([float(v[f].mean()) if f.any() else math.nan for v, f in zip(values, finite)])

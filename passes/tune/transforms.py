@@ -133,8 +133,10 @@ def float_model(ir: QIR) -> QIR:
 
 def _steps(transforms: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     steps = [step for text in transforms for step in parse_pipeline(text)]
+    from qir.passes import _load_passes
     from qir.passes.base import PASSES
 
+    _load_passes()  # (rebuild may be the first to need them)
     unknown = [name for name, _ in steps if name not in KNOWN_TRANSFORMS or name not in PASSES]
     if unknown:
         raise InputError(f"tune: unknown transform {unknown[0]!r}; choose from "

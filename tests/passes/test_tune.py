@@ -293,6 +293,24 @@ def test_cheap_units_are_raised_without_a_search_and_their_gain_is_measured_toge
     assert cheap[0]["gain"] == pytest.approx(on(undone) - on(result.ir), rel=1e-3, abs=1e-9)  # measured, undone together
 
 
+def test_cheap_units_the_target_does_not_need_go_back_down_in_pruning(monkeypatch):
+    from qir.passes import tune as tune_pass
+
+    monkeypatch.setattr(tune_pass, "CHEAP_SHARE", 1.0)  # every unit cheap: raised with no search, then pruned
+    ir = _calibrated("percentile")
+    space = Space(ir, get_profile("nash-e"))
+    cheap = space.cheap(space.start(), space.upper(), 1.0)
+    assert len(cheap) == len([i for i in space.searchable() if space.upper().levels[i] > 0]) > 2
+    start = _plain(_configured(ir, {c.name: "int8" for c in ir.calibrations()}), "mse")
+    upper = _plain(_configured(ir, {c.name: "int16" for c in ir.calibrations()}), "mse")
+    result = _tune(ir, f"mse<={(start + upper) / 2!r}")
+    report = result.report
+    assert report["reached"] and report["verification"]["agrees"]
+    assert report["ratio_search"]["cheap"] == len(cheap)
+    assert 0 < report["raised"] < len(cheap)  # the floor was every unit raised: pruning took some back down
+    assert parse_target(report["target"]).met(_plain_score(result.ir, "mse"))
+
+
 @pytest.mark.parametrize("metric", ["cosine-similarity", "mse"])
 def test_configurations_far_from_the_reference_run_whole_and_score_what_the_engine_and_a_plain_run_score(metric):
     ir = _calibrated("percentile")

@@ -220,3 +220,12 @@ def test_round_weights_is_a_transform_tune_can_try():
                                  space_of=_space, candidates=("round-weights{method=threshold}",), progress=False)
     (trial,) = stage.trials
     assert trial.error is None and trial.transforms == ("round-weights{method=threshold}",)
+
+
+def test_rebuild_knows_the_transforms_before_any_other_pass_is_loaded():
+    # (a fresh process that only imports the stage: rebuild is public, and may be the first call)
+    code = ("from qir.passes.tune.transforms import _steps; "
+            "print([name for name, _ in _steps(['smooth', 'equalize', 'bias-correct{mode=empirical}'])])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['smooth', 'equalize', 'bias-correct']"

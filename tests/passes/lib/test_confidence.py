@@ -82,3 +82,10 @@ def test_rounds_double_and_two_equal_rows_use_every_sample():
     assert not sampling.settled and sampling.used == 20 and "not settled" in sampling.reason
     assert calls[0] == [0, 1, 2, 3] and sum(len(c) for c in calls) == 20  # worst first, each sample once
     assert sorted({r["sample"] for r in result.rows}) == list(range(20))
+
+
+def test_a_table_without_rows_ranks_nothing():
+    # (tune's sensitivity stage with every unit cheap: nothing to rank)
+    for descending in (True, False):
+        ranking = rank_confidence({}, descending=descending)
+        assert ranking.rows == () and not ranking.settled(1)
