@@ -123,6 +123,8 @@ def main() -> None:
                    "default), 'auto', or a count of the worst evaluation samples")
     p.add_argument("--price", default="latency", choices=["latency", "flops"], help="qir tune's --price")
     p.add_argument("--out", default=None, help="also write the numbers to this JSON file")
+    p.add_argument("--report", default=None, help="also write tune's report (JSON, without the "
+                   "verification's model) to this file")
     p.add_argument("--profile", default=None, help="also write a cProfile of the timed part to this file")
     args = p.parse_args()
 
@@ -170,6 +172,11 @@ def main() -> None:
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))
+    if args.report:
+        from qir.json_dump import json_text
+
+        kept = {k: r[k] for k in r.keys() if k != "verification"}  # (that holds the emitted model)
+        Path(args.report).write_text(json_text("qir.tune", kept))
 
 
 if __name__ == "__main__":
