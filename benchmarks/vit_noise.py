@@ -1,0 +1,91 @@
+"""How far one photo's score moves under int8 noise on the ViT-S: fake quantization and nash-e's
+integer level against float, value by value, and what a small change of precision does to each
+photo (issue 34: "what decides the worst photo at the integer level").
+
+    python benchmarks/vit_noise.py --data DIR [--model CALIBRATED.onnx]
+
+``DIR`` is ``benchmarks/tune_peers.py``'s ViT-S data folder (``float_static.onnx`` and the
+``eval`` / ``held`` photos as ``.npy``); the calibrated model defaults to
+``DIR/calibrated_mse.onnx`` (what ``benchmarks/tune_stages.py --model vit_s_focus`` writes). It
+prints, for the evaluation and the held photos, each photo's cosine with the float outputs at
+fake quantization (onnxruntime) and at the integer level (numpy); then on the evaluation photo the
+integer level scores worst, the relative error against float of every activation quantizer's
+value at both levels and between them, every `--every`-th row; and the same scores with the
+twelve Softmax outputs at int16 (a change that lowers the noise everywhere).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+
+def _feeds(ir, folder: Path) -> list[dict]:
+    return [{ir.inputs[0]: np.load(f).astype(np.float32)} for f in sorted(folder.glob("*.npy"))]
+
+
+def _scores(qir, base, ir, feeds) -> tuple[list[float], list[float]]:
+    from qir.metrics import cosine_similarity
+
+    ref = [qir.run(base, f, runtime="ort", level="float")[base.outputs[0]] for f in feeds]
+    fq = [cosine_similarity(r, qir.run(ir, f, runtime="ort", level="fakequant")[ir.outputs[0]]) for r, f in zip(ref, feeds)]
+    it = [cosine_similarity(r, qir.run(ir, f, runtime="numpy", level="integer")[ir.outputs[0]]) for r, f in zip(ref, feeds)]
+    return fq, it
+
+
+def _line(name: str, values: list[float]) -> str:
+    return f"  {name:<10} mean {np.mean(values):.4f} worst {np.min(values):.4f}  " + " ".join(f"{v:.4f}" for v in values)
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(np.linalg.norm(a - b) / (np.linalg.norm(a) + 1e-12))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="tune_peers.py's vit_s_focus data folder")
+    p.add_argument("--model", default=None, help="the calibrated model (default DATA/calibrated_mse.onnx)")
+    p.add_argument("--every", type=int, default=12, help="print every N-th quantizer's row (default 12)")
+    args = p.parse_args()
+    import qir
+    from qir.records import CalibRecord
+
+    data = Path(args.data)
+    base, ir = qir.load(data / "float_static.onnx"), qir.load(args.model or data / "calibrated_mse.onnx")
+    sets = {name: _feeds(ir, data / name) for name in ("eval", "held")}
+    scores = {name: _scores(qir, base, ir, feeds) for name, feeds in sets.items()}
+    print("cosine with float, per photo (all-int8 as calibrated):")
+    for name, (fq, it) in scores.items():
+        print(_line(f"{name} fq", fq))
+        print(_line(f"{name} int", it))
+    worst = int(np.argmin(scores["eval"][1]))
+    values = [c.output for c in ir.calibrations("activation")]
+    feed = sets["eval"][worst]
+    runs = {level: qir.run(ir, feed, runtime="numpy", level=level, capture=values)
+            for level in ("float", "fakequant", "integer")}
+    print(f"\nevaluation photo {worst}, relative error of each quantized value (every {args.every}th):")
+    print(f"  {'value':<70} {'fq':>7} {'int':>7} {'fq-int':>7}")
+    for k, c in enumerate(ir.calibrations("activation")):
+        if k % args.every and k != len(values) - 1:
+            continue
+        fl, fq, it = (runs[level][c.output] for level in ("float", "fakequant", "integer"))
+        print(f"  {c.name[-70:]:<70} {_relative(fl, fq):7.4f} {_relative(fl, it):7.4f} {_relative(fq, it):7.4f}")
+    softmax = ir.clone()
+    outs = [c.name for op in ir.ops("Softmax") for c in ir.consumers(op.outputs[0]) if isinstance(c, CalibRecord)]
+    for name in outs:
+        softmax.set_calibration(name, mode="int16")
+    print(f"\nwith the {len(outs)} Softmax outputs at int16:")
+    for name, feeds in sets.items():
+        fq, it = _scores(qir, base, softmax, feeds)
+        print(_line(f"{name} fq", fq))
+        print(_line(f"{name} int", it))
+
+
+if __name__ == "__main__":
+    main()
