@@ -13,7 +13,10 @@ integer level scores worst, the relative error against float of every activation
 value at both levels and between them, every `--every`-th row; and the same scores with the
 twelve Softmax outputs at int16 (a change that lowers the noise everywhere); and per held photo
 the range of its score over twelve configurations that each raise one Softmax input alone to
-int16, in onnxruntime and in the numpy runtime (the same arithmetic, another float rounding order).
+int16, in onnxruntime and in the numpy runtime (the same arithmetic, another float rounding order);
+last, the residual stream at int16 (the outputs of the embeddings' Add and of each layer's two
+residual Adds: one role across the layers, not units picked on the evaluation photos), with its
+estimated time on nash-e.
 """
 from __future__ import annotations
 
@@ -88,6 +91,27 @@ def main() -> None:
         print(_line(f"{name} fq", fq))
         print(_line(f"{name} int", it))
     _single_raises(qir, base, ir, sets["held"])
+    _residual_stream(qir, base, ir, sets)
+
+
+def _residual_stream(qir, base, ir, sets) -> None:
+    import re
+
+    from qir.passes.tune.space import Space
+    from qir.runtimes.march import get_profile
+
+    pattern = re.compile(r"(layer\.\d+/Add(_1)?|embeddings/Add)_output_0_calib$")
+    names = [c.name for c in ir.calibrations("activation") if pattern.search(c.name)]
+    raised = ir.clone()
+    for name in names:
+        raised.set_calibration(name, mode="int16")
+    profile = get_profile("nash-e")
+    print(f"\nthe residual stream at int16 ({len(names)} quantizers): est. {Space(raised, profile).cost_of_ir() / 1000:.3f} "
+          f"ms (all-int8 {Space(ir, profile).cost_of_ir() / 1000:.3f} ms)")
+    for name, feeds in sets.items():
+        fq, it = _scores(qir, base, raised, feeds)
+        print(_line(f"{name} fq", fq))
+        print(_line(f"{name} int", it))
 
 
 def _single_raises(qir, base, ir, feeds) -> None:
