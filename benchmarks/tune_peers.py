@@ -91,6 +91,7 @@ MODELS = {  # model -> (input, shape, preprocessing, sets: (folder, text_images 
     "ppocrv4_det": ("x", [1, 3, 640, 640], "ppocr_det_input", (("calib", 11, 8), ("eval", 12, 8), ("held", 13, 16)), False),
     "vit_s_focus": ("input_image", [1, 3, 224, 224], "vit_input",
                     (("calib", "CALIB", 8), ("eval", "EVAL", 8), ("held", HELD_PHOTOS, 8)), True),
+    "ppocr_cls": ("x", [1, 3, 48, 192], "text_band_input", (("calib", 11, 8), ("eval", 12, 8), ("held", 13, 16)), False),
 }
 RUNS = {  # run -> (script, python: "qir" or "peers", extra options, model: "static" or "op13")
     "qir": ("qir_tune.py", "qir", [], "static"),
@@ -109,6 +110,17 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 
 
 # ---------------------------------------------------------------------- data and models
+def text_band_input(page: np.ndarray) -> np.ndarray:
+    """The text-direction classifier's input from a text page (``realmodels.text_images``): the
+    page's middle band, four times as wide as high (the classifier's 192x48 aspect; a few printed
+    lines), through ``ppocr_cls_input``."""
+    from real_cases import realmodels
+
+    h, w = page.shape[:2]
+    top = (h - w // 4) // 2
+    return realmodels().ppocr_cls_input(page[top:top + w // 4])
+
+
 def build_data(folder: Path, model: str) -> dict[str, Path]:
     """The calib / eval / held sample folders of ``model`` under ``folder`` (see the module
     docstring); kept when a previous build finished (``.complete``)."""
@@ -130,7 +142,8 @@ def build_data(folder: Path, model: str) -> dict[str, Path]:
             if len(images) != count:
                 raise SystemExit(f"{model} {name}: {len(images)} of the {count} photos found under {rm.root() / 'images'}")
         for i, image in enumerate(images):
-            np.save(paths[name] / f"{i:03d}.npy", getattr(rm, prep)(image).astype(np.float32))
+            fn = getattr(rm, prep, None) or globals()[prep]  # (realmodels' preprocessing, or one of this module)
+            np.save(paths[name] / f"{i:03d}.npy", fn(image).astype(np.float32))
     done.write_text(repr(sets))
     return paths
 

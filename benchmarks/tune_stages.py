@@ -123,8 +123,8 @@ def main() -> None:
                    "default), 'auto', or a count of the worst evaluation samples")
     p.add_argument("--price", default="latency", choices=["latency", "flops"], help="qir tune's --price")
     p.add_argument("--out", default=None, help="also write the numbers to this JSON file")
-    p.add_argument("--report", default=None, help="also write tune's report (JSON, without the "
-                   "verification's model) to this file")
+    p.add_argument("--report", default=None, help="also write tune's report (JSON, without its "
+                   "verification section, which holds the emitted model) to this file")
     p.add_argument("--profile", default=None, help="also write a cProfile of the timed part to this file")
     args = p.parse_args()
 

@@ -243,6 +243,7 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
         ratio_search={"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
                       "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
                       "cheap": len(found.cheap),
+                      "cheap_kept": sum(final.levels[i] > found.start.levels[i] for i in found.cheap),
                       "sensitivity_samples": found.sensitivity_samples},
         attribution_samples=found.attribution_samples,
         changes=_changes(ev, found), clipping=found.fixes,

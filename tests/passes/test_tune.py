@@ -21,6 +21,7 @@ from qir.passes.tune.space import Space
 from qir.passes.tune.target import SYNTAX, Score, Target, parse_target
 from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import get_profile
+from qir.tools.reports.tune import format_report
 
 from ..conftest import DIGITS, DIGITS_DATA, calibrate_for_nash_e
 
@@ -308,7 +309,37 @@ def test_cheap_units_the_target_does_not_need_go_back_down_in_pruning(monkeypatc
     assert report["reached"] and report["verification"]["agrees"]
     assert report["ratio_search"]["cheap"] == len(cheap)
     assert 0 < report["raised"] < len(cheap)  # the floor was every unit raised: pruning took some back down
+    assert report["ratio_search"]["cheap_kept"] == report["raised"]
+    assert f"({report['raised']} cheap unit(s) kept)" in format_report(report)
     assert parse_target(report["target"]).met(_plain_score(result.ir, "mse"))
+
+
+def test_the_integer_level_retry_raises_the_cheap_units_pruning_lowered_first(monkeypatch):
+    from qir.passes import tune as tune_pass
+    from qir.passes.tune.state import TuneState
+
+    ir = _calibrated()
+    space = Space(ir, get_profile("nash-e"))
+    start, upper = space.start(), space.upper()
+    units = [i for i in space.searchable() if upper.levels[i] > 0]
+    cheap, searched = units[-1], units[:2]  # one cheap unit pruning lowered, two the search ordered
+    final = space.move(upper, {i: start.levels[i] for i in [cheap, *searched]})
+    found = TuneState(start=start, plain_start=start, int16=upper, upper=upper, ceiling=upper, fixes=[],
+                      reached=True, final=final, reference=upper, cheap=[cheap], order=list(searched))
+    seen = {}
+
+    def ratio_search(ev, base, order, step, **kwargs):
+        seen["order"] = list(order)
+        return None, None, None
+    monkeypatch.setattr(tune_pass, "ratio_search", ratio_search)
+
+    class Ev:
+        memo = {upper: Score(1.0, (1.0,))}
+        target = parse_target("cosine>=0.99")
+    tune = get_pass("tune", target="cosine>=0.99", eval_data=EVAL, progress=False, transforms=None)
+    result = tune._raise_further(Ev(), space, found)
+    assert seen["order"] == [cheap, *searched]  # (the cheap one was in no order before)
+    assert not result.reached and result.final == final
 
 
 @pytest.mark.parametrize("metric", ["cosine-similarity", "mse"])

@@ -172,7 +172,8 @@ def format_report(report: TuneReport) -> str:
         on = f"all {r['samples']} evaluation samples" if picked is None or len(picked) == r["samples"] else \
             f"evaluation samples {picked}"
         lines.append(f"ratio search: {ratio['raised']} of {ratio['units']} units raised in order of loss per cost (ranked on "
-                     f"{on}), {ratio.get('cheap', 0)} cheap unit(s) raised with no search; then greedy refinement and pruning")
+                     f"{on}), {ratio.get('cheap', 0)} cheap unit(s) raised with no search; then greedy refinement and pruning"
+                     + (f" ({ratio['cheap_kept']} cheap unit(s) kept)" if "cheap_kept" in ratio else ""))
     lines += _sensitivity_lines(r.get("sensitivity"))
     lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
     lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
