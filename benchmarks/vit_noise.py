@@ -34,10 +34,13 @@ def _feeds(ir, folder: Path) -> list[dict]:
     return [{ir.inputs[0]: np.load(f).astype(np.float32)} for f in sorted(folder.glob("*.npy"))]
 
 
-def _scores(qir, base, ir, feeds) -> tuple[list[float], list[float]]:
+def _float_outputs(qir, base, feeds) -> list[np.ndarray]:
+    return [qir.run(base, f, runtime="ort", level="float")[base.outputs[0]] for f in feeds]
+
+
+def _scores(qir, ref, ir, feeds) -> tuple[list[float], list[float]]:
     from qir.metrics import cosine_similarity
 
-    ref = [qir.run(base, f, runtime="ort", level="float")[base.outputs[0]] for f in feeds]
     fq = [cosine_similarity(r, qir.run(ir, f, runtime="ort", level="fakequant")[ir.outputs[0]]) for r, f in zip(ref, feeds)]
     it = [cosine_similarity(r, qir.run(ir, f, runtime="numpy", level="integer")[ir.outputs[0]]) for r, f in zip(ref, feeds)]
     return fq, it
@@ -64,7 +67,8 @@ def main() -> None:
     data = Path(args.data)
     base, ir = qir.load(data / "float_static.onnx"), qir.load(args.model or data / "calibrated_mse.onnx")
     sets = {name: _feeds(ir, data / name) for name in ("eval", "held")}
-    scores = {name: _scores(qir, base, ir, feeds) for name, feeds in sets.items()}
+    refs = {name: _float_outputs(qir, base, feeds) for name, feeds in sets.items()}  # (once: every config compares with them)
+    scores = {name: _scores(qir, refs[name], ir, feeds) for name, feeds in sets.items()}
     print("cosine with float, per photo (all-int8 as calibrated):")
     for name, (fq, it) in scores.items():
         print(_line(f"{name} fq", fq))
@@ -87,14 +91,14 @@ def main() -> None:
         softmax.set_calibration(name, mode="int16")
     print(f"\nwith the {len(outs)} Softmax outputs at int16:")
     for name, feeds in sets.items():
-        fq, it = _scores(qir, base, softmax, feeds)
+        fq, it = _scores(qir, refs[name], softmax, feeds)
         print(_line(f"{name} fq", fq))
         print(_line(f"{name} int", it))
-    _single_raises(qir, base, ir, sets["held"])
-    _residual_stream(qir, base, ir, sets)
+    _single_raises(qir, refs["held"], ir, sets["held"])
+    _residual_stream(qir, refs, ir, sets)
 
 
-def _residual_stream(qir, base, ir, sets) -> None:
+def _residual_stream(qir, refs, ir, sets) -> None:
     import re
 
     from qir.passes.tune.space import Space
@@ -109,12 +113,12 @@ def _residual_stream(qir, base, ir, sets) -> None:
     print(f"\nthe residual stream at int16 ({len(names)} quantizers): est. {Space(raised, profile).cost_of_ir() / 1000:.3f} "
           f"ms (all-int8 {Space(ir, profile).cost_of_ir() / 1000:.3f} ms)")
     for name, feeds in sets.items():
-        fq, it = _scores(qir, base, raised, feeds)
+        fq, it = _scores(qir, refs[name], raised, feeds)
         print(_line(f"{name} fq", fq))
         print(_line(f"{name} int", it))
 
 
-def _single_raises(qir, base, ir, feeds) -> None:
+def _single_raises(qir, ref, ir, feeds) -> None:
     """Per photo, the lowest and highest fake-quant score over the configurations that raise one
     Softmax input alone to int16, in onnxruntime and numpy."""
     from qir.metrics import cosine_similarity
@@ -122,7 +126,6 @@ def _single_raises(qir, base, ir, feeds) -> None:
 
     inputs = [ir.producer(op.inputs[0]).name for op in ir.ops("Softmax")
               if isinstance(ir.producer(op.inputs[0]), CalibRecord)]
-    ref = [qir.run(base, f, runtime="ort", level="float")[base.outputs[0]] for f in feeds]
     got = {rt: np.zeros((len(inputs), len(feeds))) for rt in ("ort", "numpy")}
     for k, name in enumerate(inputs):
         one = ir.clone()

@@ -24,9 +24,10 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    :data:`CHEAP_SHARE` of the start's cost (an Add or a Mul beside the convolutions, a
    squeeze-excite branch's 1x1 convolution) is raised with no search: no ranking or search
    step could save anything worth its time there (on PP-OCRv4 det under the latency price, 38
-   units, 0.4% of the start's cost together; none on the ViT-S). The start with them raised is the floor of steps 4 and 5; pruning
-   (step 6) measures them as it does every raise and takes back those the target does not need
-   (on PP-OCRv4 det: 66 -> 53 units raised, 109 -> 82 quantizers at 16 bit, at the same latency).
+   units, 0.4% of the start's cost together; none on the ViT-S). The start with them raised is
+   the floor of steps 4 and 5; pruning (step 6) measures them as it does every raise and takes
+   back those the target does not need (on PP-OCRv4 det: 66 -> 53 units raised, 109 -> 82
+   quantizers at 16 bit, at the same latency).
    **Sensitivity**: each other unit is lowered alone from the reference to its start level; the
    loss, each sample's change counted as a loss (step 6 says why: a unit whose lowering happens
    to help the bad cases must not rank last), on every evaluation sample (or, with
@@ -569,7 +570,7 @@ class TunePass(Pass):
         :func:`.search.per_image_loss`, as the search counts a change). Keys:
         ``("unit", i)``, ``("threshold", name)``, ``("cheap", None)``."""
         final, start = found.final, found.plain_start
-        cheap = [i for i in found.cheap if final.levels[i] > start.levels[i]]
+        cheap = found.cheap_raised()
         raised = [i for i in space.raised(final, start) if i not in cheap]
         fixed = [name for name, _ in final.thresholds if space.index[name] not in cheap]  # (the cheap ones: with them)
         undo = [space.move(final, {i: start.levels[i]}) for i in raised]

@@ -155,7 +155,7 @@ def _changes(ev: Evaluator, found: TuneState) -> list[dict[str, Any]]:
     rank = {i: r + 1 for r, i in enumerate(order)}
     thresholds = dict(final.thresholds)
     clip = {f["node"]: f for f in found.fixes}
-    cheap = [i for i in found.cheap if final.levels[i] > start.levels[i]]
+    cheap = found.cheap_raised()
     rows = []
     if cheap:
         levels = sorted({f"{space.units[i].levels[start.levels[i]]} -> {space.units[i].levels[final.levels[i]]}" for i in cheap})
@@ -243,7 +243,7 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
         ratio_search={"units": len(order), "raised": sum(ratio.levels[i] > 0 for i in order) if ratio is not None else None,
                       "ratio": sum(ratio.levels[i] > 0 for i in order) / len(order) if ratio is not None and order else None,
                       "cheap": len(found.cheap),
-                      "cheap_kept": sum(final.levels[i] > found.start.levels[i] for i in found.cheap),
+                      "cheap_kept": len(found.cheap_raised()),
                       "sensitivity_samples": found.sensitivity_samples},
         attribution_samples=found.attribution_samples,
         changes=_changes(ev, found), clipping=found.fixes,

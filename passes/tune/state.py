@@ -41,3 +41,7 @@ class TuneState:
     per_image: dict[Key, Any] = field(default_factory=dict)  # each change's per-image loss (the attribution)
     integer_repair: Any = None  # what step 7's search at the integer level found (an .integer_repair.IntegerRepair)
     ranking: Any = None  # the sensitivity order's confidence (a .ranking.SensitivityRanking; the sensitivity stage)
+
+    def cheap_raised(self) -> list[int]:
+        """The cheap units ``final`` still has above their start level (pruning may lower some)."""
+        return [i for i in self.cheap if self.final.levels[i] > self.plain_start.levels[i]]
