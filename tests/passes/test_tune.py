@@ -342,6 +342,37 @@ def test_the_integer_level_retry_raises_the_cheap_units_pruning_lowered_first(mo
     assert not result.reached and result.final == final
 
 
+def test_the_integer_level_retry_prunes_what_its_search_raised_back_to_the_result(monkeypatch):
+    from qir.passes import tune as tune_pass
+    from qir.passes.tune.state import TuneState
+
+    ir = _calibrated()
+    space = Space(ir, get_profile("nash-e"))
+    start, upper = space.start(), space.upper()
+    units = [i for i in space.searchable() if upper.levels[i] > 0]
+    final = space.move(upper, {i: start.levels[i] for i in units[:3]})
+    met = space.move(final, {i: upper.levels[i] for i in units[:2]})  # the retry's search raised two back
+    pruned = space.move(final, {units[1]: upper.levels[units[1]]})  # one of them was needed
+    found = TuneState(start=start, plain_start=start, int16=upper, upper=upper, ceiling=upper, fixes=[],
+                      reached=True, final=final, reference=upper, cheap=[], order=units[:3])
+    seen = {}
+    monkeypatch.setattr(tune_pass, "ratio_search", lambda ev, base, order, step, **kw: (met, base, 2))
+
+    def prune(ev, config, floor, **kwargs):
+        seen.update(config=config, floor=floor)
+        return pruned
+    monkeypatch.setattr(tune_pass, "prune", prune)
+
+    class Ev:
+        memo = {upper: Score(1.0, (1.0,))}
+        target = parse_target("cosine>=0.99")
+        samples = EVAL
+    tune = get_pass("tune", target="cosine>=0.99", eval_data=EVAL, progress=False, transforms=None)
+    result = tune._raise_further(Ev(), space, found)
+    assert seen == {"config": met, "floor": final}  # pruned from what the search met, never below the result
+    assert result.reached and result.final == pruned
+
+
 @pytest.mark.parametrize("metric", ["cosine-similarity", "mse"])
 def test_configurations_far_from_the_reference_run_whole_and_score_what_the_engine_and_a_plain_run_score(metric):
     ir = _calibrated("percentile")
