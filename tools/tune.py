@@ -44,6 +44,7 @@ from qir.passes.tune.space import DEFAULT_PRICE
 from qir.passes.tune.target import parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS
 from qir.runtimes.engine.results import data_digest, fingerprint
+from qir.runtimes.ort.backend import thread_limit
 from qir.tools.emit import write_model
 from qir.tools.reports import tune as tune_report
 from qir.tools.reports.output import Outputs
@@ -157,7 +158,8 @@ def tune(model: Any, calib_data: Any, eval_data: Any, target: Any, *, march: str
     eval_samples = checked_samples(ir, eval_data, eval_num)  # data that does not fit: an error before any work
     check_samples = None if check_data is None else checked_samples(ir, check_data, what="the check data")
     if needs_calibration:
-        _calibrate(ir, calib_data, march, method, percentile)
+        with thread_limit(threads):
+            _calibrate(ir, calib_data, march, method, percentile)
     calibrated = ir.clone()
     store = None
     if out is not None:

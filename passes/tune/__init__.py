@@ -111,6 +111,7 @@ from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
 from qir.passes.tune.verify import Verification, check_unseen, float_outputs, verify
 from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
+from qir.runtimes.ort.backend import thread_limit
 from qir.runtimes.progress import task
 from qir.split import merge_calibrations, siblings, split_calibration
 
@@ -231,6 +232,10 @@ class TunePass(Pass):
 
     # ------------------------------------------------------------------ run
     def run(self, ir: QIR) -> PassResult:
+        with thread_limit(self.threads):  # (``threads`` for every session, the transforms' and calibration's too)
+            return self._run(ir)
+
+    def _run(self, ir: QIR) -> PassResult:
         start = time.perf_counter()
         if not ir.calibrations():
             raise InputError(f"{ir.name!r} has no calibration nodes; calibrate it first (qir calibrate), or give "

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -32,9 +34,29 @@ from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, low
 from qir.runtimes.ort.resize_lowering import check as check_resize
 from qir.runtimes.support import check_supported
 
-__all__ = ["OrtRuntime", "new_session"]
+__all__ = ["OrtRuntime", "new_session", "thread_limit"]
 
 logger = logging.getLogger(__name__)
+
+#: Intra-op threads of the sessions built without a count of their own (None: onnxruntime's
+#: choice, one per core); :func:`thread_limit` sets it for a span of work.
+_THREADS: ContextVar[int | None] = ContextVar("qir_ort_threads", default=None)
+
+
+@contextmanager
+def thread_limit(threads: int | None) -> Iterator[None]:
+    """Inside, every :class:`OrtRuntime` and :func:`new_session` not given a thread count uses
+    ``threads`` intra-op threads: what a command's ``--threads`` means for all of its work,
+    passes that build their own runtimes (calibration, the repair transforms) included. None or
+    0: the enclosing limit stays."""
+    if not threads:
+        yield
+        return
+    token = _THREADS.set(int(threads))
+    try:
+        yield
+    finally:
+        _THREADS.reset(token)
 
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
            "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
@@ -44,7 +66,7 @@ class OrtRuntime:
     """Run a QIR with onnxruntime.
 
     Args:
-        threads: intra-op threads (default: onnxruntime's choice).
+        threads: intra-op threads (default: the :func:`thread_limit` around it, else onnxruntime's choice).
         optimization: graph optimization level, ``disable|basic|extended|all`` (default all).
         level: ``fakequant`` (calibration nodes quantize) or ``float`` (they pass through).
         rounding: fake-quant rounding, ``half_to_even`` (default), ``half_up`` or ``half_away``.
@@ -76,6 +98,12 @@ class OrtRuntime:
         self.lower_calibration = lower_calibration
         self.layout_stable = bool(layout_stable)
 
+    @property
+    def session_threads(self) -> int | None:
+        """The intra-op threads of a session it builds now: its own ``threads``, else the
+        :func:`thread_limit` around the call (a runtime made before the limit follows it too)."""
+        return self.threads or _THREADS.get()
+
     def min_max(self, ir: QIR, feeds: Mapping[str, np.ndarray], values: Iterable[str]) -> dict[str, tuple[float, float]]:
         """``(min, max)`` of each value, reduced inside onnxruntime (two vectors come back, the
         minima and the maxima of all values, instead of the tensors, so the model runs near its
@@ -84,7 +112,7 @@ class OrtRuntime:
         names = tuple(sorted(check_capture(ir, values)))
         if not names:
             return {}
-        key = ("ort-minmax", names, self.threads, self.optimization, self.level, self.rounding,
+        key = ("ort-minmax", names, self.session_threads, self.optimization, self.level, self.rounding,
                self.layout_stable, os.getpid())
         session, outs, _ = ir.cached(key, lambda: self._session(ir, names, reduce_min_max=True))
         try:
@@ -113,7 +141,7 @@ class OrtRuntime:
         model = export_onnx(ir, lower_calibration=lower, extra_nodes=nodes, extra_outputs=outputs,
                             lower_op=lower_layout_stable if self.layout_stable else lower_spec)
         model, wide_inputs, narrow_outputs = widen_boundary(model)
-        session = new_session(model, self.threads, self.optimization, what=f"model {ir.name!r}")
+        session = new_session(model, self.session_threads, self.optimization, what=f"model {ir.name!r}")
         if wide_inputs or narrow_outputs:
             session = WidenedSession(session, wide_inputs, narrow_outputs)
         names = [o.name for o in session.get_outputs()]
@@ -124,7 +152,7 @@ class OrtRuntime:
 
     def _cached_session(self, ir: QIR, ordered: tuple[str, ...]):
         """The session for a capture *set* (sorted), built once per IR version and settings."""
-        key = ("ort-session", ordered, self.threads, self.optimization, self.level, self.rounding,
+        key = ("ort-session", ordered, self.session_threads, self.optimization, self.level, self.rounding,
                self.lower_calibration, self.layout_stable, os.getpid())
         return ir.cached(key, lambda: self._session(ir, ordered))
 
@@ -198,7 +226,8 @@ def _smaller_than(shape, elements: int) -> bool:
 def new_session(model: onnx.ModelProto, threads: int | None = None, optimization: str = "all", *,
                 shared: bool = False, what: str = "the model"):
     """An onnxruntime CPU session for ``model`` with qir's settings: quiet logging, QDQ pairs
-    left unfused (``session.disable_quant_qdq``), ``threads`` intra-op threads. ``shared``: one
+    left unfused (``session.disable_quant_qdq``), ``threads`` intra-op threads (default: the
+    :func:`thread_limit` around it, else onnxruntime's choice). ``shared``: one
     of many sessions living in one process, so idle thread pools do not busy-wait and no
     per-session memory arena keeps its peak allocation after a run."""
     import onnxruntime as ort
@@ -209,6 +238,7 @@ def new_session(model: onnx.ModelProto, threads: int | None = None, optimization
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[optimization])
     opts.log_severity_level = 3
     opts.add_session_config_entry("session.disable_quant_qdq", "1")
+    threads = threads or _THREADS.get()
     if shared:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.enable_cpu_mem_arena = False

@@ -229,3 +229,27 @@ def test_rebuild_knows_the_transforms_before_any_other_pass_is_loaded():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "['smooth', 'equalize', 'bias-correct']"
+
+
+def test_threads_hold_for_every_session_of_a_tune_the_transforms_and_calibration_included(monkeypatch):
+    import onnxruntime as ort
+
+    built = []
+    session = ort.InferenceSession
+
+    def recorded(model, options=None, *args, **kwargs):
+        built.append(options.intra_op_num_threads if options is not None else 0)
+        return session(model, options, *args, **kwargs)
+    monkeypatch.setattr(ort, "InferenceSession", recorded)
+    calib, evaluation = samples(4), [{"x": s["x"] + 0.01} for s in samples(3)]
+    ir = calibrate_for_nash_e(depthwise(), calib)
+    before = _cosine(ir, evaluation)
+    target = f"cosine>={before + (1 - before) / 4!r}"  # (all-int8 misses it: the transforms are tried)
+    common = dict(target=target, eval_data=evaluation, calib_data=calib, march="nash-e", progress=False)
+    built.clear()  # (what the setup built)
+    result = get_pass("tune", threads=1, **common)(ir.clone())
+    assert result.report["transforms"]["trials"]  # (the stage rebuilt and scored models: its own sessions)
+    assert built and set(built) == {1}
+    built.clear()
+    get_pass("tune", **common)(ir.clone())
+    assert 0 in built  # (without a count, onnxruntime's choice: the limit did not outlive the run)

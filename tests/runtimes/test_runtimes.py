@@ -203,3 +203,18 @@ def test_global_average_pool_runs_as_reduce_mean_on_onnxruntime(opset):
     assert not any(n.op_type == "ReduceMean" for n in export_onnx(ir).graph.node)  # by default, the model's own op
     original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
     assert rel_err(whole, original) <= 1e-6
+
+
+def test_a_thread_limit_holds_for_runtimes_made_before_it_and_ends_with_it():
+    from qir.runtimes.ort.backend import OrtRuntime, thread_limit
+
+    made_before, own = OrtRuntime(), OrtRuntime(threads=3)
+    assert made_before.session_threads is None
+    with thread_limit(1):
+        assert made_before.session_threads == 1 and own.session_threads == 3  # (a runtime's own count wins)
+        with thread_limit(None):
+            assert made_before.session_threads == 1  # (no count: the enclosing limit stays)
+        with thread_limit(2):
+            assert made_before.session_threads == 2
+        assert made_before.session_threads == 1
+    assert made_before.session_threads is None

@@ -18,6 +18,7 @@ command is adding a module, or a parser block to the module of its family.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import pkgutil
@@ -92,6 +93,16 @@ def _unknown_flags(parser: argparse.ArgumentParser, command: str, extras: list[s
     sub.error(f"{hint} (qir {command} --help lists them)")
 
 
+def _thread_limit(threads: int | None):
+    """``--threads`` for everything a command runs (:func:`qir.runtimes.ort.backend.thread_limit`:
+    the sessions its passes build on their own too, such as calibration's); nothing without it."""
+    if not threads:
+        return contextlib.nullcontext()
+    from qir.runtimes.ort.backend import thread_limit
+
+    return thread_limit(threads)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``qir`` command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -104,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("qir.data").setLevel(logging.INFO)  # which dynamic dimensions the data fixes (one line)
     forget_warnings()  # each command names the NaN/Inf samples it reads, whatever ran before in this process
     try:
-        return int(args.func(args) or 0)
+        with _thread_limit(getattr(args, "threads", None)):
+            return int(args.func(args) or 0)
     except QirError as exc:
         if args.debug:
             raise
