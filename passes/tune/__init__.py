@@ -466,8 +466,9 @@ class TunePass(Pass):
         met, _, _ = ratio_search(ev, final, order, {i: reference.levels[i] for i in order}, points=self.points,
                                  counted=counted, upward=True, parent=ev.memo[reference]) \
             if order else (None, None, None)
-        if met is not None:  # (the search raised a prefix of the order: those it does not need go back)
-            met = prune(ev, met, final, counted=counted, max_rounds=self.max_rounds, screen=self._screen(ev))
+        if met is not None:  # (the search raised a prefix of the order: those it does not need go back,
+            pruned = prune(ev, met, final, counted=counted, max_rounds=self.max_rounds, screen=self._screen(ev))
+            met = pruned if space.raised(pruned, final) else met  # but not all: the result itself missed)
         found.reached = met is not None
         found.final = met if met is not None else final
         return found

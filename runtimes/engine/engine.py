@@ -82,6 +82,7 @@ from qir.runtimes.engine.steps import run_steps
 from qir.runtimes.engine.variants import Variant, VariantRecords, check_variants, configured, configured_clone, run_whole
 from qir.runtimes.engine.whole import WHOLE_LEVELS, WholeRuns
 from qir.runtimes.numerics import apply_calibration
+from qir.runtimes.ort.backend import limited_threads
 from qir.runtimes.progress import task
 
 __all__ = ["Engine"]
@@ -118,7 +119,8 @@ class Engine:
             activation of a call near 2 MB, at most 32; 1 for models with large activations,
             where a batch runs no faster per row and evicts the cache).
         data_num: use at most this many samples.
-        threads: cores to use (default: all). Calls run ``threads`` at a time, each on one
+        threads: cores to use (default: the :func:`~qir.runtimes.ort.backend.thread_limit` around
+            it, else all). Calls run ``threads`` at a time, each on one
             core (onnxruntime sessions get one intra-op thread): many small calls parallelize
             better across variants than inside one operator.
         optimization: onnxruntime graph optimization level. ``auto`` (default) picks ``all``
@@ -151,7 +153,7 @@ class Engine:
         self.options = options
         runtime, reference, baseline = options.runtime, options.reference, options.baseline
         level, march, compare, metrics = options.level, options.march, options.compare, options.metrics
-        optimization, rounding, threads = options.optimization, options.rounding, options.threads
+        optimization, rounding, threads = options.optimization, options.rounding, options.threads or limited_threads()
         reference_changes = options.reference_changes
         self.cluster = current_cluster() if options.cluster is None else parse_cluster(options.cluster)
         self.data = data

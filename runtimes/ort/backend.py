@@ -34,13 +34,18 @@ from qir.runtimes.ort.lowering import _implied_clip_nodes, lower_fake_quant, low
 from qir.runtimes.ort.resize_lowering import check as check_resize
 from qir.runtimes.support import check_supported
 
-__all__ = ["OrtRuntime", "new_session", "thread_limit"]
+__all__ = ["OrtRuntime", "new_session", "thread_limit", "limited_threads"]
 
 logger = logging.getLogger(__name__)
 
 #: Intra-op threads of the sessions built without a count of their own (None: onnxruntime's
 #: choice, one per core); :func:`thread_limit` sets it for a span of work.
 _THREADS: ContextVar[int | None] = ContextVar("qir_ort_threads", default=None)
+
+
+def limited_threads() -> int | None:
+    """The :func:`thread_limit` in force here (None: none)."""
+    return _THREADS.get()
 
 
 @contextmanager

@@ -218,3 +218,15 @@ def test_a_thread_limit_holds_for_runtimes_made_before_it_and_ends_with_it():
             assert made_before.session_threads == 2
         assert made_before.session_threads == 1
     assert made_before.session_threads is None
+
+
+def test_the_engine_runs_as_many_calls_at_once_as_the_thread_limit_allows():
+    from qir.runtimes.engine import Engine, EngineOptions
+    from qir.runtimes.ort.backend import thread_limit
+
+    from ..conftest import DIGITS_DATA, calibrate_for_nash_e
+
+    ir = calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA, "max")
+    with thread_limit(1):
+        assert Engine(ir, DIGITS_DATA, EngineOptions(data_num=1, progress=False)).workers == 1
+        assert Engine(ir, DIGITS_DATA, EngineOptions(data_num=1, threads=2, progress=False)).workers == 2  # (its own wins)
