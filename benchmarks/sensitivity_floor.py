@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -88,6 +87,7 @@ def whole_seconds(ir, space, reference, samples, repeats: int) -> float:
 
 def main() -> None:
     import tune_peers
+    from tune_stages import prepared
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=None, help="folder of the data and models (default: a temp dir)")
@@ -97,21 +97,12 @@ def main() -> None:
     p.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = p.parse_args()
 
-    folder = Path(args.data or tempfile.mkdtemp(prefix="sensitivity_floor_"))
-    data, models = tune_peers.build_data(folder, args.model), tune_peers.build_models(folder, args.model)
-    import qir
+    data, ir = prepared(args.data, args.model, args.march, "sensitivity_floor_")
     from qir.passes.tune import CHEAP_SHARE, checked_samples
     from qir.passes.tune.space import Space, constrained_splits
     from qir.runtimes.march import get_profile
     from qir.split import split_calibration
-    from qir.tools.tune import _calibrate
 
-    calibrated = folder / "calibrated_mse.onnx"
-    if not calibrated.exists():
-        ir = qir.load(models["static"])
-        _calibrate(ir, str(data["calib"]), args.march, "mse", 99.99)
-        qir.save(ir, calibrated)
-    ir = qir.load(calibrated)
     for name, groups in constrained_splits(ir, get_profile(args.march)).items():  # (as tune splits by default)
         split_calibration(ir, name, groups)
     space = Space(ir, get_profile(args.march))

@@ -104,6 +104,25 @@ def instrument() -> tuple[dict[str, list[float]], dict[str, int]]:
     return times, runs
 
 
+def prepared(folder: str | None, model: str, march: str, prefix: str):
+    """``tune_peers.py``'s data for ``model`` under ``folder`` (a temp dir named ``prefix`` when
+    None; built when missing) and its float model calibrated for ``march`` with ``mse``
+    (``FOLDER/calibrated_mse.onnx``, built once and kept): ``(data folders, the calibrated IR)``."""
+    import tune_peers
+
+    import qir
+    from qir.tools.tune import _calibrate
+
+    root = Path(folder or tempfile.mkdtemp(prefix=prefix))
+    data, models = tune_peers.build_data(root, model), tune_peers.build_models(root, model)
+    calibrated = root / "calibrated_mse.onnx"
+    if not calibrated.exists():
+        ir = qir.load(models["static"])
+        _calibrate(ir, str(data["calib"]), march, "mse", 99.99)
+        qir.save(ir, calibrated)
+    return data, qir.load(calibrated)
+
+
 def _samples(text: str) -> int | str | None:
     return None if text == "all" else text if text == "auto" else int(text)
 
@@ -128,18 +147,9 @@ def main() -> None:
     p.add_argument("--profile", default=None, help="also write a cProfile of the timed part to this file")
     args = p.parse_args()
 
-    folder = Path(args.data or tempfile.mkdtemp(prefix="tune_stages_"))
-    data, models = tune_peers.build_data(folder, args.model), tune_peers.build_models(folder, args.model)
-    import qir
+    data, ir = prepared(args.data, args.model, args.march, "tune_stages_")
     from qir.passes import get_pass
-    from qir.tools.tune import _calibrate
 
-    calibrated = folder / "calibrated_mse.onnx"
-    if not calibrated.exists():
-        ir = qir.load(models["static"])
-        _calibrate(ir, str(data["calib"]), args.march, "mse", 99.99)
-        qir.save(ir, calibrated)
-    ir = qir.load(calibrated)
     times, runs = instrument()
     transforms = {} if args.transforms == "default" else {
         "transforms": None if args.transforms == "none" else args.transforms.split(",")}

@@ -42,6 +42,22 @@ def rng():
     return np.random.default_rng(0)
 
 
+@pytest.fixture
+def session_threads(monkeypatch) -> list[int]:
+    """The intra-op thread count of every onnxruntime session built from here on in the test, in
+    order (0: none set, onnxruntime's choice); clear it to count from a later point."""
+    import onnxruntime as ort
+
+    built: list[int] = []
+    session = ort.InferenceSession
+
+    def recorded(model, options=None, *args, **kwargs):
+        built.append(options.intra_op_num_threads if options is not None else 0)
+        return session(model, options, *args, **kwargs)
+    monkeypatch.setattr(ort, "InferenceSession", recorded)
+    return built
+
+
 def real_models():
     """The shared ``realmodels`` helper module, or skip when ../shared/models is absent."""
     if not (SHARED_MODELS / "realmodels.py").exists():

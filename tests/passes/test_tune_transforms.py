@@ -231,16 +231,8 @@ def test_rebuild_knows_the_transforms_before_any_other_pass_is_loaded():
     assert done.stdout.strip() == "['smooth', 'equalize', 'bias-correct']"
 
 
-def test_threads_hold_for_every_session_of_a_tune_the_transforms_and_calibration_included(monkeypatch):
-    import onnxruntime as ort
-
-    built = []
-    session = ort.InferenceSession
-
-    def recorded(model, options=None, *args, **kwargs):
-        built.append(options.intra_op_num_threads if options is not None else 0)
-        return session(model, options, *args, **kwargs)
-    monkeypatch.setattr(ort, "InferenceSession", recorded)
+def test_threads_hold_for_every_session_of_a_tune_the_transforms_and_calibration_included(session_threads):
+    built = session_threads
     calib, evaluation = samples(4), [{"x": s["x"] + 0.01} for s in samples(3)]
     ir = calibrate_for_nash_e(depthwise(), calib)
     before = _cosine(ir, evaluation)

@@ -182,15 +182,6 @@ def test_the_verification_section_says_onnxruntime_agrees_when_only_the_integer_
     assert _verification_lines({**ver, "onnxruntime_agrees": False})[2].endswith("DISAGREES")
 
 
-def test_threads_hold_for_the_calibration_of_a_float_model_too(tmp_path, eval_dir, monkeypatch):
-    import onnxruntime as ort
-
-    built = []
-    session = ort.InferenceSession
-
-    def recorded(model, options=None, *args, **kwargs):
-        built.append(options.intra_op_num_threads if options is not None else 0)
-        return session(model, options, *args, **kwargs)
-    monkeypatch.setattr(ort, "InferenceSession", recorded)
+def test_threads_hold_for_the_calibration_of_a_float_model_too(tmp_path, eval_dir, session_threads):
     assert _tune(tmp_path / "one", eval_dir, "cosine>=0.999", "--threads", "1", "--transforms", "none") == 0
-    assert built and set(built) == {1}  # (calibration, the search, verification: one thread each)
+    assert session_threads and set(session_threads) == {1}  # (calibration, the search, verification: one thread each)
