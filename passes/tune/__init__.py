@@ -62,11 +62,12 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    theirs run the samples fake quantization scores worst first and stop at the first that misses
    a floor, which settles it; the result's runs in full once nothing replaces it); failing that,
    the ratio search goes on from the result, on the units it left lower (then pruning, down to
-   the result at most), for the target tightened
-   by the gap between the two (:data:`INTEGER_GAP_FACTOR`; the mean's threshold by the mean's
-   gap, a floor by the worst sample's), at most :data:`INTEGER_RETRIES` times; the report names
-   that ``search_target``; failing that (a tightened target beyond the bounds, or no retry that
-   passes), a search at the integer level itself from the first result (:mod:`.integer_repair`:
+   the result at most), for the target tightened by the gap between the two
+   (:data:`INTEGER_GAP_FACTOR`; the mean's threshold by the mean's gap, a floor by the worst
+   sample's), at most :data:`INTEGER_RETRIES` times; the report names that ``search_target``;
+   failing that (a tightened target beyond the bounds, or no retry that passes), or first when the
+   start met the target (no search order: a retry would raise units in graph order), a search at
+   the integer level itself from the first result (:mod:`.integer_repair`:
    the units it left below their reference level, ranked and raised by what they gain there),
    verified the same way. The retries come first because they are cheap (a fake-quant search
    from the result) where the search at the integer level runs every unit there: on PP-OCRv4 det
@@ -75,8 +76,9 @@ over the **evaluation** samples, never the calibration ones; the worst sample is
    raised further the same way.
 8. **Attribution**: each change of the verified result undone alone (the cheap units together),
    on the evaluation samples it scores worst; the loss is its measured gain. Each change's reason is
-   ``clipping`` (a fixed threshold), ``cheap``, ``rounding`` (raised by the ratio search) or
-   ``interaction`` (added by the greedy refinement: its single sensitivity did not rank it).
+   ``clipping`` (a fixed threshold), ``cheap``, ``rounding`` (raised by the ratio search),
+   ``interaction`` (added by the greedy refinement: its single sensitivity did not rank it) or
+   ``integer level`` (raised by the search at the integer level, step 7).
 
 The pass sets the IR's calibration nodes to the result (a transform) and reports everything:
 the target, the bounds, every configuration tried (stage, FLOP-weighted cost, mean, worst
@@ -103,13 +105,13 @@ from qir.passes.tune.evaluator import Evaluator
 from qir.passes.tune.integer_repair import integer_gaps, integer_repair, onnxruntime_gaps
 from qir.passes.tune.ranking import rank_in_rounds, rank_units
 from qir.passes.tune.report import summarize
+from qir.passes.tune.samples import checked_samples
 from qir.passes.tune.search import by_loss_per_cost, changes_as_losses, greedy, per_image_loss, prune, ratio_search
 from qir.passes.tune.space import DEFAULT_PRICE, PRICES, Config, Space, constrained_splits
 from qir.passes.tune.state import TuneState
 from qir.passes.tune.target import Score, parse_target
 from qir.passes.tune.transforms import DEFAULT_TRANSFORMS, choose_transforms
 from qir.passes.tune.verify import Verification, check_unseen, float_outputs, verify
-from qir.runtimes.base import check_feeds
 from qir.runtimes.march import get_profile
 from qir.runtimes.ort.backend import thread_limit
 from qir.runtimes.progress import task
@@ -154,21 +156,6 @@ BACKTRACK_SINGLES = 2
 GREEDY_ROUNDS_PAST_RATIO = 1
 
 STAGES = ("bounds", "reference", "sensitivity", "ratio search", "greedy", "pruning", "verification")
-
-
-def checked_samples(ir: QIR, data: Any, num: int | None = None, *, what: str = "the evaluation data") -> list[dict]:
-    """The samples of ``data`` (at most ``num``), each checked against the model's inputs: data
-    that does not fit the model is one clear error naming ``what`` and the sample."""
-    try:
-        samples = list(model_samples(ir, data, num))
-        for i, sample in enumerate(samples):
-            try:
-                check_feeds(ir, sample)
-            except InputError as exc:
-                raise InputError(f"sample {i}: {exc}") from None
-    except InputError as exc:
-        raise InputError(f"{what} does not fit the model: {exc}") from None
-    return samples
 
 
 @register_pass
@@ -278,6 +265,9 @@ class TunePass(Pass):
                 where = f"at {self.profile.name}'s integer level"
                 if gaps is None and (gaps := onnxruntime_gaps(self.target, checked, found.score)) is not None:
                     where = "in onnxruntime"
+                if first is not None and found.order is None and not attempt:  # (the start met the target: a retry has
+                    found, checked = self._integer_repair(ev, space, ir, samples, first, (found, checked))  # no order)
+                    gaps = None if checked["agrees"] else gaps
                 if not found.reached or gaps is None or attempt == INTEGER_RETRIES:
                     break
                 tighter = ev.target.tightened(*(INTEGER_GAP_FACTOR * g for g in gaps))
@@ -289,13 +279,21 @@ class TunePass(Pass):
                             "worst sample): raising it further for %s", ev.target.text, where, *gaps, tighter.text)
                 ev.target = tighter
             ev.target = self.target
-            if first is not None and integer_gaps(self.target, checked) is not None:  # (no retry made it up)
-                found, checked = self._integer_repair(ev, space, ir, samples, first, (found, checked))
+            if first is not None and first.integer_repair is None and integer_gaps(self.target, checked) is not None:
+                found, checked = self._integer_repair(ev, space, ir, samples, first, (found, checked))  # (no retry did)
             self._attribute(ev, space, found)
         finally:
             ev.close()
         space.apply(ir, found.final)
         merged = merge_calibrations(ir)  # (copies that ended where their node did need no requantize)
+        report = self._report(ev, found, checked, ir, reference, stage, splits, merged)
+        report.seconds = round(time.perf_counter() - start, 2)
+        return PassResult(ir, True, report)
+
+    def _report(self, ev: Evaluator, found: TuneState, checked: Verification | None, ir: QIR, reference: QIR | None,
+                stage, splits: dict, merged: list[str]):
+        """The pass's report of ``found`` (``ir``: the result; ``reference``: the model as given,
+        when a transform replaced it), with what the stages and the verification recorded."""
         report = summarize(ev, found, self.profile, self.allow_float)
         if stage is not None:
             report.transforms = stage.to_json()
@@ -311,10 +309,8 @@ class TunePass(Pass):
             report.verification = checked
             if self.check_data is not None:
                 unseen = checked_samples(ir, self.check_data, what="the check data")
-                report.unseen = check_unseen(reference or ir, checked.model, unseen, self.target,
-                                             threads=self.threads)
-        report.seconds = round(time.perf_counter() - start, 2)
-        return PassResult(ir, True, report)
+                report.unseen = check_unseen(reference or ir, checked.model, unseen, self.target, threads=self.threads)
+        return report
 
     def _prepare(self, ir: QIR, samples: list[dict]):
         """Step 0 on ``ir`` (changed in place): the transforms stage (:mod:`.transforms`), then the
@@ -445,17 +441,20 @@ class TunePass(Pass):
         if repair.config is None or repair.config == found.final:
             return kept
         score, checked = self._verified(ev, space, ir, samples, repair.config)
-        return (replace(found, final=repair.config, score=score), checked) if checked["agrees"] else kept
+        if checked["agrees"]:
+            return replace(found, final=repair.config, score=score), checked
+        integer = checked.get(Level.INTEGER) or {}  # (what the report says of the raises that did not hold)
+        kept[0].integer_repair = found.integer_repair = replace(repair, failed_verification={
+            "onnxruntime": (checked["mean"], checked["worst"]), Level.INTEGER: (integer.get("mean"), integer.get("worst"))})
+        return kept
 
     def _raise_further(self, ev: Evaluator, space: Space, found: TuneState) -> TuneState:
         """Step 7's retry: the ratio search again, from the result that missed at the integer level,
         on the units it left below their reference level (the cheap units pruning lowered first,
         as raising them back costs almost nothing; then the search's order), for the tightened
         target (``ev.target``), from one raise upward (the gap is small: few raises likely make it
-        up), then pruned back towards that result (:func:`.search.prune`: the search raises a prefix
-        of its order; on PP-OCRv4 det that prefix was the 13 cheap units pruning had lowered, and
-        pruned the result has 76 calibration nodes at 16 bit instead of 109, at 3.898 ms instead of
-        3.934); ``reached`` false when even all of them miss it."""
+        up), then pruned towards that result (it raises a prefix of its order: on PP-OCRv4 det 29 units,
+        pruned to 4; 76 calibration nodes at 16 bit instead of 109); ``reached`` false when all miss."""
         found = replace(found)
         reference = found.reference or self._reference(ev, found)
         final = found.final

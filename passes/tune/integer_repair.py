@@ -57,10 +57,14 @@ class IntegerRepair:
     before: Score  # the result's integer-level score in the engine
     after: Score | None  # ``config``'s
     candidates: int  # units the result left below their reference level
+    #: ``config`` emitted and verified as every result is, when that failed: its scores in
+    #: onnxruntime and at the integer level (``{"onnxruntime": (mean, worst), Level.INTEGER: ...}``).
+    failed_verification: dict[str, tuple[float, float]] | None = None
 
     def to_json(self, target: Target) -> dict[str, Any]:
         return {"raised": self.raised, "candidates": self.candidates, "before": target.judged(self.before),
-                "after": None if self.after is None else target.judged(self.after), "found": self.config is not None}
+                "after": None if self.after is None else target.judged(self.after), "found": self.config is not None,
+                **({"failed_verification": self.failed_verification} if self.failed_verification else {})}
 
 
 def integer_repair(ev: Evaluator, space: Space, found: TuneState, *, march: str, progress: bool = False) -> IntegerRepair:

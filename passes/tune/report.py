@@ -147,7 +147,8 @@ def pareto(history: list[dict], higher_is_better: bool) -> list[int]:
 def _changes(ev: Evaluator, found: TuneState) -> list[dict[str, Any]]:
     """One row per raised unit (its fixed threshold, if any, shown with it), one for the cheap
     units together (``nodes``: their names), and one per fixed threshold of a unit left at its
-    start level; ``gain``: the loss when it alone is undone;
+    start level (``reason`` ``integer level``: raised by the search at the integer level, step 7); ``gain``:
+    the loss when it alone is undone;
     ``per_image``: the same with each sample's change counted as a loss, as the search counts it
     (a raise whose mean gain is about nothing can still keep single images from moving far)."""
     space, final, start = ev.space, found.final, found.plain_start
@@ -162,6 +163,8 @@ def _changes(ev: Evaluator, found: TuneState) -> list[dict[str, Any]]:
         rows.append({"node": f"{len(cheap)} cheap unit(s)", "nodes": space.names(cheap), "change": ", ".join(levels),
                      "reason": "cheap", "gain": found.gains[("cheap", None)],
                      "per_image": found.per_image[("cheap", None)]})
+    repair = found.integer_repair  # (its raises, when the result is its configuration)
+    by_repair = set(repair.raised) if repair is not None and repair.config == final else set()
     for i in space.raised(final, start):
         if i in cheap:
             continue
@@ -169,7 +172,8 @@ def _changes(ev: Evaluator, found: TuneState) -> list[dict[str, Any]]:
         level = u.levels[final.levels[i]]
         at = f" @ threshold {thresholds[u.name]:.6g}" if u.name in thresholds else ""
         rows.append({"node": u.name, "change": f"{u.levels[start.levels[i]]} -> {level}{at}",
-                     "reason": "rounding" if ratio is not None and final.levels[i] <= ratio.levels[i] else "interaction",
+                     "reason": "integer level" if u.name in by_repair else
+                     "rounding" if ratio is not None and final.levels[i] <= ratio.levels[i] else "interaction",
                      "gain": found.gains[("unit", i)], "per_image": found.per_image[("unit", i)],
                      "sensitivity_rank": rank.get(i),
                      "threshold_gain": found.gains.get(("threshold", u.name)),

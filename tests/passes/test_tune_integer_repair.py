@@ -152,3 +152,60 @@ def test_a_miss_at_the_integer_level_only_is_raised_further_first_and_searched_t
     assert ("search_target" in report) is not searched_there  # (the retry's tightened target)
     if searched_there:
         assert report["integer_repair"]["candidates"] >= 0 and len(repaired) == 1
+
+
+def test_a_start_that_misses_only_at_the_integer_level_goes_to_the_search_there(monkeypatch, model):
+    """No search ran (the start met the target in fake quantization), so no order exists for the
+    fake-quant retry: it would raise units in graph order. The search at the integer level ranks
+    them there first (here it finds the start meets there after all, the miss being faked, so the
+    retry then runs as the fallback)."""
+    from qir.passes import get_pass
+    from qir.passes import tune as tune_pass
+
+    real_verify, real_repair, checked, repaired = tune_pass.verify, tune_pass.integer_repair, [], []
+
+    def verify(ir, samples, target, searched, **options):  # the start misses at the integer level by a hair
+        out = real_verify(ir, samples, target, searched, **options)
+        checked.append(out)
+        if len(checked) == 1:
+            integer = dict(out["integer"], mean=out["mean"] - 1e-6, worst=out["worst"] - 1e-6, meets=False,
+                           margin=out["margin"] - 1e-6, complete=True)
+            out = dict(out, agrees=False, integer=integer)
+        return out
+
+    def repair(ev, space, found, **options):
+        repaired.append((found.final, ev.target.text))
+        return real_repair(ev, space, found, **options)
+
+    monkeypatch.setattr(tune_pass, "verify", verify)
+    monkeypatch.setattr(tune_pass, "integer_repair", repair)
+    ir, space = model
+    start = _integer_score(ir, space, space.start()).mean
+    report = get_pass("tune", target=f"cosine>={start - 0.05!r}", eval_data=EVAL, calib_data=DIGITS_DATA,
+                      progress=False, transforms=None)(ir.clone()).report
+    assert report["start"]["meets"] and len(repaired) == 1  # (the start met it: no sensitivity order)
+    (config, searched_for), = repaired
+    assert config.levels == space.start().levels and searched_for == report["target"]  # before any retry tightened it
+    assert report["reached"] and report["verification"]["agrees"]
+
+
+def test_raises_of_the_search_at_the_integer_level_are_named_so():
+    """The start meets the target in fake quantization and misses it at the integer level: the
+    result's raises come from the search there, and the report says so, by reason and in its
+    first line."""
+    from qir.passes import get_pass
+    from qir.tools.reports.tune import outcome
+
+    ir = calibrate_for_nash_e(qir.load(DIGITS / "model.onnx"), DIGITS_DATA, "mse")
+    space = Space(ir, get_profile("nash-e"))
+    integer = _integer_score(ir, space, space.start()).mean
+    tuned = space.apply(ir.clone(), space.start())
+    fake = float(np.mean([qir.metrics.cosine_similarity(qir.run(tuned, s, level="float")["logits"],
+                                                         qir.run(tuned, s)["logits"]) for s in EVAL]))
+    assert integer < fake  # (the planted case: the integer level loses where fake quantization does not)
+    report = get_pass("tune", target=f"cosine>={(integer + fake) / 2!r}", eval_data=EVAL, calib_data=DIGITS_DATA,
+                      progress=False, transforms=None)(ir.clone()).report
+    assert report["start"]["meets"] and report["reached"] and report["verification"]["agrees"]
+    repaired = [c["node"] for c in report["changes"] if c["reason"] == "integer level"]
+    assert repaired and repaired == report["integer_repair"]["raised"]
+    assert f"the search at the integer level raised {', '.join(repaired)}" in outcome(report)

@@ -185,3 +185,20 @@ def test_the_verification_section_says_onnxruntime_agrees_when_only_the_integer_
 def test_threads_hold_for_the_calibration_of_a_float_model_too(tmp_path, eval_dir, session_threads):
     assert _tune(tmp_path / "one", eval_dir, "cosine>=0.999", "--threads", "1", "--transforms", "none") == 0
     assert session_threads and set(session_threads) == {1}  # (calibration, the search, verification: one thread each)
+
+
+def test_a_failed_verification_names_what_the_search_at_the_integer_level_found():
+    from qir.execution import Level
+    from qir.tools.reports.tune import outcome
+
+    final = {"mean": 0.995, "worst": 0.987, "margin": 0.005, "standard_error": 0.001}
+    verification = {"agrees": False, "roundtrip": [], "mean": 0.995, "searched": 0.995,
+                    Level.INTEGER: {"meets": False, "mean": 0.9867, "march": "nash-e"}}
+    repair = {"raised": ["a_calib", "b_calib"], "found": True,
+              "failed_verification": {"onnxruntime": (0.9867, 0.9303), Level.INTEGER: (0.9961, 0.9861)}}
+    report = {"target": "cosine-similarity>=0.99,worst>=0.98", "samples": 8, "reached": True, "final": final,
+              "verification": verification, "integer_repair": repair, "changes": []}
+    line = outcome(report)
+    assert line.startswith("VERIFICATION FAILED") and "found 2 raise(s) (a_calib, b_calib)" in line
+    assert "meet it there (0.9961, worst 0.9861), but with them the emitted model scores 0.9867 (worst 0.9303)" in line
+    assert "found 2 raise" not in outcome({**report, "integer_repair": {**repair, "failed_verification": None}})

@@ -59,12 +59,23 @@ def outcome(report: TuneReport) -> str:
             why = (f"it scores {ver['mean']:.6g} in onnxruntime but {integer['mean']:.6g} at {integer['march']}'s "
                    "integer level, what the NPU computes, and no search for a tighter target (within the "
                    "bounds) made up the difference (qir compare --consistency names the ops where the two part)")
+            failed = (report.get("integer_repair") or {}).get("failed_verification")
+            if failed:
+                raised = report["integer_repair"]["raised"]
+                (mean, worst), (imean, iworst) = failed["onnxruntime"], failed[Level.INTEGER]
+                why += (f"; the search at the integer level found {len(raised)} raise(s) ({', '.join(raised[:4])}"
+                        f"{', ...' if len(raised) > 4 else ''}) that meet it there ({imean:.6g}, worst {iworst:.6g}), "
+                        f"but with them the emitted model scores {mean:.6g} (worst {worst:.6g}) in onnxruntime")
         return f"VERIFICATION FAILED: {head}; {why}"
     checked = f"; verified in onnxruntime: {ver['mean']:.6g}, margin {ver['margin']:.3g}" if ver else ""
     if integer:
         checked += f", and at {integer['march']}'s integer level: {integer['mean']:.6g}"
     if report.get("search_target"):
         checked += f" (searched for {report['search_target']}, so that it holds at the integer level)"
+    repaired = [c["node"] for c in report.get("changes") or () if c["reason"] == "integer level"]
+    if repaired:
+        checked += (f" (the search at the integer level raised {', '.join(repaired)}: fake quantization alone "
+                    "met the target where the integer level did not)")
     back = report.get("backtracked")
     if back:
         where = (f"pruning's cheapest with {back['raised_back'][0]} raised back to where its last step found it"
