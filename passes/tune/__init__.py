@@ -265,8 +265,8 @@ class TunePass(Pass):
                 where = f"at {self.profile.name}'s integer level"
                 if gaps is None and (gaps := onnxruntime_gaps(self.target, checked, found.score)) is not None:
                     where = "in onnxruntime"
-                if first is not None and found.order is None and not attempt:  # (the start met the target: a retry has
-                    found, checked = self._integer_repair(ev, space, ir, samples, first, (found, checked))  # no order)
+                if first is not None and first.integer_repair is None and found.order is None:  # (no order to retry in)
+                    found, checked = self._integer_repair(ev, space, ir, samples, first, (found, checked))
                     gaps = None if checked["agrees"] else gaps
                 if not found.reached or gaps is None or attempt == INTEGER_RETRIES:
                     break
@@ -436,16 +436,16 @@ class TunePass(Pass):
         first result) that meets the target searched at the integer level, verified; ``kept``
         (what the retries ended with, the repair's record added) when none is found or it fails
         verification."""
-        found.integer_repair = repair = integer_repair(ev, space, found, march=self.profile.name, progress=self.progress)
-        kept[0].integer_repair = repair
-        if repair.config is None or repair.config == found.final:
-            return kept
-        score, checked = self._verified(ev, space, ir, samples, repair.config)
-        if checked["agrees"]:
-            return replace(found, final=repair.config, score=score), checked
-        integer = checked.get(Level.INTEGER) or {}  # (what the report says of the raises that did not hold)
-        kept[0].integer_repair = found.integer_repair = replace(repair, failed_verification={
-            "onnxruntime": (checked["mean"], checked["worst"]), Level.INTEGER: (integer.get("mean"), integer.get("worst"))})
+        repair = integer_repair(ev, space, found, march=self.profile.name, progress=self.progress)
+        if repair.config is not None and repair.config != found.final:
+            score, checked = self._verified(ev, space, ir, samples, repair.config)
+            if checked["agrees"]:
+                found.integer_repair = repair
+                return replace(found, final=repair.config, score=score), checked
+            integer = checked.get(Level.INTEGER) or {}  # (what the report says of the raises that did not hold)
+            repair = replace(repair, failed_verification={"onnxruntime": (checked["mean"], checked["worst"]),
+                                                          Level.INTEGER: (integer.get("mean"), integer.get("worst"))})
+        found.integer_repair = kept[0].integer_repair = repair
         return kept
 
     def _raise_further(self, ev: Evaluator, space: Space, found: TuneState) -> TuneState:

@@ -107,7 +107,7 @@ class OrtRuntime:
     def session_threads(self) -> int | None:
         """The intra-op threads of a session it builds now: its own ``threads``, else the
         :func:`thread_limit` around the call (a runtime made before the limit follows it too)."""
-        return self.threads or _THREADS.get()
+        return self.threads or limited_threads()
 
     def min_max(self, ir: QIR, feeds: Mapping[str, np.ndarray], values: Iterable[str]) -> dict[str, tuple[float, float]]:
         """``(min, max)`` of each value, reduced inside onnxruntime (two vectors come back, the
@@ -243,7 +243,7 @@ def new_session(model: onnx.ModelProto, threads: int | None = None, optimization
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[optimization])
     opts.log_severity_level = 3
     opts.add_session_config_entry("session.disable_quant_qdq", "1")
-    threads = threads or _THREADS.get()
+    threads = threads or limited_threads()
     if shared:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.enable_cpu_mem_arena = False
