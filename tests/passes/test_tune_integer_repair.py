@@ -209,3 +209,73 @@ def test_raises_of_the_search_at_the_integer_level_are_named_so():
     repaired = [c["node"] for c in report["changes"] if c["reason"] == "integer level"]
     assert repaired and repaired == report["integer_repair"]["raised"]
     assert f"the search at the integer level raised {', '.join(repaired)}" in outcome(report)
+
+
+def test_the_rounds_take_the_most_departing_units_first_and_the_rest_last():
+    from qir.passes.tune.integer_repair import _rounds
+
+    assert list(_rounds(list(range(30)), [99, 98])) == [list(range(8)), list(range(8, 24)), list(range(24, 30)), [99, 98]]
+    assert list(_rounds([], [5])) == [[5]] and list(_rounds([1, 2], [])) == [[1, 2]]
+
+
+def test_departures_are_the_consistency_pass_own_shares_most_first(model):
+    from qir.passes.consistency import ConsistencyPass
+    from qir.passes.tune.integer_repair import _departures
+
+    ir, space = model
+    start = space.start()
+    units = space.searchable()
+    found = _departures(ir, space, start, EVAL[:2], "nash-e", units)
+    rows = {r.node: r.own_differ for r in ConsistencyPass(EVAL[:2]).compare(space.apply(ir.clone(), start)).rows}
+    assert found and list(found.values()) == sorted(found.values(), reverse=True)
+    assert found == {i: rows[space.units[i].name] for i in units if rows.get(space.units[i].name, 0) > 0}
+
+
+@pytest.mark.parametrize("first_round", [1, 8])
+def test_a_first_round_that_meets_ends_the_search_before_every_unit_is_ranked(monkeypatch, model, first_round):
+    """A target that the most departing unit's raise alone meets is met in the first round: the units
+    of later rounds (one round of one unit; or one of every departing unit) are never raised alone."""
+    import importlib
+
+    from qir.passes.tune.integer_repair import _departures
+
+    repair_module = importlib.import_module("qir.passes.tune.integer_repair")
+    monkeypatch.setattr(repair_module, "FIRST_ROUND", first_round)
+    ir, space = model
+    start = space.start()
+    low = _integer_score(ir, space, start)
+    picked = Target("cosine-similarity", ">=", 1.0).bad_cases(low.samples, repair_module.SCREEN_SAMPLES)
+    departing = list(_departures(ir, space, start, [EVAL[i] for i in picked], "nash-e", space.searchable()))
+    top = space.move(start, {departing[0]: space.top_integer(departing[0])})
+    alone = _integer_score(ir, space, top)
+    assert alone.mean > low.mean  # (the planted case: raising it alone recovers some of the loss)
+    target = Target("cosine-similarity", ">=", (low.mean + alone.mean) / 2)
+    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
+    try:
+        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
+    finally:
+        ev.close()
+    assert repair.config is not None and target.met(_integer_score(ir, space, repair.config))
+    assert repair.departing == len(departing) and repair.candidates == len(space.searchable())
+    assert repair.ranked == min(first_round, len(departing)) < repair.candidates  # (those that do not depart: never)
+
+
+def test_units_that_do_not_depart_are_ranked_last_when_the_departing_ones_do_not_meet(monkeypatch, model):
+    """The departures order the search; they do not bound it: a target only raises outside them
+    meet is still met, in the last round, after every unit was ranked."""
+    import importlib
+
+    repair_module = importlib.import_module("qir.passes.tune.integer_repair")
+    ir, space = model
+    start, upper = space.start(), space.upper()
+    low, high = _integer_score(ir, space, start), _integer_score(ir, space, upper)
+    target = Target("cosine-similarity", ">=", (low.mean + high.mean) / 2)
+    useless = min(space.searchable(), key=lambda i: _integer_score(ir, space, space.move(start, {i: space.top_integer(i)})).mean)
+    monkeypatch.setattr(repair_module, "_departures", lambda *a: {useless: 0.5})  # (the one that helps least "departs")
+    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
+    try:
+        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
+    finally:
+        ev.close()
+    assert repair.config is not None and target.met(_integer_score(ir, space, repair.config))
+    assert repair.departing == 1 and repair.ranked == repair.candidates
