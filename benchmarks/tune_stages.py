@@ -45,6 +45,7 @@ STAGES = {  # stage -> (module, attribute) wrapped
     "pruning": ("qir.passes.tune", "prune"),
     "verification": ("qir.passes.tune.TunePass", "_verified"),
     "backtracking": ("qir.passes.tune.TunePass", "_backtrack"),
+    "integer repair": ("qir.passes.tune", "integer_repair"),
     "trim thresholds": ("qir.passes.tune.TunePass", "_trim_thresholds"),
     "attribution": ("qir.passes.tune.TunePass", "_attribute"),
 }
