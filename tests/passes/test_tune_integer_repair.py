@@ -209,6 +209,11 @@ def test_raises_of_the_search_at_the_integer_level_are_named_so():
     repaired = [c["node"] for c in report["changes"] if c["reason"] == "integer level"]
     assert repaired and repaired == report["integer_repair"]["raised"]
     assert f"the search at the integer level raised {', '.join(repaired)}" in outcome(report)
+    from qir.tools.reports.tune import format_report
+
+    section = format_report(report).split("== the search at the integer level")[1].split("\n== ")[0]
+    repair = report["integer_repair"]
+    assert f"{repair['ranked']} of {repair['candidates']} unit(s)" in section and repaired[0] in section
 
 
 def test_the_rounds_take_the_most_departing_units_first_and_the_rest_last():

@@ -197,6 +197,7 @@ def format_report(report: TuneReport) -> str:
     lines += [f"  {c['node']:<48}{c['change']:<{wide}}{c['reason']:<13}{c['gain']:>12.4g}{c['per_image']:>12.4g}"
               for c in r["changes"]]
     lines += _verification_lines(r.get("verification"))
+    lines += _integer_search_lines(r.get("integer_repair"))
     if r.get("commands"):
         lines += ["", "== reproduce from the calibrated model"] + [f"  {c}" for c in r["commands"]]
     lines += ["", f"{r['configurations']} configurations in {r['engine_calls']} engine call(s), {r.get('seconds', 0)} s"]
@@ -219,6 +220,22 @@ def _verification_lines(ver: dict[str, Any] | None) -> list[str]:
         lines.append(f"  integer level ({i['march']}, assumed arithmetic): mean {i['mean']:.6g}, worst {i['worst']:.6g}, "
                      f"margin {i['margin']:.4g}: " + ("meets the target" if i["meets"] else "MISSES the target"))
     return lines
+
+
+def _integer_search_lines(repair: dict[str, Any] | None) -> list[str]:
+    """What the search at the integer level did, when it ran: how many units it ranked of those
+    below their reference level (the most departing first), what it found."""
+    if not repair:
+        return []
+    found = (f"raised {len(repair['raised'])}: {', '.join(repair['raised'][:4])}{', ...' if len(repair['raised']) > 4 else ''}"
+             if repair["raised"] else ("no raise needed" if repair["found"] else "no raise met the target there"))
+    ranked = repair.get("ranked")
+    ranked = (f"{ranked} of {repair['candidates']} unit(s) below their reference level raised alone, the "
+              f"{repair.get('departing', 0)} whose own op departs from fake quantization first"
+              if ranked is not None else f"{repair['candidates']} unit(s) below their reference level")
+    return ["", "== the search at the integer level (fake quantization met the target where the integer level did not)",
+            f"  {ranked}; {found}"
+            + (" (onnxruntime did not confirm them)" if repair.get("failed_verification") else "")]
 
 
 def _figure(report: TuneReport):
