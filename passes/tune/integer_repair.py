@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from qir.errors import InputError
 from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.consistency import ConsistencyPass
@@ -131,8 +132,13 @@ def _departures(base: QIR, space: Space, final: Config, samples: list[dict], mar
                 units: list[int]) -> dict[int, float]:
     """Unit -> the share of its codes its own segment computes differently from fake quantization
     under ``final`` on ``samples`` (``consistency``'s ``own_differ``), for the units of ``units``
-    that depart at all, most departing first."""
-    report = ConsistencyPass(samples, march=march).compare(space.apply(base.clone(), final))
+    that depart at all, most departing first; none when no sample can be compared (every one's
+    fake-quantized values hold NaN or Inf: the rounds then rank every unit at once)."""
+    try:
+        report = ConsistencyPass(samples, march=march).compare(space.apply(base.clone(), final))
+    except InputError as exc:
+        logger.warning("tune: integer repair: no departures to rank by (%s); every unit is ranked", exc)
+        return {}
     share = {space.index[r.node]: r.own_differ for r in report.rows if r.node in space.index and r.own_differ > 0}
     return dict(sorted(((i, share[i]) for i in units if i in share), key=lambda kv: -kv[1]))
 

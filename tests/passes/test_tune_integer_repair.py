@@ -284,3 +284,20 @@ def test_units_that_do_not_depart_are_ranked_last_when_the_departing_ones_do_not
         ev.close()
     assert repair.config is not None and target.met(_integer_score(ir, space, repair.config))
     assert repair.departing == 1 and repair.ranked == repair.candidates
+
+
+def test_no_comparable_sample_ranks_every_unit_at_once(monkeypatch, model, caplog):
+    """The consistency pass refuses samples whose fake-quantized values are not finite; with none
+    left there is no departure to order by, and the search ranks every unit in one round."""
+    from qir.errors import InputError
+    from qir.passes.consistency import ConsistencyPass
+    from qir.passes.tune.integer_repair import _departures
+
+    def refuse(self, ir):
+        raise InputError("every sample's fake-quantized values hold NaN or Inf")
+
+    monkeypatch.setattr(ConsistencyPass, "compare", refuse)
+    ir, space = model
+    with caplog.at_level("WARNING"):
+        assert _departures(ir, space, space.start(), EVAL[:2], "nash-e", space.searchable()) == {}
+    assert "every unit is ranked" in caplog.text
