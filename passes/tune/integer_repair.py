@@ -20,7 +20,8 @@ runs the march's integer level (numpy, re-executing each variant's cone from cac
    own segment computes differently from fake quantization (``own_differ``). Fake quantization
    met the target, so what misses is made there; the units ``R`` left below their reference level
    are taken in rounds, most departing first: :data:`FIRST_ROUND` units, then twice as many, ...,
-   the units that depart not at all last. (Ranking every unit alone was 133 of 193 CPU s on the
+   the units that depart not at all last (no more than :data:`FIRST_ROUND` units: one round, and
+   no comparison). (Ranking every unit alone was 133 of 193 CPU s on the
    ViT-S, 200 units; the one raise that met the target departs second most.)
 3. Each round: on those samples, each new unit raised alone to its reference level, its gain on
    the target's margin at the integer level; the units that gain so far, in order of gain per cost
@@ -39,7 +40,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from qir.errors import InputError
 from qir.execution import Level, Runtime
 from qir.graph import QIR
 from qir.passes.consistency import ConsistencyPass
@@ -67,12 +67,14 @@ class IntegerRepair:
     """What :func:`integer_repair` measured and found."""
 
     config: Config | None  # the cheapest raise that meets the target there (None: none does)
-    raised: list[str]  # the units it raised, by name
+    raised: list[str]  # the units it raised, by name, in the order of the search (gain per cost)
     before: Score  # the result's integer-level score in the engine
     after: Score | None  # ``config``'s
     candidates: int  # units the result left below their reference level
     ranked: int = 0  # of them, those raised alone (the rounds searched)
-    departing: int = 0  # of them, those whose own segment departs from fake quantization
+    #: of them, those whose own segment departs from fake quantization (None: not measured, as
+    #: one round took them all or the comparison failed)
+    departing: int | None = None
     #: ``config`` emitted and verified as every result is, when that failed: its scores in
     #: onnxruntime and at the integer level (``{"onnxruntime": (mean, worst), Level.INTEGER: ...}``).
     failed_verification: dict[str, tuple[float, float]] | None = None
@@ -105,21 +107,23 @@ def integer_repair(ev: Evaluator, space: Space, found: TuneState, *, march: str,
                         "below their reference level", ev.target.shown(before), march, len(units))
             return IntegerRepair(final if ev.target.met(before) else None, [], before, before, len(units))
         picked = ev.target.bad_cases(before.samples, SCREEN_SAMPLES)
-        departing = _departures(ev.base, space, final, [ev.samples[i] for i in picked], march, units)
+        departing = _departures(ev.base, space, final, [ev.samples[i] for i in picked], march, units) \
+            if len(units) > FIRST_ROUND else None  # (one round takes them all)
         gains = _SingleGains(whole, make, picked, final, step, screens)
-        met = None
-        for batch in _rounds(list(departing), [i for i in units if i not in departing]):
+        met, order = None, []
+        for batch in _rounds(list(departing or ()), [i for i in units if i not in (departing or ())]):
             helping = {i: g for i, g in gains.measure(batch).items() if g > 0}
-            order = by_loss_per_cost(space, final, {i: step[i] for i in helping}, helping)
-            logger.info("tune: integer repair: %d of %d unit(s) ranked (%d of %d depart at the integer level), %d gain",
-                        len(gains.gains), len(units), len(departing), len(units), len(order))
-            met, _, _ = ratio_search(whole, final, order, {i: step[i] for i in order}, upward=True,
-                                     around=final) if order else (None, None, None)
+            searched, order = order, by_loss_per_cost(space, final, {i: step[i] for i in helping}, helping)
+            logger.info("tune: integer repair: %d of %d unit(s) ranked (%s depart at the integer level), %d gain",
+                        len(gains.gains), len(units), "not measured" if departing is None else len(departing), len(order))
+            if order and order != searched:  # (a round that adds no gaining unit has nothing new to search)
+                met, _, _ = ratio_search(whole, final, order, {i: step[i] for i in order}, upward=True, around=final)
             if met is not None:
                 break
         after = whole.memo.get(met) if met is not None else None
-        raised = space.names(i for i in space.raised(met, final)) if met is not None else []
-        return IntegerRepair(met, raised, before, after, len(units), len(gains.gains), len(departing))
+        raised = space.names(i for i in order if met is not None and met.levels[i] != final.levels[i])
+        return IntegerRepair(met, raised, before, after, len(units), len(gains.gains),
+                             None if departing is None else len(departing))
     finally:
         for e in screens:
             whole.calls += e.calls
@@ -129,16 +133,18 @@ def integer_repair(ev: Evaluator, space: Space, found: TuneState, *, march: str,
 
 
 def _departures(base: QIR, space: Space, final: Config, samples: list[dict], march: str,
-                units: list[int]) -> dict[int, float]:
+                units: list[int]) -> dict[int, float] | None:
     """Unit -> the share of its codes its own segment computes differently from fake quantization
     under ``final`` on ``samples`` (``consistency``'s ``own_differ``), for the units of ``units``
-    that depart at all, most departing first; none when no sample can be compared (every one's
-    fake-quantized values hold NaN or Inf: the rounds then rank every unit at once)."""
+    that depart at all, most departing first. None when the comparison fails (every sample's
+    fake-quantized values hold NaN or Inf, or anything else): the departures only order the
+    search, so the rounds then rank every unit at once rather than stop the tune."""
     try:
         report = ConsistencyPass(samples, march=march).compare(space.apply(base.clone(), final))
-    except InputError as exc:
-        logger.warning("tune: integer repair: no departures to rank by (%s); every unit is ranked", exc)
-        return {}
+    except Exception as exc:  # noqa: BLE001 - an order lost, not a result: said, and every unit ranked
+        logger.warning("tune: integer repair: no departures to rank by (%s: %s); every unit is ranked",
+                       type(exc).__name__, exc)
+        return None
     share = {space.index[r.node]: r.own_differ for r in report.rows if r.node in space.index and r.own_differ > 0}
     return dict(sorted(((i, share[i]) for i in units if i in share), key=lambda kv: -kv[1]))
 

@@ -229,11 +229,11 @@ def _integer_search_lines(repair: dict[str, Any] | None) -> list[str]:
         return []
     found = (f"raised {len(repair['raised'])}: {', '.join(repair['raised'][:4])}{', ...' if len(repair['raised']) > 4 else ''}"
              if repair["raised"] else ("no raise needed" if repair["found"] else "no raise met the target there"))
-    ranked = repair.get("ranked")
-    ranked = (f"{ranked} of {repair['candidates']} unit(s) below their reference level raised alone, the "
-              f"{repair.get('departing', 0)} whose own op departs from fake quantization first"
-              if ranked is not None else f"{repair['candidates']} unit(s) below their reference level")
-    return ["", "== the search at the integer level (fake quantization met the target where the integer level did not)",
+    ranked, departing = repair.get("ranked"), repair.get("departing")
+    ranked = (f"{repair['candidates']} unit(s) below their reference level" if not ranked else
+              f"{ranked} of {repair['candidates']} unit(s) below their reference level raised alone" +
+              (f", the {departing} whose own op departs from fake quantization first" if departing is not None else ""))
+    return ["", "== the search at the integer level (run because verification found the result short of the target there)",
             f"  {ranked}; {found}"
             + (" (onnxruntime did not confirm them)" if repair.get("failed_verification") else "")]
 
