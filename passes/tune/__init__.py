@@ -324,6 +324,7 @@ class TunePass(Pass):
             if model is not ir:
                 reference = ir.clone()  # (scores stay against the float model as given)
                 ir.assign(model)  # (the search, and the result, are the transformed model)
+            self._floats = stage.floats  # (the model as given, run as float: what verification compares with)
         splits = constrained_splits(ir, self.profile) if self.split else {}
         for name, groups in splits.items():  # a precision per consumer where a reader's constraint binds the rest
             split_calibration(ir, name, groups)

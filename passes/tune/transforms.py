@@ -112,6 +112,9 @@ class TransformStage:
     seconds: float = 0.0
     skipped: str | None = None  # why no candidate was tried
     stopped: str | None = None  # why the candidates after a trial were not tried (rule 3)
+    #: The model as given, run as float on the evaluation samples (its outputs and the target's
+    #: values): what verification compares with too (not in the JSON).
+    floats: list[dict] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline.to_json(), "trials": [t.to_json() for t in self.trials],
@@ -270,17 +273,19 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     floats = float_outputs(ir, samples, target.values)
     captures: dict[str, np.ndarray] = {}  # (the float model's values on a calibration sample: rebuild's)
     on = (target, samples, floats, runtime)
-    int8, upper = _score(_configured(ir, space_of), *on), _score(_configured(ir, space_of, upper=True), *on)
-    exact = Score(*sample_values(ir, target, floats, floats))  # (the model's float function is its own)
-    base = TransformTrial((), int8.mean, target.worst(int8.samples)[1], 0.0,
-                          float_mean=exact.mean, float_worst=target.worst(exact.samples)[1],
-                          upper_mean=upper.mean, upper_worst=target.worst(upper.samples)[1])
-    stage = TransformStage(base)
-    models: dict[tuple[str, ...], tuple[QIR, Score]] = {(): (ir, int8)}
+    int8 = _score(_configured(ir, space_of), *on)
     skipped = ("all-int8 meets the target already" if target.met(int8) else  # no precision to save
                None if ir.meta.get("calibration") else
                "the model was not calibrated by qir (an imported quantized model): its calibration cannot be rebuilt "
                "around a transform; calibrate the float model with qir, or use qir calibrate --fixes")
+    # (the upper bound decides rule 1 only where candidates are tried)
+    upper = Score(float("nan"), ()) if skipped else _score(_configured(ir, space_of, upper=True), *on)
+    exact = Score(*sample_values(ir, target, floats, floats))  # (the model's float function is its own)
+    base = TransformTrial((), int8.mean, target.worst(int8.samples)[1], 0.0,
+                          float_mean=exact.mean, float_worst=target.worst(exact.samples)[1],
+                          upper_mean=upper.mean, upper_worst=target.worst(upper.samples)[1])
+    stage = TransformStage(base, floats=floats)
+    models: dict[tuple[str, ...], tuple[QIR, Score]] = {(): (ir, int8)}
     if skipped:
         stage.seconds = time.perf_counter() - start
         stage.skipped = skipped

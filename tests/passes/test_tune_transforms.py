@@ -133,12 +133,36 @@ def test_a_transform_that_changes_nothing_is_neither_recalibrated_nor_scored(mon
     assert stage.trials[0].gain == 0 and stage.trials[0].mean == stage.baseline.mean and not stage.trials[0].helps
 
 
-def test_a_start_that_meets_the_target_tries_nothing():
+def test_a_start_that_meets_the_target_tries_nothing(monkeypatch):
+    """Nor does it score the upper bound, which decides only whether a candidate is kept."""
+    from qir.passes.tune import transforms
+
+    calls = []
+    real_score = transforms._score
+    monkeypatch.setattr(transforms, "_score", lambda *a, **k: calls.append("score") or real_score(*a, **k))
     data = samples()
     ir = calibrate_for_nash_e(depthwise(), data)
     model, stage = choose_transforms(ir, data, data, parse_target("cosine>=0.5"), march="nash-e", space_of=_space,
                                      progress=False)
     assert model is ir and stage.trials == [] and stage.chosen == () and "meets" in stage.skipped
+    assert calls == ["score"] and np.isnan(stage.baseline.upper_mean)  # (all-int8 alone)
+    assert len(stage.floats) == len(data) and "y" in stage.floats[0]  # (the float outputs, for verification)
+
+
+def test_verification_compares_with_the_float_outputs_the_transforms_stage_computed(monkeypatch):
+    """The model as given runs as float once in a tune with its transforms stage: verification
+    takes the stage's outputs (the same model, samples and values)."""
+    from qir.passes import tune as tune_pass
+    from qir.passes.tune import transforms
+
+    runs = []
+    real = transforms.float_outputs
+    monkeypatch.setattr(transforms, "float_outputs", lambda *a, **k: runs.append("stage") or real(*a, **k))
+    monkeypatch.setattr(tune_pass, "float_outputs", lambda *a, **k: runs.append("verification") or real(*a, **k))
+    data = samples()
+    ir = calibrate_for_nash_e(depthwise(), data)
+    report = get_pass("tune", target="cosine>=0.5", eval_data=data, calib_data=data, progress=False)(ir).report
+    assert report["verification"]["agrees"] and runs == ["stage"]
 
 
 def test_unknown_transforms_are_one_clear_error():
