@@ -274,10 +274,7 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     captures: dict[str, np.ndarray] = {}  # (the float model's values on a calibration sample: rebuild's)
     on = (target, samples, floats, runtime)
     int8 = _score(_configured(ir, space_of), *on)
-    skipped = ("all-int8 meets the target already" if target.met(int8) else  # no precision to save
-               None if ir.meta.get("calibration") else
-               "the model was not calibrated by qir (an imported quantized model): its calibration cannot be rebuilt "
-               "around a transform; calibrate the float model with qir, or use qir calibrate --fixes")
+    skipped = _skipped(ir, target, int8)
     # (the upper bound decides rule 1 only where candidates are tried)
     upper = Score(float("nan"), ()) if skipped else _score(_configured(ir, space_of, upper=True), *on)
     exact = Score(*sample_values(ir, target, floats, floats))  # (the model's float function is its own)
@@ -343,6 +340,16 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     logger.info("tune: transforms kept: %s (all-int8 %s -> %s)", ", ".join(chosen) or "none", target.shown(int8),
                 target.shown(models[chosen][1]))
     return models[chosen][0], stage
+
+
+def _skipped(ir: QIR, target: Target, int8: Score) -> str | None:
+    """Why the stage tries nothing (rule 0), or None."""
+    if target.met(int8):
+        return "all-int8 meets the target already"  # (no precision to save)
+    if not ir.meta.get("calibration"):
+        return ("the model was not calibrated by qir (an imported quantized model): its calibration cannot be rebuilt "
+                "around a transform; calibrate the float model with qir, or use qir calibrate --fixes")
+    return None
 
 
 def _ordered(transforms: tuple[str, ...], candidates: Sequence[str]) -> tuple[str, ...]:
