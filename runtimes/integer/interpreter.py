@@ -39,9 +39,10 @@ from qir.kinds import CalibMode, CalibRole
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_capture, check_feeds
 from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
+from qir.runtimes.integer.coded import TABLE_OPS, coded_op
 from qir.runtimes.integer.kernels import FLOAT_COMPOSITES, INTEGER_KERNELS, OpCall
 from qir.runtimes.integer.ort_float import ORT_FLOAT_KERNELS
-from qir.runtimes.integer.qtensor import QParams, QTensor, dequantize, params_of
+from qir.runtimes.integer.qtensor import Coded, QParams, QTensor, dequantize, params_of
 from qir.runtimes.march import MarchProfile, get_profile
 from qir.runtimes.march.ort import ORT
 from qir.runtimes.numerics import apply_calibration
@@ -391,12 +392,15 @@ class IntegerRuntime:
     def _calibration(rec: CalibRecord, x, plan: IntegerPlan, arith: Arithmetic):
         if rec.name in plan.weights:
             return plan.weights[rec.name]
+        if type(x) is Coded:
+            x = x.materialize()
         params = plan.params.get(rec.name)
         if params is not None:
             return arith.rescale(x, params) if isinstance(x, QTensor) else arith.quantize(x, params)
         return apply_calibration(rec, dequantize(x))  # fp16 round trip / float (implied clip kept)
 
     def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: IntegerPlan, arith: Arithmetic):
+        coded = any(type(a) is Coded for a in args)  # (a float tensor kept per code: :mod:`.coded`)
         if rec.name in self.float_ops:
             args = [dequantize(a) for a in args]
         elif any(isinstance(a, QTensor) for a in args):
@@ -404,11 +408,21 @@ class IntegerRuntime:
                 args = _quantized_constants(rec, args, plan, arith)
             kernel = INTEGER_KERNELS.get(rec.op_type)
             if kernel is not None and self.profile.computes_in_integer(rec.op_type):
-                result = kernel(OpCall(rec, args, kwargs, fn, plan.targets.get(rec.name), arith))
+                # (the kernels of TABLE_OPS decline a Coded input as they decline any float one)
+                given = args if not coded or rec.op_type in TABLE_OPS else [dequantize(a) for a in args]
+                result = kernel(OpCall(rec, given, kwargs, fn, plan.targets.get(rec.name), arith))
                 if result is not None:
                     return result
             arith.stats.fell_back(rec.op_type, rec.name,
                                   composite=rec.op_type in FLOAT_COMPOSITES or "composite" in rec.meta)
+            result = self._per_code(rec, fn, kwargs, args, plan)
+            if result is not None:
+                return result
+            args = [dequantize(a) for a in args]
+        elif coded:
+            result = self._per_code(rec, fn, kwargs, args, plan)
+            if result is not None:
+                return result
             args = [dequantize(a) for a in args]
         if rec.name in plan.fused:  # a GEMM with its Add fused, in float: the GEMM, then the Add
             return fn(*args[:3], **kwargs) + args[3]
@@ -417,3 +431,14 @@ class IntegerRuntime:
             if result is not None:
                 return result
         return fn(*args, **kwargs)
+
+    def _per_code(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: IntegerPlan):
+        """The float op of ``rec`` once per code of its quantized (or Coded) input
+        (:func:`.coded.coded_op`), where :meth:`_op` would compute it in float on tensors and it
+        is elementwise; None elsewhere. A constant operand that was quantized beside codes (an
+        Add/Sub/Mul constant) counts as its dequantized value, as the tensor path takes it."""
+        if rec.op_type not in TABLE_OPS or rec.name in plan.fused \
+                or (self.profile.name == ORT.name and rec.op_type in ORT_FLOAT_KERNELS):
+            return None
+        args = [dequantize(a) if isinstance(a, QTensor) and v in plan.constants else a for v, a in zip(rec.inputs, args)]
+        return coded_op(fn, args, kwargs)

@@ -18,7 +18,7 @@ from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["QTensor", "QParams", "params_of", "dequantize"]
+__all__ = ["QTensor", "QParams", "Coded", "params_of", "dequantize"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,39 @@ class QTensor:
         return (self.centered(np.float32) * scale).astype(np.float32, copy=False)
 
 
+@dataclass(frozen=True)
+class Coded:
+    """A float tensor equal to ``table[codes - low]``: a value that is a function of one
+    per-tensor quantized value's codes alone (``codes``, shared with that QTensor), kept as one
+    entry per code of its range from ``low`` (:mod:`.coded`)."""
+
+    codes: np.ndarray
+    low: int
+    table: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.codes.shape
+
+    @classmethod
+    def of(cls, q: QTensor) -> "Coded | None":
+        """``q``'s dequantized reals as a table: the same arithmetic on every code of the range
+        (None: ``q`` is quantized per channel)."""
+        if not q.params.per_tensor:
+            return None
+        low, high = q.params.qrange
+        return cls(q.codes, low, QTensor(np.arange(low, high + 1).astype(q.codes.dtype), q.params).dequantize())
+
+    def materialize(self) -> np.ndarray:
+        """The tensor itself (one gather)."""
+        index = self.codes.astype(np.intp)
+        if self.low:
+            index -= self.low
+        return self.table[index]
+
+
 def dequantize(value):
-    """A QTensor as its float32 reals; anything else unchanged."""
-    return value.dequantize() if isinstance(value, QTensor) else value
+    """A QTensor as its float32 reals, a Coded as its tensor; anything else unchanged."""
+    if isinstance(value, QTensor):
+        return value.dequantize()
+    return value.materialize() if isinstance(value, Coded) else value
