@@ -14,10 +14,11 @@ for bit on the ViT-S's GELUs, and on every op of :data:`TABLE_OPS` in the tests)
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from qir.records import AttrValue
 from qir.runtimes.integer.qtensor import Coded, QTensor
 
 __all__ = ["TABLE_OPS", "coded_op"]
@@ -32,7 +33,7 @@ TABLE_OPS = frozenset({
 })
 
 
-def coded_op(fn: Callable, args: Sequence[Any], kwargs: dict) -> Coded | None:
+def coded_op(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, AttrValue]) -> Coded | None:
     """``fn(*args, **kwargs)`` as a table per code, when every input is a per-tensor QTensor or a
     Coded of one codes array, a constant array of one element, or None; None otherwise (the
     caller computes the op on tensors)."""
