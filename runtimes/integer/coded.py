@@ -37,19 +37,20 @@ def coded_op(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, AttrValue])
     """``fn(*args, **kwargs)`` as a table per code, when every input is a per-tensor QTensor or a
     Coded of one codes array, a constant array of one element, or None; None otherwise (the
     caller computes the op on tensors)."""
-    codes = None
+    codes = low = None
     for a in args:
         if isinstance(a, (QTensor, Coded)):
-            if codes is not None and a.codes is not codes:
+            mine = a.params.qrange[0] if isinstance(a, QTensor) else a.low
+            if codes is not None and (a.codes is not codes or mine != low):
                 return None
-            codes, low = a.codes, (a.params.qrange[0] if isinstance(a, QTensor) else a.low)
+            codes, low = a.codes, mine
     if codes is None:
         return None
     tables: list[Any] = []
     for a in args:
         if isinstance(a, QTensor):
-            low, high = a.params.qrange
-            if 2 * (high - low + 1) > codes.size:  # (a table larger than the tensor gains nothing)
+            first, last = a.params.qrange
+            if 2 * (last - first + 1) > codes.size:  # (a table larger than the tensor gains nothing)
                 return None
             a = Coded.of(a)
             if a is None:

@@ -42,7 +42,7 @@ from qir.runtimes.integer.arithmetic import Arithmetic, IntegerStats
 from qir.runtimes.integer.coded import TABLE_OPS, coded_op
 from qir.runtimes.integer.kernels import FLOAT_COMPOSITES, INTEGER_KERNELS, OpCall
 from qir.runtimes.integer.ort_float import ORT_FLOAT_KERNELS
-from qir.runtimes.integer.qtensor import Coded, QParams, QTensor, dequantize, params_of
+from qir.runtimes.integer.qtensor import Coded, QParams, QTensor, dequantize, materialize, params_of
 from qir.runtimes.march import MarchProfile, get_profile
 from qir.runtimes.march.ort import ORT
 from qir.runtimes.numerics import apply_calibration
@@ -392,8 +392,7 @@ class IntegerRuntime:
     def _calibration(rec: CalibRecord, x, plan: IntegerPlan, arith: Arithmetic):
         if rec.name in plan.weights:
             return plan.weights[rec.name]
-        if type(x) is Coded:
-            x = x.materialize()
+        x = materialize(x)
         params = plan.params.get(rec.name)
         if params is not None:
             return arith.rescale(x, params) if isinstance(x, QTensor) else arith.quantize(x, params)
@@ -408,8 +407,8 @@ class IntegerRuntime:
                 args = _quantized_constants(rec, args, plan, arith)
             kernel = INTEGER_KERNELS.get(rec.op_type)
             if kernel is not None and self.profile.computes_in_integer(rec.op_type):
-                # (the kernels of TABLE_OPS decline a Coded input as they decline any float one)
-                given = args if not coded or rec.op_type in TABLE_OPS else [dequantize(a) for a in args]
+                # (the kernels of TABLE_OPS decline a Coded input as they decline any float one; others see its tensor)
+                given = args if not coded or rec.op_type in TABLE_OPS else [materialize(a) for a in args]
                 result = kernel(OpCall(rec, given, kwargs, fn, plan.targets.get(rec.name), arith))
                 if result is not None:
                     return result

@@ -18,7 +18,7 @@ from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["QTensor", "QParams", "Coded", "params_of", "dequantize"]
+__all__ = ["QTensor", "QParams", "Coded", "params_of", "dequantize", "materialize"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,11 @@ class Coded:
         if self.low:
             index -= self.low
         return self.table[index]
+
+
+def materialize(value):
+    """A Coded as its tensor; anything else (a QTensor too) unchanged."""
+    return value.materialize() if isinstance(value, Coded) else value
 
 
 def dequantize(value):

@@ -41,17 +41,22 @@ def _found(space: Space, final) -> TuneState:
                      final=final, reference=upper)
 
 
+def _repair(ir: qir.QIR, space: Space, start, target: Target, samples=EVAL):
+    """The search at the integer level from ``start`` for ``target`` on ``samples``."""
+    ev = Evaluator(space.apply(ir.clone(), start), space, target, samples, progress=False, threads=1)
+    try:
+        return integer_repair(ev, space, _found(space, start), march="nash-e")
+    finally:
+        ev.close()
+
+
 def test_the_repair_finds_raises_that_meet_the_target_at_the_integer_level(model):
     ir, space = model
     start, upper = space.start(), space.upper()
     low, high = _integer_score(ir, space, start), _integer_score(ir, space, upper)
     assert high.mean > low.mean
     target = Target("cosine-similarity", ">=", (low.mean + high.mean) / 2)
-    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
-    try:
-        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
-    finally:
-        ev.close()
+    repair = _repair(ir, space, start, target)
     assert repair.before.mean == pytest.approx(low.mean, abs=1e-6)  # the engine's integer level is the whole run's
     assert repair.config is not None and repair.raised
     assert repair.raised == space.names(space.raised(repair.config, start))
@@ -66,11 +71,7 @@ def test_the_repair_says_so_when_no_raise_meets_the_target(model):
     start, upper = space.start(), space.upper()
     high = _integer_score(ir, space, upper)
     target = Target("cosine-similarity", ">=", min(1.0, high.mean + 1e-4))  # beyond the upper bound at that level
-    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
-    try:
-        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
-    finally:
-        ev.close()
+    repair = _repair(ir, space, start, target)
     assert repair.config is None and repair.after is None and not repair.to_json(target)["found"]
 
 
@@ -255,11 +256,7 @@ def test_a_first_round_that_meets_ends_the_search_before_every_unit_is_ranked(mo
     alone = _integer_score(ir, space, top)
     assert alone.mean > low.mean  # (the planted case: raising it alone recovers some of the loss)
     target = Target("cosine-similarity", ">=", (low.mean + alone.mean) / 2)
-    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
-    try:
-        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
-    finally:
-        ev.close()
+    repair = _repair(ir, space, start, target)
     assert repair.config is not None and target.met(_integer_score(ir, space, repair.config))
     assert repair.departing == len(departing) and repair.candidates == len(space.searchable())
     assert repair.ranked == min(first_round, len(departing)) < repair.candidates  # (those that do not depart: never)
@@ -278,11 +275,7 @@ def test_units_that_do_not_depart_are_ranked_last_when_the_departing_ones_do_not
     useless = min(space.searchable(), key=lambda i: _integer_score(ir, space, space.move(start, {i: space.top_integer(i)})).mean)
     monkeypatch.setattr(repair_module, "_departures", lambda *a: {useless: 0.5})  # (the one that helps least "departs")
     monkeypatch.setattr(repair_module, "FIRST_ROUND", 1)  # (rounds of more units than the 6 here: one round)
-    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
-    try:
-        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
-    finally:
-        ev.close()
+    repair = _repair(ir, space, start, target)
     assert repair.config is not None and target.met(_integer_score(ir, space, repair.config))
     assert repair.departing == 1 and repair.ranked == repair.candidates
 
@@ -305,12 +298,8 @@ def test_a_failed_comparison_ranks_every_unit_at_once(monkeypatch, model, caplog
     start, upper = space.start(), space.upper()
     low, high = _integer_score(ir, space, start), _integer_score(ir, space, upper)
     target = Target("cosine-similarity", ">=", (low.mean + high.mean) / 2)
-    ev = Evaluator(space.apply(ir.clone(), start), space, target, EVAL, progress=False, threads=1)
-    try:
-        with caplog.at_level("WARNING"):
-            repair = integer_repair(ev, space, _found(space, start), march="nash-e")
-    finally:
-        ev.close()
+    with caplog.at_level("WARNING"):
+        repair = _repair(ir, space, start, target)
     assert "every unit is ranked" in caplog.text
     assert repair.departing is None and repair.ranked == repair.candidates and repair.config is not None
 
@@ -327,9 +316,5 @@ def test_with_as_many_samples_as_the_screen_the_gains_are_measured_on_every_samp
                key=lambda s: s.mean)  # (the best single raise: the target is within reach)
     assert high.mean > low.mean
     target = Target("cosine-similarity", ">=", (low.mean + high.mean) / 2)
-    ev = Evaluator(space.apply(ir.clone(), start), space, target, two, progress=False, threads=1)
-    try:
-        repair = integer_repair(ev, space, _found(space, start), march="nash-e")
-    finally:
-        ev.close()
+    repair = _repair(ir, space, start, target, two)
     assert repair.config is not None and target.met(_integer_score(ir, space, repair.config, two))
