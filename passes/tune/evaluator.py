@@ -95,7 +95,8 @@ class Evaluator:
                                 compare=self.target.compared(self.base),
                                 reference_changes=reference_changes, steps_when_mixed=True,
                                 **self.engine_options).checked()
-        floats = self.floats if options.runtime == Runtime.ORT or self.reference is not None else None
+        given = self._floats is not None  # (an evaluator at another level compares with the search's floats)
+        floats = self.floats if options.runtime == Runtime.ORT or self.reference is not None or given else None
         return Engine(self.base, self.samples, options, float_baselines=floats, costs=self.costs)
 
     def close(self) -> None:

@@ -98,7 +98,7 @@ def integer_repair(ev: Evaluator, space: Space, found: TuneState, *, march: str,
     make = lambda samples, prefix, floats: Evaluator(  # noqa: E731
         ev.base, space, ev.target, samples, store=ev.store, prefix=prefix, progress=progress, reference=ev.reference,
         floats=floats, runtime=Runtime.NUMPY, level=Level.INTEGER, march=march, **options)
-    whole = make(ev.samples, f"integer {march}: ", ev.floats() if ev.reference is not None else None)
+    whole = make(ev.samples, f"integer {march}: ", ev.floats())
     screens: list[Evaluator] = []
     try:
         before = whole.score([final], "integer repair")[0]
@@ -168,7 +168,7 @@ class _SingleGains:
         self.whole, self.final, self.step, self.gains = whole, final, step, {}
         self.screen = whole
         if len(picked) < len(whole.samples):
-            floats = [whole.floats()[i] for i in picked] if whole.reference is not None else None
+            floats = [whole.floats()[i] for i in picked]
             self.screen = make([whole.samples[i] for i in picked], f"integer samples {picked}: ", floats)
             opened.append(self.screen)
         self.now = self.screen.score([final], "integer repair", final)[0]

@@ -318,3 +318,18 @@ def test_with_as_many_samples_as_the_screen_the_gains_are_measured_on_every_samp
     target = Target("cosine-similarity", ">=", (low.mean + high.mean) / 2)
     repair = _repair(ir, space, start, target, two)
     assert repair.config is not None and target.met(_integer_score(ir, space, repair.config, two))
+
+
+def test_the_search_at_the_integer_level_compares_with_the_search_s_float_outputs(monkeypatch, model):
+    """Its engines take the fake-quant search's float outputs (what verification compares the
+    integer level with too) instead of running the float model again in numpy on every sample."""
+    from qir.runtimes.engine.whole import WholeRuns
+
+    runs = []
+    real = WholeRuns.baseline
+    monkeypatch.setattr(WholeRuns, "baseline", lambda self, *a: runs.append(a[-1]) or real(self, *a))
+    ir, space = model
+    start, upper = space.start(), space.upper()
+    low, high = _integer_score(ir, space, start), _integer_score(ir, space, upper)
+    repair = _repair(ir, space, start, Target("cosine-similarity", ">=", (low.mean + high.mean) / 2))
+    assert repair.config is not None and "float" not in runs
