@@ -47,6 +47,7 @@ def coded_op(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, AttrValue])
     if codes is None:
         return None
     tables: list[Any] = []
+    entries = None  # (the shape of a table: one entry per code)
     for a in args:
         if isinstance(a, QTensor):
             first, last = a.params.qrange
@@ -57,12 +58,12 @@ def coded_op(fn: Callable, args: Sequence[Any], kwargs: Mapping[str, AttrValue])
                 return None
         if isinstance(a, Coded):
             tables.append(a.table)
+            entries = a.table.shape
         elif a is None or (isinstance(a, np.ndarray) and a.size == 1 and a.ndim <= codes.ndim):
             tables.append(a if a is None or a.ndim <= 1 else a.reshape(1))
         else:
             return None
     result = fn(*tables, **kwargs)
-    size = next(t.shape for t in tables if isinstance(t, np.ndarray) and t.ndim == 1 and t.size > 1)
-    if not isinstance(result, np.ndarray) or result.shape != size:
+    if not isinstance(result, np.ndarray) or result.shape != entries:
         return None
     return Coded(codes, low, result)

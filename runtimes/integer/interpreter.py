@@ -399,30 +399,28 @@ class IntegerRuntime:
         return apply_calibration(rec, dequantize(x))  # fp16 round trip / float (implied clip kept)
 
     def _op(self, rec: OpRecord, fn, kwargs: dict, args: list, plan: IntegerPlan, arith: Arithmetic):
-        coded = any(type(a) is Coded for a in args)  # (a float tensor kept per code: :mod:`.coded`)
         if rec.name in self.float_ops:
             args = [dequantize(a) for a in args]
-        elif any(isinstance(a, QTensor) for a in args):
-            if rec.op_type in _CONSTANT_OPERAND_OPS:
-                args = _quantized_constants(rec, args, plan, arith)
-            kernel = INTEGER_KERNELS.get(rec.op_type)
-            if kernel is not None and self.profile.computes_in_integer(rec.op_type):
-                # (the kernels of TABLE_OPS decline a Coded input as they decline any float one; others see its tensor)
-                given = args if not coded or rec.op_type in TABLE_OPS else [materialize(a) for a in args]
-                result = kernel(OpCall(rec, given, kwargs, fn, plan.targets.get(rec.name), arith))
+        else:
+            coded = any(type(a) is Coded for a in args)  # (a float tensor kept per code: :mod:`.coded`)
+            quantized = any(isinstance(a, QTensor) for a in args)
+            if quantized:
+                if rec.op_type in _CONSTANT_OPERAND_OPS:
+                    args = _quantized_constants(rec, args, plan, arith)
+                kernel = INTEGER_KERNELS.get(rec.op_type)
+                if kernel is not None and self.profile.computes_in_integer(rec.op_type):
+                    # (the kernels of TABLE_OPS decline a Coded input as they decline any float one; others see its tensor)
+                    given = args if not coded or rec.op_type in TABLE_OPS else [materialize(a) for a in args]
+                    result = kernel(OpCall(rec, given, kwargs, fn, plan.targets.get(rec.name), arith))
+                    if result is not None:
+                        return result
+                arith.stats.fell_back(rec.op_type, rec.name,
+                                      composite=rec.op_type in FLOAT_COMPOSITES or "composite" in rec.meta)
+            if quantized or coded:  # (in float: once per code where it can, else on the tensors)
+                result = self._per_code(rec, fn, kwargs, args, plan)
                 if result is not None:
                     return result
-            arith.stats.fell_back(rec.op_type, rec.name,
-                                  composite=rec.op_type in FLOAT_COMPOSITES or "composite" in rec.meta)
-            result = self._per_code(rec, fn, kwargs, args, plan)
-            if result is not None:
-                return result
-            args = [dequantize(a) for a in args]
-        elif coded:
-            result = self._per_code(rec, fn, kwargs, args, plan)
-            if result is not None:
-                return result
-            args = [dequantize(a) for a in args]
+                args = [dequantize(a) for a in args]
         if rec.name in plan.fused:  # a GEMM with its Add fused, in float: the GEMM, then the Add
             return fn(*args[:3], **kwargs) + args[3]
         if self.profile.name == ORT.name and rec.op_type in ORT_FLOAT_KERNELS:  # onnxruntime's own float arithmetic

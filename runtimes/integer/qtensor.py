@@ -113,10 +113,6 @@ class Coded:
     low: int
     table: np.ndarray
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.codes.shape
-
     @classmethod
     def of(cls, q: QTensor) -> "Coded | None":
         """``q``'s dequantized reals as a table: the same arithmetic on every code of the range
@@ -141,6 +137,4 @@ def materialize(value):
 
 def dequantize(value):
     """A QTensor as its float32 reals, a Coded as its tensor; anything else unchanged."""
-    if isinstance(value, QTensor):
-        return value.dequantize()
-    return value.materialize() if isinstance(value, Coded) else value
+    return value.dequantize() if isinstance(value, QTensor) else materialize(value)

@@ -63,8 +63,8 @@ def outcome(report: TuneReport) -> str:
             if failed:
                 raised = report["integer_repair"]["raised"]
                 (mean, worst), (imean, iworst) = failed["onnxruntime"], failed[Level.INTEGER]
-                why += (f"; the search at the integer level found {len(raised)} raise(s) ({', '.join(raised[:4])}"
-                        f"{', ...' if len(raised) > 4 else ''}) that meet it there ({imean:.6g}, worst {iworst:.6g}), "
+                why += (f"; the search at the integer level found {len(raised)} raise(s) ({_first(raised)}"
+                        f") that meet it there ({imean:.6g}, worst {iworst:.6g}), "
                         f"but with them the emitted model scores {mean:.6g} (worst {worst:.6g}) in onnxruntime")
         return f"VERIFICATION FAILED: {head}; {why}"
     checked = f"; verified in onnxruntime: {ver['mean']:.6g}, margin {ver['margin']:.3g}" if ver else ""
@@ -222,13 +222,18 @@ def _verification_lines(ver: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _first(names: list[str], shown: int = 4) -> str:
+    """The first ``shown`` of ``names``, comma-separated, with ``, ...`` when there are more."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+
+
 def _integer_search_lines(repair: dict[str, Any] | None) -> list[str]:
     """What the search at the integer level did, when it ran: how many units it ranked of those
     below their reference level (the most departing first), what it found."""
     if not repair:
         return []
-    found = (f"raised {len(repair['raised'])}: {', '.join(repair['raised'][:4])}{', ...' if len(repair['raised']) > 4 else ''}"
-             if repair["raised"] else ("no raise needed" if repair["found"] else "no raise met the target there"))
+    found = (f"raised {len(repair['raised'])}: {_first(repair['raised'])}" if repair["raised"]
+             else "no raise needed" if repair["found"] else "no raise met the target there")
     ranked, departing = repair.get("ranked"), repair.get("departing")
     ranked = (f"{repair['candidates']} unit(s) below their reference level" if not ranked else
               f"{ranked} of {repair['candidates']} unit(s) below their reference level raised alone" +

@@ -15,9 +15,8 @@ from qir.runtimes.numpy_ref.registry import lookup
 
 from ...conftest import calibrate_for_nash_e
 
-#: A second input for the binary ops, and attributes where the kernel needs them.
-_BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"}
-_NEEDS = {"Pow": np.float32(2.0), "Div": np.float32(1.4142135), "Sub": np.float32(0.25), "Max": np.float32(-0.5),
+#: The binary ops' second input (a constant of one element).
+_SECOND = {"Pow": np.float32(2.0), "Div": np.float32(1.4142135), "Sub": np.float32(0.25), "Max": np.float32(-0.5),
           "Min": np.float32(0.5), "Add": np.float32(1.0), "Mul": np.float32(0.5)}
 
 
@@ -34,7 +33,7 @@ def test_every_table_op_gives_the_tensor_it_computes_element_by_element(op_type,
     spec = lookup(op_type)
     assert spec is not None, op_type
     q = _quantized(mode, shape)
-    args = [q, _NEEDS[op_type]] if op_type in _BINARY else [q]
+    args = [q, _SECOND[op_type]] if op_type in _SECOND else [q]
     kwargs = {"_opset": 17} if "_opset" in spec.context else {}
     with np.errstate(all="ignore"):
         expected = spec.fn(*[dequantize(a) if isinstance(a, QTensor) else np.asarray(a) for a in args], **kwargs)
