@@ -36,8 +36,9 @@ Rules:
    and the stage then ends before the empirical bias correction's minutes).
 4. The best combination (or the model as given, when none helps) is what the precision search
    then works on. Every trial is reported (score, gain, sites changed, seconds; its upper bound
-   and float function only where they decide, for a candidate whose all-int8 score gains: NaN
-   otherwise).
+   and float function only where they decide, for a candidate whose all-int8 score gains: the
+   float function only for a transform that folds activation error, first, and the upper bound
+   only when the function did not already refuse it; NaN otherwise).
 """
 from __future__ import annotations
 
@@ -288,29 +289,21 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
         stage.skipped = skipped
         return ir, stage
     bar = task("tune: transforms", len(candidates), unit="candidates", enabled=progress)
-    reach = _float_reach(target)
-
-    def keeps_the_bound(transforms: tuple[str, ...], high: Score, function: Score) -> bool:  # (rule 1)
-        if not (target.met(high) if target.met(upper) else target.gain(high, upper) >= -target.tolerance(upper.mean)):
-            return False
-        return reach.met(function) or not any(_folds_activation_error(t) for t in transforms)
+    nan = Score(float("nan"), ())
 
     def trial(transforms: tuple[str, ...], than: Score) -> bool:
         """Build and score ``transforms``; whether they beat ``than`` all-int8 and keep the bound."""
         began = time.perf_counter()
-        nan = Score(float("nan"), ())
         try:
             model, sites = rebuild(ir, transforms, calib_data, march=march, captures=captures)
             got = int8 if len(transforms) == 1 and not any(sites.values()) else _score(_configured(model, space_of), *on)
             gains = target.gain(got, than) > target.tolerance(than.mean)  # (the bound and function decide only then)
-            high, bound = (_score(_configured(model, space_of, upper=True), *on),
-                           _score(model, *on, level=Level.FLOAT)) if gains else (nan, nan)
+            helps, high, bound = _keeps_the_bound(model, transforms, on, space_of, upper) if gains else (False, nan, nan)
         except (QirError, ValueError) as exc:  # a transform that cannot run here is reported, not fatal
             stage.trials.append(TransformTrial(transforms, float("nan"), float("nan"), float("nan"),
                                                seconds=time.perf_counter() - began, error=str(exc)))
             logger.info("tune: transforms %s could not be tried: %s", ",".join(transforms), exc)
             return False
-        helps = gains and keeps_the_bound(transforms, high, bound)
         stage.trials.append(TransformTrial(transforms, got.mean, target.worst(got.samples)[1], target.gain(got, int8),
                                            tuple(sorted(sites.items())), time.perf_counter() - began,
                                            float_mean=bound.mean, float_worst=target.worst(bound.samples)[1],
@@ -340,6 +333,24 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     logger.info("tune: transforms kept: %s (all-int8 %s -> %s)", ", ".join(chosen) or "none", target.shown(int8),
                 target.shown(models[chosen][1]))
     return models[chosen][0], stage
+
+
+def _keeps_the_bound(model: QIR, transforms: tuple[str, ...], on: tuple, space_of, upper: Score) -> tuple[bool, Score, Score]:
+    """Rule 1's second half for a candidate ``model`` that gains: whether it keeps what precision
+    can reach (``upper``: the model as given at its upper bound), and its upper bound and float
+    function as scored. The float function first, and only for a transform that folds activation
+    error (it decides nothing for the others); the upper bound only when the function did not
+    refuse it already (NaN where not scored). ``on``: :func:`_score`'s target, samples, floats, runtime."""
+    target = on[0]
+    nan = Score(float("nan"), ())
+    function = nan
+    if any(_folds_activation_error(t) for t in transforms):
+        function = _score(model, *on, level=Level.FLOAT)
+        if not _float_reach(target).met(function):
+            return False, nan, function
+    high = _score(_configured(model, space_of, upper=True), *on)
+    kept = target.met(high) if target.met(upper) else target.gain(high, upper) >= -target.tolerance(upper.mean)
+    return kept, high, function
 
 
 def _skipped(ir: QIR, target: Target, int8: Score) -> str | None:

@@ -220,6 +220,7 @@ def test_empirical_bias_correction_is_not_kept_where_it_moves_the_float_function
     assert trial.gain > 0.05  # all-int8 much better ...
     assert trial.float_mean < 1 - (1 - 0.9999) / 2  # ... but the float function out of reach
     assert not trial.helps and stage.chosen == ()
+    assert np.isnan(trial.upper_mean)  # (the function refused it: its upper bound decides nothing, not scored)
     loose = parse_target("cosine>=0.9")  # (where the float function's move is within reach, it is kept)
     _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, loose, march="nash-e", space_of=_space,
                                  candidates=("bias-correct{mode=empirical}",), progress=False)
@@ -269,3 +270,26 @@ def test_threads_hold_for_every_session_of_a_tune_the_transforms_and_calibration
     built.clear()
     get_pass("tune", **common)(ir.clone())
     assert 0 in built  # (without a count, onnxruntime's choice: the limit did not outlive the run)
+
+
+def test_the_float_function_is_scored_only_for_a_transform_that_folds_activation_error(monkeypatch):
+    """The weights' own bias correction keeps what raising activations removes: its float function
+    decides nothing, so only its upper bound is scored (a float run of the evaluation data saved)."""
+    from qir.passes.tune import transforms
+
+    from ..conftest import DIGITS, DIGITS_DATA
+
+    levels = []
+    real_score = transforms._score
+    monkeypatch.setattr(transforms, "_score", lambda *a, **k: levels.append(k.get("level", "fq")) or real_score(*a, **k))
+    ir = qir.load(str(DIGITS / "model.onnx"))
+    calibrate_for_nash_e(ir, DIGITS_DATA, method="max")
+    evaluation = [{"input": x} for x in np.load(DIGITS / "eval_images.npy")[:12]]
+    target = parse_target("cosine>=0.9999")
+    _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, target, march="nash-e", space_of=_space,
+                                 candidates=("bias-correct",), progress=False)
+    (trial,) = stage.trials
+    assert trial.gain > target.tolerance(stage.baseline.mean) and trial.helps  # (it gains, and is kept: its bound ...)
+    assert not np.isnan(trial.upper_mean) and levels.count("fq") == 4  # (... scored: int8 and bound, twice)
+    assert np.isnan(trial.float_mean) and "float" not in levels  # (... and its float function was not)
+
