@@ -113,7 +113,7 @@ class BiasCorrectPass(Pass):
         for layer in layers:
             delta = shifts[layer.op.name]
             detail = {"shift_max": float(np.abs(delta).max()), "shift_mean": float(np.abs(delta).mean()),
-                      "bias_of": layer.target.op, "mode": self.mode}
+                      "bias_of": layer.target.op, "mode": self.mode, "weight_mode": layer.weight_cal.mode.value}
             note_change(ir, layer.op, self.name, detail)
             report.changed.append(Site(layer.op.name, [layer.target.op], detail))
         self.report = report

@@ -279,7 +279,7 @@ class RoundWeightsPass(Pass):
 
     def _apply(self, ir: QIR, layer: Layer, choice: Choice, report: RepairReport) -> bool:
         detail = {"method": choice.method, "mse_nearest": choice.mse_nearest, "mse_after": choice.mse_chosen,
-                  **choice.detail}
+                  "weight_mode": layer.cal.mode.value, **choice.detail}
         if not choice.better:
             report.skipped.append(Skipped(layer.op.name, f"unchanged: {choice.method} did not beat rounding to "
                                                          f"nearest on its rows ({choice.mse_chosen:.3g} vs "

@@ -108,6 +108,8 @@ class TuneReport(Report):
     search_target: str | None = None
     backtracked: dict[str, Any] | None = None
     integer_repair: dict[str, Any] | None = None
+    #: unit -> the weight mode its GEMMs' weights kept: a repair fitted them there (:attr:`.Space.tied`)
+    weight_tied: dict[str, str] | None = None
     verification: Verification | None = None
     unseen: Unseen | None = None
     seconds: float | None = None
@@ -255,5 +257,5 @@ def summarize(ev: Evaluator, found: TuneState, profile: MarchProfile, allow_floa
         calibration_modes=dict(sorted(calib_modes.items())), gemm_ops=_gemm_precisions(ev, final),
         raised=len(space.raised(final, found.plain_start)),
         history=history, pareto=pareto(history, target.higher_is_better),
-        engine_calls=ev.calls, configurations=len(history),
+        engine_calls=ev.calls, configurations=len(history), weight_tied=dict(space.tied) or None,
     )

@@ -4,7 +4,11 @@ ladder from the march profile, configurations of all units, and their estimated 
 **Units.** Each activation calibration node is a unit. A unit that feeds a GEMM (Conv,
 ConvTranspose, Gemm, MatMul) at input 0 carries those GEMMs' weight calibration nodes with it:
 its ``int16+w16`` level raises them to int16 too, ``float`` leaves them unquantized (the op runs
-on the CPU); every other level keeps them at int8.
+on the CPU); every other level keeps them at int8. Where a repair fitted those GEMMs to their
+weights' quantization (``bias-correct``, ``round-weights``: :data:`~qir.passes.lib.repair.WEIGHT_TIED`,
+read from the IR's notes), the unit keeps them at the mode they were fitted at: the levels that
+would move them are not offered (:attr:`Space.tied`), since a bias corrected for int8 weights is
+wrong by that correction next to int16 ones.
 
 **Ladders.** ``profile.tune_ladder["gemm"]`` for a unit that feeds any GEMM, else
 ``["other"]`` (levels cheapest first; :data:`~qir.runtimes.march.profile.TUNE_LEVELS`), keeping
@@ -48,6 +52,7 @@ from qir.graph import QIR
 from qir.kinds import CalibMode
 from qir.passes.lib.latency import LatencyModel, ModelCost
 from qir.passes.lib.latency_table import LatencyTable
+from qir.passes.lib.repair import weight_tied_ops
 from qir.records import CalibRecord, OpRecord
 from qir.runtimes.engine.cost import op_flops
 from qir.runtimes.march import MarchProfile, OpClass, op_class
@@ -135,6 +140,10 @@ class Space:
         if price not in PRICES:
             raise InputError(f"unknown price {price!r}; choose one of {', '.join(PRICES)}")
         self.ir, self.profile, self.allow_float, self.price = ir, profile, allow_float, price
+        self._tied_ops = weight_tied_ops(ir)
+        #: unit -> the weight mode its GEMMs' weights keep (a repair fitted them there): the
+        #: levels that would move them (``int16+w16``, ``float``) are not offered
+        self.tied: dict[str, str] = {}
         self.units = [u for c in ir.calibrations("activation") if (u := self._unit(c)) is not None]
         self.index = {u.name: i for i, u in enumerate(self.units)}
         self._ops = [(op, op_flops(ir, op), op_class(op.op_type) is OpClass.GEMM, self._quantizers(op))
@@ -156,10 +165,22 @@ class Space:
         weights = tuple(w.name for op in gemms if len(op.inputs) > 1
                         and isinstance(w := self.ir.producer(op.inputs[1]), CalibRecord) and w.role.value == "weight")
         gemm = any(op_class(op.op_type) is OpClass.GEMM for op, _ in readers)
-        ladder = self.profile.tune_ladder["gemm" if gemm else "other"]
-        levels = tuple(lv for lv in ladder if self._allowed(lv, readers, bool(weights)))
-        levels += ("float",) if self.allow_float else ()
+        ladder = self.profile.tune_ladder["gemm" if gemm else "other"] + (("float",) if self.allow_float else ())
+        tied = self._tied_mode(gemms)
+        levels = tuple(lv for lv in ladder if (lv == "float" or self._allowed(lv, readers, bool(weights)))
+                       and (tied is None or TUNE_LEVELS[lv][1] in (None, tied)))
+        if tied is not None and len(levels) < len(ladder):
+            self.tied[cal.name] = tied
         return Unit(cal.name, weights, levels, gemm) if levels else None
+
+    def _tied_mode(self, gemms: list[OpRecord]) -> str | None:
+        """The weight mode a repair fitted these GEMMs' weights at (:data:`~qir.passes.lib.repair.WEIGHT_TIED`;
+        the first one's where several were), or None when none was fitted."""
+        for op in gemms:
+            if op.name in self._tied_ops:
+                w = self.ir.producer(op.inputs[1]) if len(op.inputs) > 1 else None
+                return self._tied_ops[op.name] or (w.mode.value if isinstance(w, CalibRecord) else "int8")
+        return None
 
     def _allowed(self, level: str, readers: list[tuple[OpRecord, int]], has_weights: bool) -> bool:
         act, weight = TUNE_LEVELS[level]

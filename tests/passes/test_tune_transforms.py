@@ -16,6 +16,7 @@ from qir.passes.tune.space import Space
 from qir.passes.tune.target import parse_target
 from qir.passes.tune.transforms import choose_transforms, float_model, rebuild
 from qir.runtimes.march import get_profile
+from qir.tools.reports.tune import format_report
 
 from ..conftest import calibrate_for_nash_e
 from .test_bias_correct import depthwise, samples
@@ -293,3 +294,45 @@ def test_the_float_function_is_scored_only_for_a_transform_that_folds_activation
     assert not np.isnan(trial.upper_mean) and levels.count("fq") == 4  # (... scored: int8 and bound, twice)
     assert np.isnan(trial.float_mean) and "float" not in levels  # (... and its float function was not)
 
+
+def _mse_against_float(ir, data):
+    ref = depthwise()
+    return float(np.mean([np.mean((qir.run(ref, s, level="float")["y"] - qir.run(ir, s)["y"]) ** 2) for s in data]))
+
+
+def test_a_bias_corrected_layer_keeps_the_weight_precision_it_was_corrected_for(tmp_path):
+    """The correction removes the shift the *int8* weights cause: next to int16 weights it is a
+    shift of its own (here 8x the error the model as given has there), so the search does not offer
+    the levels that would move those weights (int16+w16, float), also after a save and load."""
+    data = samples()
+    ir = calibrate_for_nash_e(depthwise(), data)
+    corrected, sites = rebuild(ir, ["bias-correct"], data, march="nash-e")
+    assert sites == {"bias-correct": 1}
+    given = Space(ir, NASH_E, allow_float=True)
+    assert given.units[given.index["r_calib"]].levels == ("int8", "int16", "int16+w16", "float") and given.tied == {}
+    dual = given.start().with_levels({given.index["r_calib"]: 2})  # (the Conv's input and weights at int16)
+    assert _mse_against_float(given.apply(corrected.clone(), dual), data) > 4 * _mse_against_float(
+        given.apply(ir.clone(), dual), data)
+    path = tmp_path / "corrected.onnx"
+    qir.save(corrected, path)
+    for model in (corrected, qir.load(str(path))):
+        space = Space(model, NASH_E, allow_float=True)
+        assert space.units[space.index["r_calib"]].levels == ("int8", "int16") and space.tied == {"r_calib": "int8"}
+        assert space.units[space.index["x_calib"]].levels == given.units[given.index["x_calib"]].levels  # (no GEMM)
+    tuned = get_pass("tune", target="cosine>=0.5", eval_data=data, calib_data=data, transforms=None,
+                     progress=False)(corrected.clone())
+    assert tuned.report["weight_tied"] == {"r_calib": "int8"}
+    assert "1 unit(s) kept their GEMMs' weights at int8" in format_report(tuned.report)
+
+
+def test_a_note_written_before_the_weight_mode_was_recorded_ties_the_weights_as_they_are():
+    import json
+
+    from qir.passes.lib.repair import REPAIRS_KEY
+
+    data = samples()
+    corrected, _ = rebuild(calibrate_for_nash_e(depthwise(), data), ["bias-correct"], data, march="nash-e")
+    notes = json.loads(corrected.metadata_props[REPAIRS_KEY])
+    del notes["bias-correct"]["Conv_0"]["weight_mode"]
+    corrected.metadata_props[REPAIRS_KEY] = json.dumps(notes)
+    assert Space(corrected, NASH_E).tied == {"r_calib": "int8"}

@@ -185,6 +185,10 @@ def format_report(report: TuneReport) -> str:
         lines.append(f"ratio search: {ratio['raised']} of {ratio['units']} units raised in order of loss per cost (ranked on "
                      f"{on}), {ratio.get('cheap', 0)} cheap unit(s) raised with no search; then greedy refinement and pruning"
                      + (f" ({ratio['cheap_kept']} cheap unit(s) kept)" if "cheap_kept" in ratio else ""))
+    if r.get("weight_tied"):
+        modes = sorted(set(r["weight_tied"].values()))
+        lines.append(f"{len(r['weight_tied'])} unit(s) kept their GEMMs' weights at {'/'.join(modes)}: a repair (bias-correct, "
+                     "round-weights) fitted those layers to those weights, so int16+w16 and float were not offered")
     lines += _sensitivity_lines(r.get("sensitivity"))
     lines.append("calibration nodes per mode: " + ", ".join(f"{k} {v}" for k, v in r["calibration_modes"].items()))
     lines.append("GEMM ops per precision (input x weight): " + ", ".join(f"{k} {v}" for k, v in r["gemm_ops"].items()))
