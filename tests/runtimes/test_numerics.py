@@ -129,3 +129,40 @@ def test_clip_only_is_the_quantizer_without_rounding():
     steps = np.array([0.01, 0.02, 0.03], np.float32).reshape(1, 3, 1)
     assert np.all(np.abs(full - got) <= steps / 2 + 1e-6)
     assert np.array_equal(clip_only(CalibRecord("f", "x", "y", mode=CalibMode.FLOAT), x), x)
+
+
+def _fake_quant_step_by_step(x, scale, qmin, qmax, axis, zero_point=None, rounding="half_to_even"):
+    """The module docstring's op order, each step a new array (what fake_quant computed before it
+    worked in place)."""
+    from qir.calibration import along_axis
+    from qir.runtimes.numerics import ROUNDING
+
+    s = along_axis(np.asarray(scale, dtype=x.dtype), axis, x.ndim)
+    q = ROUNDING[rounding](x / s)
+    if zero_point is not None:
+        zp = along_axis(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
+        q = np.clip(q + zp, qmin, qmax) - zp
+    else:
+        q = np.clip(q, qmin, qmax)
+    return (q * s).astype(x.dtype, copy=False)
+
+
+@pytest.mark.parametrize("rounding", ["half_to_even", "half_up", "half_away"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("axis,zero_point", [(None, None), (None, 3), (1, None), (1, "per-channel"), (0, "scalar-wide")])
+def test_fake_quant_in_place_gives_the_same_bits_as_step_by_step(rounding, dtype, axis, zero_point):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2, 4, 5, 3)) * 4).astype(dtype)
+    x.flat[:6] = [-0.0, 0.0, np.inf, -np.inf, np.nan, -1e-6]  # (signed zeros, saturation, NaN)
+    given = x.copy()
+    scale = np.float32(0.05) if axis is None else np.linspace(0.02, 0.1, x.shape[axis]).astype(np.float32)
+    zp = {None: None, 3: np.float32(3), "per-channel": np.arange(4, dtype=np.float32) - 2,
+          "scalar-wide": np.float32(-1)}[zero_point]
+    for qmin, qmax in ((-128, 127), (-32768, 32767)):
+        got = fake_quant(x, scale, qmin, qmax, axis, zp, rounding)
+        want = _fake_quant_step_by_step(x, scale, qmin, qmax, axis, zp, rounding)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+    np.testing.assert_array_equal(x.view(f"u{x.itemsize}"), given.view(f"u{given.itemsize}"))  # (x untouched)
+    scalar = fake_quant(np.float32(0.3), np.float32(0.05), -128, 127, None)  # (a scalar takes the old path)
+    assert scalar == _fake_quant_step_by_step(np.float32(0.3), np.float32(0.05), -128, 127, None)
