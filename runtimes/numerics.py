@@ -25,8 +25,8 @@ from qir.calibration import QRANGE, along_axis, calib_scale, calib_zero_point, r
 from qir.kinds import CalibMode
 from qir.records import CalibRecord
 
-__all__ = ["ROUNDING", "fake_quant", "apply_calibration", "clip_only", "apply_implied_clip", "batchnorm_affine", "fold_affine",
-           "fold_batchnorm"]
+__all__ = ["ROUNDING", "fake_quant", "quantized_codes", "apply_calibration", "clip_only", "apply_implied_clip",
+           "batchnorm_affine", "fold_affine", "fold_batchnorm"]
 
 def _half_up(v: np.ndarray) -> np.ndarray:
     return np.floor(v + np.asarray(0.5, v.dtype))
@@ -67,6 +67,17 @@ def fake_quant(x: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, axis: int
         np.clip(q, qmin, qmax, out=q)
     q *= s
     return q.astype(x.dtype, copy=False)
+
+
+def quantized_codes(x: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, axis: int | None,
+                    zero_point: np.ndarray | None = None) -> np.ndarray:
+    """The codes :func:`fake_quant` dequantizes (rounding half to even): ``clip(rint(x / s) + zp,
+    qmin, qmax)``, in ``x``'s float dtype (what QuantizeLinear stores)."""
+    s = along_axis(np.asarray(scale, dtype=x.dtype), axis, x.ndim)
+    q = np.rint(np.asarray(x / s))
+    if zero_point is not None:
+        q = q + along_axis(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
+    return np.clip(q, qmin, qmax)
 
 
 def apply_implied_clip(rec: CalibRecord, x: np.ndarray) -> np.ndarray:

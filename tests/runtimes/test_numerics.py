@@ -166,3 +166,56 @@ def test_fake_quant_in_place_gives_the_same_bits_as_step_by_step(rounding, dtype
     np.testing.assert_array_equal(x.view(f"u{x.itemsize}"), given.view(f"u{given.itemsize}"))  # (x untouched)
     scalar = fake_quant(np.float32(0.3), np.float32(0.05), -128, 127, None)  # (a scalar takes the old path)
     assert scalar == _fake_quant_step_by_step(np.float32(0.3), np.float32(0.05), -128, 127, None)
+
+
+WEIGHTED = """
+<ir_version: 10, opset_import: ["" : 21]>
+g (float[1,4,6,6] x) => (float[1,5] y) {
+    c = Conv <pads=[1,1,1,1]> (x, w)
+    f = Flatten <axis=1> (c)
+    y = MatMul (f, m)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["int8", "int16"])
+def test_a_weight_is_written_as_its_codes_and_computes_what_quantizing_it_in_onnxruntime_does(mode):
+    """onnxruntime's fake-quant sessions hold a constant weight's codes (and a DequantizeLinear)
+    instead of the float weight and a QuantizeLinear: the same outputs, bit for bit, with weights
+    on exact ties (k + 1/2 steps), per output channel (the Conv) and per tensor (the MatMul)."""
+    import qir
+    from qir.calibration import along_axis
+    from qir.runtimes.base import get_runtime
+    from qir.runtimes.ort.lowering import lower_fake_quant
+
+    from ..conftest import calibrate_for_nash_e, model_from_text
+
+    rng = np.random.default_rng(3)
+    data = [{"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)} for _ in range(3)]
+    ir = calibrate_for_nash_e(qir.load(model_from_text(WEIGHTED, {"w": (8, 4, 3, 3), "m": (288, 5)}, seed=4)), data)
+    ir.set_calibration("m_calib", threshold=np.float32(np.abs(ir.weight_array("m")).max()), axis=None)
+    for c in ir.calibrations("weight"):
+        ir.set_calibration(c.name, mode=mode)
+        w = np.array(ir.weight_array(c.input))
+        scale = along_axis(calib_scale(c), c.axis, w.ndim)
+        w.flat[::3] = ((np.floor(w / scale) + np.float32(0.5)) * scale).astype(np.float32).flat[::3]  # (ties)
+        ir.set_weight(c.input, w)
+
+    def quantized_in_onnxruntime(ir_, rec):  # (what the lowering wrote before: the float weight quantized there)
+        nodes = lower_fake_quant(ir_, rec)
+        if ir_.value(rec.input).is_weight:
+            p = rec.name + "::"
+            axis = {a.name: a.i for a in nodes[-1].attribute}
+            nodes[2] = helper.make_node("QuantizeLinear", [rec.input, p + "scale", p + "zp"], [p + "q"], **axis)
+        return nodes
+
+    new = get_runtime("ort", level="fakequant")
+    old = get_runtime("ort", level="fakequant", lower_calibration=quantized_in_onnxruntime)
+    for sample in data:
+        a, b = new.run(ir, sample)["y"], old.run(ir, sample)["y"]
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    from qir.io.onnx_export import export_onnx
+
+    model = export_onnx(ir, lower_calibration=lower_fake_quant)
+    assert {i.name for i in model.graph.initializer}.isdisjoint({"w", "m"})  # (no float weight is written)
+    assert not [n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in ("w", "m")]
