@@ -31,7 +31,7 @@ from qir.naming import fresh_name
 from qir.passes.lib.repair import scale_along
 from qir.records import OpRecord
 
-__all__ = ["Edit", "divide_channels", "multiply_input_channels", "input_channel_absmax", "apply_edits",
+__all__ = ["Edit", "divide_channels", "divided_values", "multiply_input_channels", "input_channel_absmax", "apply_edits",
            "channel_axis", "HOMOGENEOUS", "only_reader",
            "power_of_two"]
 
@@ -86,9 +86,24 @@ def _times_along(array: np.ndarray, factor: np.ndarray, axis: int, rank: int) ->
 def divide_channels(ir: QIR, value: str, axis: int, s: np.ndarray) -> list[Edit] | str:
     """Edits making ``value`` become ``value / s`` along ``axis`` (module docstring), or the
     reason it cannot be done exactly."""
+    walked = _walk(ir, value, axis, s)
+    return walked if isinstance(walked, str) else walked[0]
+
+
+def divided_values(ir: QIR, value: str, axis: int, channels: int) -> list[str] | str:
+    """The values :func:`divide_channels` divides by ``s`` (``channels`` factors) on its way up:
+    ``value`` itself, then each input a homogeneous op or an ``Add`` passes the division on to
+    (every value computed between ``value`` and the constants that absorb it), or the reason it
+    cannot be done."""
+    walked = _walk(ir, value, axis, np.ones(channels))
+    return walked if isinstance(walked, str) else walked[1]
+
+
+def _walk(ir: QIR, value: str, axis: int, s: np.ndarray) -> tuple[list[Edit], list[str]] | str:
+    """``(edits, values divided)`` for :func:`divide_channels`, or the reason it cannot be done exactly."""
     inv = 1.0 / np.asarray(s, np.float64)
     edits: list[Edit] = []
-    v = value
+    v, path = value, [value]
     while True:
         rank = _rank(ir, v)
         op = ir.producer(v)
@@ -105,10 +120,12 @@ def divide_channels(ir: QIR, value: str, axis: int, s: np.ndarray) -> list[Edit]
         more, upstream = step
         edits += more
         if upstream is None:
-            return edits
+            return edits, path
         if only_reader(ir, upstream) is not op:
             return f"{upstream!r} (before {op.op_type} {op.name!r}) is read elsewhere too"
         v = upstream
+        path.append(v)
+
 
 
 def _divide_op(ir: QIR, op: OpRecord, ax: int, rank: int, inv: np.ndarray):

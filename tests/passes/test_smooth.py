@@ -131,3 +131,36 @@ def test_smooth_refuses_a_calibrated_model_and_runs_in_a_pipeline():
     assert result.report["passes"]["smooth"]["modified"]
     with pytest.raises(qir.QirError, match="before insert-calibration"):
         get_pass("smooth", data=data)(ir)
+
+
+GEMM_PRELU_GEMM = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[64,16] x) => (float[64,8] y) {
+    p = Gemm (x, w1, b1)
+    a = PRelu (p, slope)
+    y = Gemm (a, w2)
+}
+"""
+
+
+def test_a_site_whose_division_reaches_a_quantized_value_counts_its_error_there():
+    """Gemm -> PRelu -> Gemm, not fused on nash-e: 1/s reaches the first Gemm's output, which the
+    march quantizes too. Channel 0 is nearly dead after the PRelu (its inputs all negative, slope
+    1e-5) and wide before it; channel 1 is the outlier. Judged at X alone, the largest alpha wins
+    and multiplies channel 0 by 2048 before the PRelu, where its range then swamps every other
+    channel's (all-int8 fell to cosine 0); counting that value's error, smoothing helps."""
+    ir = qir.load(model_from_text(GEMM_PRELU_GEMM, {"w1": (16, 8), "b1": (8,), "slope": (8,), "w2": (8, 8)}, seed=3))
+    w1, b1 = ir.weight_array("w1") * np.float32(0.3), np.zeros(8, np.float32)
+    w1[:, 0] *= 0.1
+    b1[0] = -3.0
+    w1[:, 1] *= 30.0
+    slope = np.full(8, 0.25, np.float32)
+    slope[0] = 1e-5
+    for name, value in (("w1", w1), ("b1", b1), ("slope", slope)):
+        ir.set_weight(name, value)
+    PassManager("fold-bn,fuse{march=nash-e}").run(ir)
+    original, data = ir.clone(), samples(4, (64, 16))
+    report = get_pass("smooth", data=data, march="nash-e")(ir).report
+    assert [c["name"] for c in report["changed"]] == ["a"] and report["changed"][0]["detail"]["s_min"] >= 2 ** -8
+    assert report["after"]["cosine_worst"] > report["before"]["cosine_worst"]
+    assert_same_float(original, ir, data)
