@@ -205,18 +205,26 @@ def test_qir_tune_writes_the_transformed_model_and_commands_that_rebuild_it(tmp_
     assert {c.name: c.mode for c in rebuilt.calibrations()} == {c.name: c.mode for c in tuned.calibrations()}
 
 
+def _digits_stage(method: str, candidate: str, target: str = "cosine>=0.9999"):
+    """The digits example calibrated with ``method``, its 12 evaluation images, and the transforms
+    stage trying ``candidate`` alone against ``target``."""
+    from ..conftest import DIGITS, DIGITS_DATA
+
+    ir = qir.load(str(DIGITS / "model.onnx"))
+    calibrate_for_nash_e(ir, DIGITS_DATA, method=method)
+    evaluation = [{"input": x} for x in np.load(DIGITS / "eval_images.npy")[:12]]
+    _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, parse_target(target), march="nash-e", space_of=_space,
+                                 candidates=(candidate,), progress=False)
+    return ir, evaluation, stage
+
+
 def test_empirical_bias_correction_is_not_kept_where_it_moves_the_float_function_out_of_reach():
     """On the digits example calibrated with kl, empirical bias correction lifts all-int8 a lot,
     but it folds activation error into the biases: the float function moves too far for a tight
     target to stay in reach, so it does not count as help; the weights' own correction would."""
-    from ..conftest import DIGITS, DIGITS_DATA
+    from ..conftest import DIGITS_DATA
 
-    ir = qir.load(str(DIGITS / "model.onnx"))
-    calibrate_for_nash_e(ir, DIGITS_DATA, method="kl")
-    evaluation = [{"input": x} for x in np.load(DIGITS / "eval_images.npy")[:12]]
-    target = parse_target("cosine>=0.9999")
-    _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, target, march="nash-e", space_of=_space,
-                                 candidates=("bias-correct{mode=empirical}",), progress=False)
+    ir, evaluation, stage = _digits_stage("kl", "bias-correct{mode=empirical}")
     (trial,) = stage.trials
     assert trial.gain > 0.05  # all-int8 much better ...
     assert trial.float_mean < 1 - (1 - 0.9999) / 2  # ... but the float function out of reach
@@ -278,19 +286,13 @@ def test_the_float_function_is_scored_only_for_a_transform_that_folds_activation
     decides nothing, so only its upper bound is scored (a float run of the evaluation data saved)."""
     from qir.passes.tune import transforms
 
-    from ..conftest import DIGITS, DIGITS_DATA
-
     levels = []
     real_score = transforms._score
     monkeypatch.setattr(transforms, "_score", lambda *a, **k: levels.append(k.get("level", "fq")) or real_score(*a, **k))
-    ir = qir.load(str(DIGITS / "model.onnx"))
-    calibrate_for_nash_e(ir, DIGITS_DATA, method="max")
-    evaluation = [{"input": x} for x in np.load(DIGITS / "eval_images.npy")[:12]]
-    target = parse_target("cosine>=0.9999")
-    _, stage = choose_transforms(ir, DIGITS_DATA, evaluation, target, march="nash-e", space_of=_space,
-                                 candidates=("bias-correct",), progress=False)
+    _, _, stage = _digits_stage("max", "bias-correct")
     (trial,) = stage.trials
-    assert trial.gain > target.tolerance(stage.baseline.mean) and trial.helps  # (it gains, and is kept: its bound ...)
+    gains = trial.gain > parse_target("cosine>=0.9999").tolerance(stage.baseline.mean)
+    assert gains and trial.helps  # (it gains, and is kept: its bound ...)
     assert not np.isnan(trial.upper_mean) and levels.count("fq") == 4  # (... scored: int8 and bound, twice)
     assert np.isnan(trial.float_mean) and "float" not in levels  # (... and its float function was not)
 
