@@ -166,10 +166,10 @@ class Space:
                         and isinstance(w := self.ir.producer(op.inputs[1]), CalibRecord) and w.role.value == "weight")
         gemm = any(op_class(op.op_type) is OpClass.GEMM for op, _ in readers)
         ladder = self.profile.tune_ladder["gemm" if gemm else "other"] + (("float",) if self.allow_float else ())
+        allowed = [lv for lv in ladder if lv == "float" or self._allowed(lv, readers, bool(weights))]
         tied = self._tied_mode(gemms)
-        levels = tuple(lv for lv in ladder if (lv == "float" or self._allowed(lv, readers, bool(weights)))
-                       and (tied is None or TUNE_LEVELS[lv][1] in (None, tied)))
-        if tied is not None and len(levels) < len(ladder):
+        levels = tuple(lv for lv in allowed if tied is None or TUNE_LEVELS[lv][1] in (None, tied))
+        if len(levels) < len(allowed):  # (the tie left some out)
             self.tied[cal.name] = tied
         return Unit(cal.name, weights, levels, gemm) if levels else None
 
