@@ -101,7 +101,7 @@ def integer_repair(ev: Evaluator, space: Space, found: TuneState, *, march: str,
     whole = make(ev.samples, f"integer {march}: ", ev.floats())
     screens: list[Evaluator] = []
     try:
-        before = whole.score([final], "integer repair")[0]
+        before = whole.score([final], "integer repair", final)[0]  # (around it: the search's engine traces it once)
         if ev.target.met(before) or not units:
             logger.info("tune: integer repair: the result scores %s at %s's integer level in the engine; %d unit(s) "
                         "below their reference level", ev.target.shown(before), march, len(units))
