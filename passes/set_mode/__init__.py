@@ -8,8 +8,9 @@ import numpy as np
 
 from qir.errors import InputError
 from qir.graph import QIR
-from qir.kinds import CalibMode
+from qir.kinds import CalibMode, CalibRole
 from qir.passes.base import Pass, PassResult, register_pass
+from qir.passes.lib.repair import weight_tied_ops
 from qir.passes.lib.selection import as_name_list, select_calibrations
 
 __all__ = ["SetModePass"]
@@ -91,4 +92,27 @@ class SetModePass(Pass):
         fixed = {} if self.threshold is None else {"threshold": np.float32(self.threshold), "axis": None, "fixed": True}
         changed = [cal.name for cal in chosen if ir.set_calibration(cal.name, mode=self.mode, **fixed)]
         logger.info("set-mode: %d of %d selected calibration node(s) changed", len(changed), len(chosen))
-        return PassResult(ir, bool(changed), {"selected": [c.name for c in chosen], "changed": changed})
+        stale = _stale_repairs(ir, changed)
+        if stale:
+            logger.warning("set-mode: %d layer(s) had their weights fitted by a repair at another mode (bias-correct, "
+                           "round-weights): %s; its correction is stale next to these weights (run the repair again on "
+                           "the model with the new modes, or leave these weights as they were)", len(stale),
+                           ", ".join(f"{op} (fitted at {mode})" for op, mode in list(stale.items())[:4]))
+        return PassResult(ir, bool(changed), {"selected": [c.name for c in chosen], "changed": changed,
+                                              **({"stale_repairs": stale} if stale else {})})
+
+
+def _stale_repairs(ir: QIR, changed: list[str]) -> dict[str, str]:
+    """Op -> the weight mode a repair fitted it at, for each op whose weight calibration node
+    ``changed`` now holds another mode (:func:`qir.passes.lib.repair.weight_tied_ops`)."""
+    tied = weight_tied_ops(ir)
+    stale: dict[str, str] = {}
+    for name in changed:
+        cal = ir.calibration(name)
+        if cal.role is not CalibRole.WEIGHT:
+            continue
+        for op, _ in ir.uses(cal.output):
+            fitted = tied.get(getattr(op, "name", ""))
+            if fitted is not None and (fitted or "int8") != cal.mode.value:
+                stale[op.name] = fitted or "int8"
+    return stale

@@ -338,3 +338,16 @@ def test_a_note_written_before_the_weight_mode_was_recorded_ties_the_weights_as_
     del notes["bias-correct"]["Conv_0"]["weight_mode"]
     corrected.metadata_props[REPAIRS_KEY] = json.dumps(notes)
     assert Space(corrected, NASH_E).tied == {"r_calib": "int8"}
+
+
+def test_raising_a_bias_corrected_layer_s_weights_by_hand_says_the_correction_is_stale(caplog):
+    """set-mode moves what tune will not: it does, and says the correction was made for int8
+    weights (the report names the layer); activations and the layers no repair fitted pass quietly."""
+    data = samples()
+    corrected, _ = rebuild(calibrate_for_nash_e(depthwise(), data), ["bias-correct"], data, march="nash-e")
+    quiet = get_pass("set-mode", mode="int16", role="activation")(corrected.clone())
+    assert quiet.modified and "stale_repairs" not in quiet.report
+    with caplog.at_level("WARNING"):
+        raised = get_pass("set-mode", mode="int16", role="weight")(corrected)
+    assert raised.report["stale_repairs"] == {"Conv_0": "int8"}
+    assert "Conv_0 (fitted at int8)" in caplog.text and "stale" in caplog.text
