@@ -154,8 +154,9 @@ class SmoothPass(Pass):
                 skipped.append(Skipped(value.name, path))
                 continue
             between = [v for v in path[1:] if not inside_fusion(ir, v)]  # (rule 4: quantized there too)
-            if any(ir.value(v).shape != value.shape for v in between):
-                skipped.append(Skipped(value.name, f"1/s would also divide {between[0]!r}, of another shape, which "
+            other = next((v for v in between if ir.value(v).shape != value.shape), None)
+            if other is not None:
+                skipped.append(Skipped(value.name, f"1/s would also divide {other!r}, of another shape, which "
                                                    "the march quantizes on its own"))
                 continue
             sites.append(_Site(value.name, axis, gemms, between))
