@@ -167,16 +167,29 @@ def note_change(ir: QIR, op: OpRecord, transform: str, detail: Mapping[str, Json
     """Record on ``op`` (``meta["repair"]``) and in the IR's serialized metadata what
     ``transform`` changed there (see the module docstring): ``detail`` is a JSON document."""
     op.meta["repair"] = {**op.meta.get("repair", {}), transform: detail}
-    notes = json.loads(ir.metadata_props.get(REPAIRS_KEY, "{}"))
+    notes = _notes(ir)
     notes.setdefault(transform, {})[op.name] = detail
     ir.metadata_props[REPAIRS_KEY] = json.dumps(notes, sort_keys=True)
+
+
+def _notes(ir: QIR) -> dict[str, dict[str, Any]]:
+    """The IR's serialized repair notes, ``{transform: {op: detail}}``; a value under
+    :data:`REPAIRS_KEY` that is not that (not JSON, or another shape) is an InputError."""
+    try:
+        notes = json.loads(ir.metadata_props.get(REPAIRS_KEY, "{}"))
+    except json.JSONDecodeError as exc:
+        notes = exc
+    if not isinstance(notes, dict) or not all(isinstance(v, dict) for v in notes.values()):
+        raise InputError(f"the model's {REPAIRS_KEY!r} metadata is not the notes qir writes ({{transform: {{op: "
+                         f"detail}}}} as JSON): {str(notes)[:80]!r}; remove that entry, or run the repairs again")
+    return notes
 
 
 def weight_tied_ops(ir: QIR) -> dict[str, str]:
     """The ops whose weights a :data:`WEIGHT_TIED` repair fitted, each with the weight mode it
     fitted them at, from the IR's serialized notes (so a saved and loaded model says so too; a
     note without ``weight_mode``, written before it was recorded, means the weights' mode now)."""
-    notes = json.loads(ir.metadata_props.get(REPAIRS_KEY, "{}"))
+    notes = _notes(ir)
     tied: dict[str, str] = {}
     for transform in WEIGHT_TIED:
         for op_name, detail in notes.get(transform, {}).items():

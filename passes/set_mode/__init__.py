@@ -105,12 +105,16 @@ class SetModePass(Pass):
 def _stale_repairs(ir: QIR, changed: list[str]) -> dict[str, str]:
     """Op -> the weight mode a repair fitted it at, for each op whose weight calibration node
     ``changed`` now holds another mode (:func:`qir.passes.lib.repair.weight_tied_ops`)."""
-    tied = weight_tied_ops(ir)
+    weights = [cal for cal in map(ir.calibration, changed) if cal.role is CalibRole.WEIGHT]
+    if not weights:
+        return {}
+    try:
+        tied = weight_tied_ops(ir)
+    except InputError as exc:  # (the check is advice: a note it cannot read does not stop the change)
+        logger.warning("set-mode: cannot tell whether a repair fitted these weights: %s", exc)
+        return {}
     stale: dict[str, str] = {}
-    for name in changed:
-        cal = ir.calibration(name)
-        if cal.role is not CalibRole.WEIGHT:
-            continue
+    for cal in weights:
         for op, _ in ir.uses(cal.output):
             fitted = tied.get(getattr(op, "name", ""))
             if fitted is not None and (fitted or "int8") != cal.mode.value:

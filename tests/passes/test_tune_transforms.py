@@ -351,3 +351,36 @@ def test_raising_a_bias_corrected_layer_s_weights_by_hand_says_the_correction_is
         raised = get_pass("set-mode", mode="int16", role="weight")(corrected)
     assert raised.report["stale_repairs"] == {"Conv_0": "int8"}
     assert "Conv_0 (fitted at int8)" in caplog.text and "stale" in caplog.text
+
+
+@pytest.mark.parametrize("notes", ["{not json", "[1, 2]", '{"bias-correct": 3}'])
+def test_repair_notes_that_are_not_qir_s_are_one_clear_error(notes):
+    from qir.errors import InputError
+    from qir.passes.lib.repair import REPAIRS_KEY
+
+    ir = calibrate_for_nash_e(depthwise(), samples())
+    ir.metadata_props[REPAIRS_KEY] = notes
+    with pytest.raises(InputError, match="metadata is not the notes qir writes"):
+        Space(ir, NASH_E)
+
+
+def test_set_mode_still_changes_modes_where_the_repair_notes_cannot_be_read(caplog):
+    from qir.passes.lib.repair import REPAIRS_KEY
+
+    ir = calibrate_for_nash_e(depthwise(), samples())
+    ir.metadata_props[REPAIRS_KEY] = "{not json"
+    assert get_pass("set-mode", mode="int16", role="activation")(ir).modified
+    with caplog.at_level("WARNING"):
+        assert get_pass("set-mode", mode="int16", role="weight")(ir).modified
+    assert "cannot tell whether a repair fitted these weights" in caplog.text
+
+
+def test_a_repair_on_a_model_whose_notes_cannot_be_read_is_one_clear_error():
+    from qir.errors import InputError
+    from qir.passes.lib.repair import REPAIRS_KEY
+
+    data = samples()
+    ir = calibrate_for_nash_e(depthwise(), data)
+    ir.metadata_props[REPAIRS_KEY] = "[1, 2]"
+    with pytest.raises(InputError, match="metadata is not the notes qir writes"):
+        get_pass("bias-correct", data=data, measure=False)(ir)
