@@ -45,26 +45,17 @@ ROUNDING: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 def fake_quant(x: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, axis: int | None,
                zero_point: np.ndarray | None = None, rounding: str = "half_to_even") -> np.ndarray:
-    """Quantize-dequantize ``x`` (see the module docstring for the exact op order). The steps
-    after the division run in place on its result (the same operations on the same dtype, so the
-    same bits, without a new array per step: a third faster on a feature map)."""
+    """Quantize-dequantize ``x`` (see the module docstring for the exact op order): the codes of
+    :func:`_codes`, less the zero point, times the scale, in place on the codes where they are an
+    array (the same operations on the same dtype, so the same bits, without a new array per step:
+    a third faster on a feature map)."""
     s = along_axis(np.asarray(scale, dtype=x.dtype), axis, x.ndim)
     zp = None if zero_point is None else along_axis(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
-    q = x / s
-    if not isinstance(q, np.ndarray) or (zp is not None and np.broadcast_shapes(q.shape, zp.shape) != q.shape):
-        q = ROUNDING[rounding](q)  # (a scalar, or a zero point that broadcasts the result up: new arrays)
-        q = np.clip(q, qmin, qmax) if zp is None else np.clip(q + zp, qmin, qmax) - zp
-        return (q * s).astype(x.dtype, copy=False)
-    if rounding == "half_to_even":
-        np.rint(q, out=q)
-    else:
-        q = ROUNDING[rounding](q)
+    q = _codes(x, s, zp, qmin, qmax, rounding)
+    if not isinstance(q, np.ndarray):  # (a scalar)
+        return ((q if zp is None else q - zp) * s).astype(x.dtype, copy=False)
     if zp is not None:
-        q += zp
-        np.clip(q, qmin, qmax, out=q)
         q -= zp
-    else:
-        np.clip(q, qmin, qmax, out=q)
     q *= s
     return q.astype(x.dtype, copy=False)
 
@@ -74,10 +65,26 @@ def quantized_codes(x: np.ndarray, scale: np.ndarray, qmin: int, qmax: int, axis
     """The codes :func:`fake_quant` dequantizes (rounding half to even): ``clip(rint(x / s) + zp,
     qmin, qmax)``, in ``x``'s float dtype (what QuantizeLinear stores)."""
     s = along_axis(np.asarray(scale, dtype=x.dtype), axis, x.ndim)
-    q = np.rint(np.asarray(x / s))
-    if zero_point is not None:
-        q = q + along_axis(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
-    return np.clip(q, qmin, qmax)
+    zp = None if zero_point is None else along_axis(np.asarray(zero_point, dtype=x.dtype), axis, x.ndim)
+    return np.asarray(_codes(x, s, zp, qmin, qmax, "half_to_even"))
+
+
+def _codes(x: np.ndarray, s: np.ndarray, zp: np.ndarray | None, qmin: int, qmax: int, rounding: str):
+    """``clip(round(x / s) + zp, qmin, qmax)`` (``s`` and ``zp`` already shaped to broadcast
+    over ``x``), a new array of their broadcast shape; after the division every step runs in
+    place, except for a scalar or a zero point that broadcasts the result up (new arrays then)."""
+    q = x / s
+    if not isinstance(q, np.ndarray) or (zp is not None and np.broadcast_shapes(q.shape, zp.shape) != q.shape):
+        q = ROUNDING[rounding](q)
+        return np.clip(q, qmin, qmax) if zp is None else np.clip(q + zp, qmin, qmax)
+    if rounding == "half_to_even":
+        np.rint(q, out=q)
+    else:
+        q = ROUNDING[rounding](q)
+    if zp is not None:
+        q += zp
+    np.clip(q, qmin, qmax, out=q)
+    return q
 
 
 def apply_implied_clip(rec: CalibRecord, x: np.ndarray) -> np.ndarray:
