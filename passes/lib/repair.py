@@ -23,7 +23,7 @@ from qir.graph import QIR
 from qir.kinds import CalibRole
 from qir.metrics import cosine_similarity, mse
 from qir.passes.base import PassResult
-from qir.records import OpRecord
+from qir.records import CalibRecord, OpRecord
 from qir.runtimes.base import check_feeds, get_runtime
 from qir.runtimes.numerics import fake_quant
 
@@ -187,15 +187,22 @@ def _notes(ir: QIR) -> dict[str, dict[str, Any]]:
 
 def weight_tied_ops(ir: QIR) -> dict[str, str]:
     """The ops whose weights a :data:`WEIGHT_TIED` repair fitted, each with the weight mode it
-    fitted them at, from the IR's serialized notes (so a saved and loaded model says so too; a
-    note without ``weight_mode``, written before it was recorded, means the weights' mode now)."""
+    fitted them at, from the IR's serialized notes (so a saved and loaded model says so too). A
+    note without ``weight_mode``, written before it was recorded, means the mode of the op's
+    weight calibration node now (int8 where it has none)."""
     notes = _notes(ir)
     tied: dict[str, str] = {}
     for transform in WEIGHT_TIED:
         for op_name, detail in notes.get(transform, {}).items():
             mode = detail.get("weight_mode") if isinstance(detail, dict) else None
-            tied[op_name] = str(mode) if mode else ""
+            tied[op_name] = str(mode) if mode else _weight_mode_now(ir, op_name)
     return tied
+
+
+def _weight_mode_now(ir: QIR, op_name: str) -> str:
+    op = ir.op(op_name) if ir.has_node(op_name) else None
+    w = ir.producer(op.inputs[1]) if isinstance(op, OpRecord) and len(op.inputs) > 1 else None
+    return w.mode.value if isinstance(w, CalibRecord) else "int8"
 
 
 def finished(ir: QIR, report: RepairReport, measure: Callable[[], QuantError] | None, done: str) -> PassResult:

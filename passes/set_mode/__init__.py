@@ -90,9 +90,10 @@ class SetModePass(Pass):
             what = ", ".join(f"{k}={v}" for k, v in self.options.items() if k not in ("mode", "threshold"))
             raise InputError(f"set-mode: {what} selects no calibration node of {ir.name!r}")
         fixed = {} if self.threshold is None else {"threshold": np.float32(self.threshold), "axis": None, "fixed": True}
+        tied = _tied_weights(ir, chosen)  # (read before the change: a note may mean "the mode now")
         changed = [cal.name for cal in chosen if ir.set_calibration(cal.name, mode=self.mode, **fixed)]
         logger.info("set-mode: %d of %d selected calibration node(s) changed", len(changed), len(chosen))
-        stale = _stale_repairs(ir, changed)
+        stale = _stale_repairs(ir, tied, changed)
         if stale:
             logger.warning("set-mode: %d layer(s) had their weights fitted by a repair at another mode (bias-correct, "
                            "round-weights): %s; its correction is stale next to these weights (run the repair again on "
@@ -102,21 +103,28 @@ class SetModePass(Pass):
                                               **({"stale_repairs": stale} if stale else {})})
 
 
-def _stale_repairs(ir: QIR, changed: list[str]) -> dict[str, str]:
-    """Op -> the weight mode a repair fitted it at, for each op whose weight calibration node
-    ``changed`` now holds another mode (:func:`qir.passes.lib.repair.weight_tied_ops`)."""
-    weights = [cal for cal in map(ir.calibration, changed) if cal.role is CalibRole.WEIGHT]
-    if not weights:
+def _tied_weights(ir: QIR, chosen) -> dict[str, str]:
+    """:func:`qir.passes.lib.repair.weight_tied_ops` where a weight calibration node is among
+    ``chosen`` (nothing to check otherwise); a note it cannot read is said, not fatal (the check
+    is advice)."""
+    if not any(cal.role is CalibRole.WEIGHT for cal in chosen):
         return {}
     try:
-        tied = weight_tied_ops(ir)
-    except InputError as exc:  # (the check is advice: a note it cannot read does not stop the change)
+        return weight_tied_ops(ir)
+    except InputError as exc:
         logger.warning("set-mode: cannot tell whether a repair fitted these weights: %s", exc)
         return {}
+
+
+def _stale_repairs(ir: QIR, tied: dict[str, str], changed: list[str]) -> dict[str, str]:
+    """Op -> the weight mode a repair fitted it at (``tied``), for each op whose weight
+    calibration node ``changed`` now holds another mode."""
     stale: dict[str, str] = {}
-    for cal in weights:
+    for cal in map(ir.calibration, changed):
+        if cal.role is not CalibRole.WEIGHT:
+            continue
         for op, _ in ir.uses(cal.output):
             fitted = tied.get(getattr(op, "name", ""))
-            if fitted is not None and (fitted or "int8") != cal.mode.value:
-                stale[op.name] = fitted or "int8"
+            if fitted is not None and fitted != cal.mode.value:
+                stale[op.name] = fitted
     return stale

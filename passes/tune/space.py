@@ -176,11 +176,7 @@ class Space:
     def _tied_mode(self, gemms: list[OpRecord]) -> str | None:
         """The weight mode a repair fitted these GEMMs' weights at (:data:`~qir.passes.lib.repair.WEIGHT_TIED`;
         the first one's where several were), or None when none was fitted."""
-        for op in gemms:
-            if op.name in self._tied_ops:
-                w = self.ir.producer(op.inputs[1]) if len(op.inputs) > 1 else None
-                return self._tied_ops[op.name] or (w.mode.value if isinstance(w, CalibRecord) else "int8")
-        return None
+        return next((self._tied_ops[op.name] for op in gemms if op.name in self._tied_ops), None)
 
     def _allowed(self, level: str, readers: list[tuple[OpRecord, int]], has_weights: bool) -> bool:
         act, weight = TUNE_LEVELS[level]
