@@ -127,7 +127,6 @@ def _walk(ir: QIR, value: str, axis: int, s: np.ndarray) -> tuple[list[Edit], li
         path.append(v)
 
 
-
 def _divide_op(ir: QIR, op: OpRecord, ax: int, rank: int, inv: np.ndarray):
     """``(edits, upstream value or None)`` for one producer, or a reason."""
     t, ins = op.op_type, op.inputs

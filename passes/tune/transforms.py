@@ -73,6 +73,8 @@ DEFAULT_TRANSFORMS = ("smooth", "equalize", "bias-correct", "bias-correct{mode=e
 KNOWN_TRANSFORMS = ("smooth", "equalize", "bias-correct", "round-weights")
 #: Transforms that run on the calibrated model (the others run on the float model before calibration).
 AFTER_CALIBRATION = ("bias-correct", "round-weights")
+#: A score not measured (its decision did not need it): NaN in the report.
+_UNSCORED = Score(float("nan"), ())
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
     int8 = _score(_configured(ir, space_of), *on)
     skipped = _skipped(ir, target, int8)
     # (the upper bound decides rule 1 only where candidates are tried)
-    upper = Score(float("nan"), ()) if skipped else _score(_configured(ir, space_of, upper=True), *on)
+    upper = _UNSCORED if skipped else _score(_configured(ir, space_of, upper=True), *on)
     exact = Score(*sample_values(ir, target, floats, floats))  # (the model's float function is its own)
     base = TransformTrial((), int8.mean, target.worst(int8.samples)[1], 0.0,
                           float_mean=exact.mean, float_worst=target.worst(exact.samples)[1],
@@ -289,7 +291,6 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
         stage.skipped = skipped
         return ir, stage
     bar = task("tune: transforms", len(candidates), unit="candidates", enabled=progress)
-    nan = Score(float("nan"), ())
 
     def trial(transforms: tuple[str, ...], than: Score) -> bool:
         """Build and score ``transforms``; whether they beat ``than`` all-int8 and keep the bound."""
@@ -298,7 +299,8 @@ def choose_transforms(ir: QIR, calib_data: Any, samples: Sequence[dict], target:
             model, sites = rebuild(ir, transforms, calib_data, march=march, captures=captures)
             got = int8 if len(transforms) == 1 and not any(sites.values()) else _score(_configured(model, space_of), *on)
             gains = target.gain(got, than) > target.tolerance(than.mean)  # (the bound and function decide only then)
-            helps, high, bound = _keeps_the_bound(model, transforms, on, space_of, upper) if gains else (False, nan, nan)
+            helps, high, bound = (_keeps_the_bound(model, transforms, on, space_of, upper) if gains
+                                  else (False, _UNSCORED, _UNSCORED))
         except (QirError, ValueError) as exc:  # a transform that cannot run here is reported, not fatal
             stage.trials.append(TransformTrial(transforms, float("nan"), float("nan"), float("nan"),
                                                seconds=time.perf_counter() - began, error=str(exc)))
@@ -342,12 +344,11 @@ def _keeps_the_bound(model: QIR, transforms: tuple[str, ...], on: tuple, space_o
     error (it decides nothing for the others); the upper bound only when the function did not
     refuse it already (NaN where not scored). ``on``: :func:`_score`'s target, samples, floats, runtime."""
     target = on[0]
-    nan = Score(float("nan"), ())
-    function = nan
+    function = _UNSCORED
     if any(_folds_activation_error(t) for t in transforms):
         function = _score(model, *on, level=Level.FLOAT)
         if not _float_reach(target).met(function):
-            return False, nan, function
+            return False, _UNSCORED, function
     high = _score(_configured(model, space_of, upper=True), *on)
     kept = target.met(high) if target.met(upper) else target.gain(high, upper) >= -target.tolerance(upper.mean)
     return kept, high, function
